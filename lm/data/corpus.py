@@ -1,0 +1,144 @@
+"""The embedded default corpus: Python standard-library documentation.
+
+Every machine with Python has it, so tokenizers and smoke runs work without a
+download. The documents are, in a fixed order:
+
+1. the docstrings of every module, class and function of the standard library,
+   read by parsing the source files with `ast` (nothing is imported, so no module
+   prints, opens windows or touches the network), files in sorted path order,
+   nodes in `ast.walk` order, cleaned with `inspect.cleandoc`;
+2. the help topics of `pydoc_data.topics` (the reference-manual text `help()`
+   shows), in sorted key order.
+
+Test folders (`test`, `tests`, `idle_test`) and `site-packages` are skipped, so the
+corpus depends only on the Python version (about 2.5 MB, 9k documents on 3.11).
+The result is cached as JSON lines under `~/.cache/lm/corpus/` (or `$LM_CACHE_DIR`)
+keyed by the Python version and a digest of the standard library's file list; the
+cache is only a speed-up (parsing takes a few seconds) and is rebuilt identically.
+
+What does not live here: reading user corpora (`sources.py`).
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+import tempfile
+
+_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
+                        "__pycache__"})
+_DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+_FORMAT_VERSION = 1  # Bump when the extraction rules change.
+
+
+def cache_dir() -> str:
+  """Returns the lm cache folder: `$LM_CACHE_DIR`, else `~/.cache/lm`."""
+  return os.environ.get("LM_CACHE_DIR") or os.path.join(
+      os.path.expanduser("~"), ".cache", "lm")
+
+
+def _stdlib_files(stdlib: str) -> list[str]:
+  """Sorted relative paths of the standard library's .py files (no tests)."""
+  out = []
+  for root, dirs, files in os.walk(stdlib):
+    dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+    for name in sorted(files):
+      if name.endswith(".py"):
+        out.append(os.path.relpath(os.path.join(root, name), stdlib))
+  return sorted(out)
+
+
+def _docstrings(source: bytes) -> list[str]:
+  try:
+    tree = ast.parse(source)
+  except (SyntaxError, ValueError):  # A few stdlib files are deliberately invalid.
+    return []
+  docs = []
+  for node in ast.walk(tree):
+    if isinstance(node, _DOC_NODES):
+      doc = ast.get_docstring(node, clean=True)
+      if doc and doc.strip():
+        docs.append(doc.strip())
+  return docs
+
+
+def _pydoc_topics(path: str) -> list[str]:
+  """The string values of `pydoc_data/topics.py`, read with `ast.literal_eval`."""
+  if not os.path.exists(path):
+    return []
+  with open(path, "rb") as f:
+    tree = ast.parse(f.read())
+  for node in tree.body:
+    if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "topics" for t in node.targets):
+      topics = ast.literal_eval(node.value)
+      return [topics[k].strip() for k in sorted(topics) if topics[k].strip()]
+  return []
+
+
+def build_default_corpus(stdlib: str | None = None) -> list[str]:
+  """Extracts the corpus from the standard library (no cache).
+
+  Args:
+    stdlib: the standard library folder; defaults to this interpreter's.
+
+  Returns:
+    list of non-empty document strings, in a fixed order.
+  """
+  stdlib = stdlib or sysconfig.get_paths()["stdlib"]
+  docs = []
+  for rel in _stdlib_files(stdlib):
+    with open(os.path.join(stdlib, rel), "rb") as f:
+      docs.extend(_docstrings(f.read()))
+  docs.extend(_pydoc_topics(os.path.join(stdlib, "pydoc_data", "topics.py")))
+  return docs
+
+
+def _cache_path(stdlib: str) -> str:
+  digest = hashlib.sha256("\n".join(_stdlib_files(stdlib)).encode()).hexdigest()[:12]
+  version = "{}{}.{}.{}".format(sys.implementation.name, *sys.version_info[:3])
+  return os.path.join(cache_dir(), "corpus",
+                      f"stdlib-docs-v{_FORMAT_VERSION}-{version}-{digest}.jsonl")
+
+
+def default_corpus_path(*, use_cache: bool = True) -> str | None:
+  """Builds (once) and returns the JSON-lines cache file of the default corpus.
+
+  Each line is `{"text": document}`, so the file can also be read with
+  `sources.JsonLinesSource(path, text_field="text")`. Returns None if the cache
+  folder is not writable (callers then use `default_corpus()` in memory).
+  """
+  stdlib = sysconfig.get_paths()["stdlib"]
+  path = _cache_path(stdlib)
+  if use_cache and os.path.exists(path):
+    return path
+  docs = build_default_corpus(stdlib)
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      for doc in docs:
+        f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)  # Atomic: concurrent builders write identical files.
+  except OSError:
+    return None
+  return path
+
+
+def default_corpus(*, use_cache: bool = True) -> list[str]:
+  """Returns the default corpus as a list of document strings (fixed order).
+
+  Args:
+    use_cache: read/write the JSON-lines cache (see module docstring).
+
+  Returns:
+    list[str], identical across runs on the same Python version.
+  """
+  path = default_corpus_path(use_cache=use_cache) if use_cache else None
+  if path is None:
+    return build_default_corpus()
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line)["text"] for line in f]
