@@ -1,0 +1,683 @@
+"""Document sources: random-access sequences of document strings for grain.
+
+Every source here is a grain random-access data source (`len(src)`,
+`src[i] -> str`) over DOCUMENTS, built once by scanning its files:
+
+  TextSource          plain text, one document per line or per blank-line-separated
+                      paragraph (`mode="line" | "paragraph"`).
+  JsonLinesSource     JSON lines; the document is the string field `text_field`.
+  ParquetSource       Parquet files (pyarrow); column `text_field`.
+  ArrayRecordSource   ArrayRecord files; each record is UTF-8 text, or a JSON object
+                      holding `text_field` when `json=True`.
+  HFDiskSource        a Hugging Face `datasets` dataset saved with `save_to_disk`
+                      (read with `datasets.load_from_disk`; local only, no hub).
+  InMemorySource      a list of strings (used for the embedded default corpus).
+
+`make_source(format, paths, ...)` picks one (`format="auto"` guesses from the file
+extension); paths may be globs. `split_validation` holds out a deterministic share
+of the documents (by a hash of the record index) as a validation set.
+
+Robustness rules, applied while scanning and counted in `source.stats`:
+  * empty files and empty / whitespace-only documents are skipped;
+  * bytes that are not valid UTF-8 are counted (`invalid_utf8_documents`); with
+    `on_decode_error="replace"` (default) they decode to U+FFFD, with "skip" the
+    document is dropped; unparsable JSON lines / records without the field are
+    skipped (`bad_records`);
+  * a document longer than `max_document_chars` (characters; UTF-8 bytes for plain
+    text files) is cut into pieces at whitespace (`split_documents`), so a single
+    huge document cannot stall tokenization;
+  * a missing path or a glob that matches nothing raises FileNotFoundError, and a
+    corpus that ends with zero documents raises ValueError naming the paths.
+
+Scanning reads the corpus once at construction (vectorised for text files and
+Arrow columns). Parquet and ArrayRecord text is held in memory as Arrow/bytes
+after the scan; HF datasets stay memory-mapped. Plain-text and JSON-lines files
+are memory-mapped and read lazily.
+
+What does not live here: tokenization (`tokenizer.py`), shuffling, sharding and
+everything after (`pipeline.py`).
+"""
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import glob
+import json
+import mmap
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+DEFAULT_MAX_DOCUMENT_CHARS = 100_000
+_WHITESPACE = np.zeros(256, dtype=bool)
+_WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
+FORMATS = ("auto", "text", "paragraphs", "jsonl", "parquet", "array_record", "hf")
+
+
+@dataclasses.dataclass
+class SourceStats:
+  """What a scan found; `as_dict()` for logging."""
+  files: int = 0
+  empty_files: int = 0
+  records: int = 0  # Lines, paragraphs, rows or records read.
+  documents: int = 0  # Documents served (after skipping and splitting).
+  empty_documents: int = 0
+  bad_records: int = 0  # Unparsable JSON / missing or non-string field.
+  invalid_utf8_documents: int = 0
+  skipped_invalid_utf8: int = 0
+  split_documents: int = 0  # Long documents cut into pieces.
+  chars: int = 0  # Characters (bytes for plain text) served.
+
+  def as_dict(self) -> dict[str, int]:
+    return dataclasses.asdict(self)
+
+  def merge(self, other: "SourceStats") -> None:
+    for f in dataclasses.fields(self):
+      setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def expand_paths(paths: str | Sequence[str]) -> list[str]:
+  """Expands globs; each pattern must match something. Returns files in order.
+
+  Patterns keep their given order; the files of one glob are sorted.
+  """
+  if isinstance(paths, (str, os.PathLike)):
+    paths = [paths]
+  if not paths:
+    raise ValueError("No data paths given; pass files or globs (or use the default corpus).")
+  out = []
+  for pattern in map(str, paths):
+    if glob.has_magic(pattern):
+      found = sorted(glob.glob(pattern))
+      if not found:
+        raise FileNotFoundError(f"Glob {pattern!r} matches no file; check the path.")
+      out.extend(found)
+    elif os.path.exists(pattern):
+      out.append(pattern)
+    else:
+      raise FileNotFoundError(f"Data path {pattern!r} does not exist; check the path "
+                              "or pass a glob such as 'data/*.txt'.")
+  return out
+
+
+def _split_points(text: str, max_chars: int) -> list[tuple[int, int]]:
+  """Cuts text into (start, end) pieces of at most max_chars, at whitespace if possible."""
+  pieces, start, n = [], 0, len(text)
+  while n - start > max_chars:
+    end = start + max_chars
+    cut = max(text.rfind(" ", start + max_chars // 2, end),
+              text.rfind("\n", start + max_chars // 2, end))
+    end = cut + 1 if cut > 0 else end
+    pieces.append((start, end))
+    start = end
+  pieces.append((start, n))
+  return pieces
+
+
+class _IndexBuilder:
+  """Accumulates (record, start, end) document spans and stats."""
+
+  def __init__(self, max_document_chars: int):
+    if max_document_chars <= 0:
+      raise ValueError(f"max_document_chars must be positive, got {max_document_chars}")
+    self.max_chars = max_document_chars
+    self.rec, self.start, self.end = [], [], []
+    self.stats = SourceStats()
+
+  def add_text(self, rec: int, text: str) -> None:
+    """Adds a record given as a string (non-text-file formats)."""
+    self.stats.records += 1
+    if not text or text.isspace():
+      self.stats.empty_documents += 1
+      return
+    if len(text) > self.max_chars:
+      self.stats.split_documents += 1
+      for s, e in _split_points(text, self.max_chars):
+        self._add(rec, s, e)
+    else:
+      self._add(rec, 0, len(text))
+
+  def add_spans(self, rec: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """Adds pre-filtered non-empty spans that are at most max_chars long."""
+    self.rec.append(np.asarray(rec, np.int64))
+    self.start.append(np.asarray(start, np.int64))
+    self.end.append(np.asarray(end, np.int64))
+
+  def _add(self, rec: int, s: int, e: int) -> None:
+    self.add_spans([rec], [s], [e])
+
+  def build(self, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, SourceStats]:
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)
+    rec, start, end = cat(self.rec), cat(self.start), cat(self.end)
+    self.stats.documents = len(rec)
+    self.stats.chars = int((end - start).sum())
+    if not len(rec):
+      raise ValueError(
+          f"No documents found in {what} (stats: {self.stats.as_dict()}); check the "
+          "paths, the format and the text field/column name.")
+    return rec, start, end, self.stats
+
+
+class DocumentSource:
+  """Base class: documents are spans (record, start, end) of records.
+
+  Subclasses implement `_record(rec) -> str` (or override `__getitem__`).
+  Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record each
+  document comes from; pieces of one split document share it).
+  """
+
+  stats: SourceStats
+  record_ids: np.ndarray
+
+  def _set_index(self, builder: _IndexBuilder, what: str) -> None:
+    self.record_ids, self._starts, self._ends, self.stats = builder.build(what)
+    self._what = what
+
+  def __len__(self) -> int:
+    return len(self.record_ids)
+
+  def _record(self, rec: int) -> str:
+    raise NotImplementedError
+
+  def __getitem__(self, index: int) -> str:
+    index = int(index)
+    if not -len(self) <= index < len(self):
+      raise IndexError(f"document {index} out of range [0, {len(self)})")
+    rec = int(self.record_ids[index])
+    text = self._record(rec)
+    return text[self._starts[index]:self._ends[index]].strip()
+
+  def __repr__(self) -> str:
+    return f"{type(self).__name__}({self._what}, documents={len(self)})"
+
+
+class InMemorySource(DocumentSource):
+  """A list of strings, one document each (the default corpus uses this)."""
+
+  def __init__(self, documents: Sequence[str], *, name: str = "in-memory documents",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    self._docs = list(documents)
+    b = _IndexBuilder(max_document_chars)
+    for i, doc in enumerate(self._docs):
+      if not isinstance(doc, str):
+        b.stats.bad_records += 1
+        continue
+      b.add_text(i, doc)
+    self._set_index(b, name)
+
+  def _record(self, rec: int) -> str:
+    return self._docs[rec]
+
+
+class TextSource(DocumentSource):
+  """Plain text files: one document per line, or per paragraph.
+
+  Args:
+    paths: files or globs.
+    mode: "line" (one document per line) or "paragraph" (documents separated by
+      one or more blank lines; single newlines stay inside the document).
+    on_decode_error: "replace" (U+FFFD) or "skip" (drop the document).
+    max_document_chars: longer documents (UTF-8 bytes) are cut at whitespace.
+  """
+
+  def __init__(self, paths: str | Sequence[str], *, mode: str = "line",
+               on_decode_error: str = "replace",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    if mode not in ("line", "paragraph"):
+      raise ValueError(f"mode must be 'line' or 'paragraph', got {mode!r}")
+    _check_decode_policy(on_decode_error)
+    self._files = expand_paths(paths)
+    self._on_decode_error = on_decode_error
+    self._maps: dict[int, mmap.mmap | bytes] = {}
+    b = _IndexBuilder(max_document_chars)
+    for f, name in enumerate(self._files):
+      self._scan_file(f, name, mode, on_decode_error, b)
+    self._set_index(b, f"{self._files[:3]}{'...' if len(self._files) > 3 else ''}")
+
+  def __getstate__(self):  # mmaps do not pickle; reopen lazily.
+    state = dict(self.__dict__)
+    state["_maps"] = {}
+    return state
+
+  def _bytes(self, f: int):
+    if f not in self._maps:
+      with open(self._files[f], "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        self._maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    return self._maps[f]
+
+  def _scan_file(self, f, name, mode, policy, b: _IndexBuilder) -> None:
+    b.stats.files += 1
+    buf = self._bytes(f)
+    if len(buf) == 0:
+      b.stats.empty_files += 1
+      return
+    data = np.frombuffer(buf, dtype=np.uint8)
+    newlines = np.flatnonzero(data == 10)
+    starts = np.concatenate([[0], newlines + 1])
+    ends = np.concatenate([newlines, [len(data)]])
+    if ends[-1] == starts[-1]:  # File ends with a newline: no last line.
+      starts, ends = starts[:-1], ends[:-1]
+    # Non-whitespace bytes per line, via a cumulative count.
+    cum = np.concatenate([[0], np.cumsum(~_WHITESPACE[data], dtype=np.int64)])
+    nonblank = (cum[ends] - cum[starts]) > 0
+    if mode == "line":
+      b.stats.records += len(starts)
+      b.stats.empty_documents += int((~nonblank).sum())
+      starts, ends = starts[nonblank], ends[nonblank]
+    else:
+      # Paragraph = maximal run of consecutive non-blank lines.
+      nb = nonblank.astype(np.int8)
+      edges = np.diff(np.concatenate([[0], nb, [0]]))
+      first, last = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+      starts, ends = starts[first], ends[last]
+      b.stats.records += len(starts)
+    # UTF-8 validity: one incremental pass over the file; per document only if it fails.
+    if not _is_utf8(buf):
+      valid = np.array([_is_utf8(buf[s:e]) for s, e in zip(starts, ends)], dtype=bool)
+      bad = int((~valid).sum())
+      b.stats.invalid_utf8_documents += bad
+      if policy == "skip":
+        b.stats.skipped_invalid_utf8 += bad
+        starts, ends = starts[valid], ends[valid]
+    long = (ends - starts) > b.max_chars
+    piece_starts, piece_ends = [starts[~long]], [ends[~long]]
+    for s, e in zip(starts[long], ends[long]):
+      b.stats.split_documents += 1
+      pieces = np.asarray(_byte_split_points(buf, int(s), int(e), b.max_chars), np.int64)
+      piece_starts.append(pieces[:, 0])
+      piece_ends.append(pieces[:, 1])
+    starts, ends = np.concatenate(piece_starts), np.concatenate(piece_ends)
+    order = np.argsort(starts, kind="stable")  # Keep file order.
+    b.add_spans(np.full(len(starts), f, np.int64), starts[order], ends[order])
+
+  def __getitem__(self, index: int) -> str:
+    index = int(index)
+    if not -len(self) <= index < len(self):
+      raise IndexError(f"document {index} out of range [0, {len(self)})")
+    buf = self._bytes(int(self.record_ids[index]))
+    raw = buf[int(self._starts[index]):int(self._ends[index])]
+    return raw.decode("utf-8", errors="replace").strip()
+
+
+def _byte_split_points(buf, s: int, e: int, max_bytes: int) -> list[tuple[int, int]]:
+  """Cuts buf[s:e] into pieces <= max_bytes at whitespace, else at a UTF-8 boundary."""
+  out = []
+  while e - s > max_bytes:
+    end = s + max_bytes
+    window = bytes(buf[s + max_bytes // 2:end])
+    cut = max(window.rfind(b" "), window.rfind(b"\n"))
+    if cut >= 0:
+      end = s + max_bytes // 2 + cut + 1
+    else:
+      while end > s + 1 and (buf[end] & 0xC0) == 0x80:  # Inside a multi-byte char.
+        end -= 1
+    out.append((s, end))
+    s = end
+  out.append((s, e))
+  return out
+
+
+def _is_utf8(buf) -> bool:
+  decoder = codecs.getincrementaldecoder("utf-8")("strict")
+  block = 1 << 24
+  try:
+    for i in range(0, len(buf), block):
+      decoder.decode(buf[i:i + block], final=i + block >= len(buf))
+  except UnicodeDecodeError:
+    return False
+  return True
+
+
+def _check_decode_policy(policy: str) -> None:
+  if policy not in ("replace", "skip"):
+    raise ValueError(f"on_decode_error must be 'replace' or 'skip', got {policy!r}")
+
+
+def _decode(raw: bytes, policy: str, stats: SourceStats) -> str | None:
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError:
+    stats.invalid_utf8_documents += 1
+    if policy == "skip":
+      stats.skipped_invalid_utf8 += 1
+      return None
+    return raw.decode("utf-8", errors="replace")
+
+
+class JsonLinesSource(DocumentSource):
+  """JSON-lines files; each line's `text_field` (a string) is a document.
+
+  Lines that are not JSON objects, or lack a string `text_field`, are skipped and
+  counted as `bad_records`.
+  """
+
+  def __init__(self, paths: str | Sequence[str], *, text_field: str = "text",
+               on_decode_error: str = "replace",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    _check_decode_policy(on_decode_error)
+    self._files = expand_paths(paths)
+    self._field = text_field
+    self._maps = {}
+    self._line_file, self._line_start, self._line_end = [], [], []
+    b = _IndexBuilder(max_document_chars)
+    rec = 0
+    for f, name in enumerate(self._files):
+      b.stats.files += 1
+      buf = self._bytes(f)
+      if not len(buf):
+        b.stats.empty_files += 1
+        continue
+      data = np.frombuffer(buf, dtype=np.uint8)
+      newlines = np.flatnonzero(data == 10)
+      starts = np.concatenate([[0], newlines + 1])
+      ends = np.concatenate([newlines, [len(data)]])
+      for s, e in zip(starts.tolist(), ends.tolist()):
+        raw = bytes(buf[s:e])
+        if not raw.strip():
+          continue  # Blank line: not a record.
+        text = self._parse(raw, on_decode_error, b.stats)
+        if text is None:
+          continue
+        self._line_file.append(f)
+        self._line_start.append(s)
+        self._line_end.append(e)
+        b.add_text(rec, text)
+        rec += 1
+    self._line_file = np.asarray(self._line_file, np.int32)
+    self._line_start = np.asarray(self._line_start, np.int64)
+    self._line_end = np.asarray(self._line_end, np.int64)
+    self._set_index(b, f"{self._files[:3]} field {text_field!r}")
+
+  def __getstate__(self):
+    state = dict(self.__dict__)
+    state["_maps"] = {}
+    return state
+
+  _bytes = TextSource._bytes
+
+  def _parse(self, raw: bytes, policy: str, stats: SourceStats) -> str | None:
+    line = _decode(raw, policy, stats)
+    if line is None:
+      return None
+    try:
+      obj = json.loads(line)
+    except ValueError:
+      stats.bad_records += 1
+      return None
+    text = obj.get(self._field) if isinstance(obj, dict) else None
+    if not isinstance(text, str):
+      stats.bad_records += 1
+      return None
+    return text
+
+  def _record(self, rec: int) -> str:
+    buf = self._bytes(int(self._line_file[rec]))
+    raw = bytes(buf[int(self._line_start[rec]):int(self._line_end[rec])])
+    return json.loads(raw.decode("utf-8", errors="replace"))[self._field]
+
+
+class _ArrowColumnSource(DocumentSource):
+  """Documents from an Arrow string column held by the subclass in `self._column`."""
+
+  def _index_column(self, column, b: _IndexBuilder, what: str) -> None:
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
+    import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+      # Decode bytes in Python so invalid UTF-8 is counted.
+      texts = []
+      for raw in column.to_pylist():
+        t = None if raw is None else _decode(raw, self._on_decode_error, b.stats)
+        texts.append(t)
+      column = pa.array(texts, type=pa.large_string())
+    elif not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+      raise ValueError(f"Column {self._field!r} of {what} has type {column.type}; "
+                       "a string column is needed (set text_field).")
+    if isinstance(column, pa.ChunkedArray):
+      column = column.combine_chunks()
+    self._column = column
+    n = len(column)
+    b.stats.records += n
+    lengths = pc.fill_null(pc.utf8_length(column), 0).to_numpy(zero_copy_only=False)
+    blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0),
+                         True).to_numpy(zero_copy_only=False)
+    b.stats.empty_documents += int(blank.sum())
+    ok = ~blank & (lengths <= b.max_chars)
+    idx = np.flatnonzero(ok)
+    b.add_spans(idx, np.zeros(len(idx), np.int64), lengths[idx].astype(np.int64))
+    for i in np.flatnonzero(~blank & ~ok).tolist():
+      b.stats.records -= 1  # add_text counts it again.
+      b.add_text(i, column[i].as_py())
+    # Keep documents in record order (long-document pieces were appended last).
+    recs = np.concatenate(b.rec) if b.rec else np.zeros(0, np.int64)
+    order = np.argsort(recs, kind="stable")
+    for name in ("rec", "start", "end"):
+      arr = np.concatenate(getattr(b, name)) if getattr(b, name) else np.zeros(0, np.int64)
+      setattr(b, name, [arr[order]])
+
+  def _record(self, rec: int) -> str:
+    return self._column[rec].as_py()
+
+
+class ParquetSource(_ArrowColumnSource):
+  """Parquet files; the string (or binary) column `text_field` holds documents."""
+
+  def __init__(self, paths: str | Sequence[str], *, text_field: str = "text",
+               on_decode_error: str = "replace",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    _check_decode_policy(on_decode_error)
+    self._files = expand_paths(paths)
+    self._field, self._on_decode_error = text_field, on_decode_error
+    b = _IndexBuilder(max_document_chars)
+    chunks = []
+    for name in self._files:
+      b.stats.files += 1
+      pf = pq.ParquetFile(name)
+      if text_field not in pf.schema_arrow.names:
+        raise ValueError(f"Parquet file {name!r} has no column {text_field!r} "
+                         f"(columns: {pf.schema_arrow.names}); set text_field.")
+      if pf.metadata.num_rows == 0:
+        b.stats.empty_files += 1
+        continue
+      chunks.append(pf.read(columns=[text_field]).column(text_field))
+    column = (pa.chunked_array([c for ch in chunks for c in ch.chunks]) if chunks
+              else pa.array([], pa.string()))
+    if chunks and len({c.type for c in chunks}) > 1:
+      column = pa.chunked_array([c.cast(pa.large_string()) for ch in chunks for c in ch.chunks])
+    self._index_column(column, b, str(self._files[:3]))
+    self._set_index(b, f"{self._files[:3]} column {text_field!r}")
+
+
+class HFDiskSource(_ArrowColumnSource):
+  """A `datasets` Dataset saved with `save_to_disk` (local, memory-mapped).
+
+  Args:
+    path: the folder written by `Dataset.save_to_disk`, or a DatasetDict folder
+      with `split` naming the split.
+  """
+
+  def __init__(self, path: str, *, text_field: str = "text", split: str | None = None,
+               on_decode_error: str = "replace",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    import datasets  # pylint: disable=g-import-not-at-top
+    _check_decode_policy(on_decode_error)
+    (path,) = expand_paths(path)
+    self._field, self._on_decode_error = text_field, on_decode_error
+    ds = datasets.load_from_disk(path)
+    if isinstance(ds, datasets.DatasetDict):
+      if split is None or split not in ds:
+        raise ValueError(f"{path!r} is a DatasetDict with splits {list(ds)}; set split.")
+      ds = ds[split]
+    if text_field not in ds.column_names:
+      raise ValueError(f"Dataset {path!r} has no column {text_field!r} "
+                       f"(columns: {ds.column_names}); set text_field.")
+    b = _IndexBuilder(max_document_chars)
+    b.stats.files = 1
+    column = ds.with_format("arrow")[text_field]  # Honours any indices mapping.
+    self._index_column(column, b, path)
+    self._set_index(b, f"{path!r} column {text_field!r}")
+
+
+class ArrayRecordSource(DocumentSource):
+  """ArrayRecord files; each record is UTF-8 text (or JSON with `text_field`)."""
+
+  def __init__(self, paths: str | Sequence[str], *, text_field: str | None = None,
+               on_decode_error: str = "replace",
+               max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
+    from array_record.python import array_record_data_source as ards  # pylint: disable=g-import-not-at-top
+    _check_decode_policy(on_decode_error)
+    self._files = expand_paths(paths)
+    b = _IndexBuilder(max_document_chars)
+    nonempty = []
+    for name in self._files:
+      b.stats.files += 1
+      if os.path.getsize(name) == 0:
+        b.stats.empty_files += 1
+        continue
+      nonempty.append(name)
+    self._texts: list[str | None] = []
+    if nonempty:
+      reader = ards.ArrayRecordDataSource(nonempty)
+      n = len(reader)
+      for start in range(0, n, 1024):
+        for raw in reader.__getitems__(list(range(start, min(n, start + 1024)))):
+          text = _decode(raw, on_decode_error, b.stats)
+          if text is not None and text_field is not None:
+            try:
+              obj = json.loads(text)
+              text = obj.get(text_field) if isinstance(obj, dict) else None
+            except ValueError:
+              text = None
+            if not isinstance(text, str):
+              b.stats.bad_records += 1
+              text = None
+          if text is None:
+            continue
+          b.add_text(len(self._texts), text)
+          self._texts.append(text)
+      reader.close() if hasattr(reader, "close") else None
+    self._set_index(b, str(self._files[:3]))
+
+  def _record(self, rec: int) -> str:
+    return self._texts[rec]
+
+
+class IndexSubset:
+  """The documents `indices` of a source (grain random-access data source)."""
+
+  def __init__(self, source, indices: np.ndarray, *, name: str = "subset"):
+    self.source = source
+    self.indices = np.asarray(indices, np.int64)
+    self._name = name
+
+  def __len__(self) -> int:
+    return len(self.indices)
+
+  def __getitem__(self, index: int) -> str:
+    return self.source[int(self.indices[index])]
+
+  def __repr__(self) -> str:
+    return f"IndexSubset({self._name} of {self.source!r}, documents={len(self)})"
+
+
+def _hash_uniform(values: np.ndarray, seed: int) -> np.ndarray:
+  """splitmix64 of (value, seed) -> float64 in [0, 1); vectorised, platform-stable."""
+  with np.errstate(over="ignore"):
+    z = values.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+  return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def split_validation(source, fraction: float, *, seed: int = 0):
+  """Holds out a deterministic share of the documents as a validation set.
+
+  A document goes to validation iff hash(record index, seed) < fraction, so the
+  split does not depend on document order, and the pieces of a split long
+  document stay on the same side.
+
+  Args:
+    source: a DocumentSource (or any len/getitem source; its indices are hashed).
+    fraction: share in [0, 1).
+    seed: hash seed.
+
+  Returns:
+    (train, validation) IndexSubsets.
+  """
+  if not 0.0 <= fraction < 1.0:
+    raise ValueError(f"validation fraction must be in [0, 1), got {fraction}")
+  records = getattr(source, "record_ids", None)
+  if records is None:
+    records = np.arange(len(source))
+  is_val = _hash_uniform(np.asarray(records), seed) < fraction
+  train = IndexSubset(source, np.flatnonzero(~is_val), name="train split")
+  val = IndexSubset(source, np.flatnonzero(is_val), name="validation split")
+  if len(train) == 0:
+    raise ValueError(f"The train split of {source!r} is empty; lower the validation fraction.")
+  if fraction > 0 and len(val) == 0:
+    raise ValueError(f"The validation split of {source!r} is empty (fraction {fraction}); "
+                     "raise the fraction or pass validation files.")
+  return train, val
+
+
+def _guess_format(path: str) -> str:
+  if os.path.isdir(path):
+    if any(os.path.exists(os.path.join(path, f))
+           for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
+      return "hf"
+    raise ValueError(f"Cannot guess the format of folder {path!r}; set format.")
+  name = path.lower()
+  for ext, fmt in ((".jsonl", "jsonl"), (".json", "jsonl"), (".parquet", "parquet"),
+                   (".array_record", "array_record"), (".arrayrecord", "array_record")):
+    if name.endswith(ext) or f"{ext}-" in name:
+      return fmt
+  return "text"
+
+
+def make_source(format: str, paths: str | Sequence[str] | None, *,  # pylint: disable=redefined-builtin
+                text_field: str = "text", split: str | None = None,
+                json_records: bool = False, on_decode_error: str = "replace",
+                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS) -> DocumentSource:
+  """Builds a document source.
+
+  Args:
+    format: one of FORMATS ("auto" guesses from the first path's extension:
+      .jsonl/.json, .parquet, .array_record, a saved-dataset folder -> "hf", else
+      plain text one document per line), or "default" for the embedded corpus.
+      "paragraphs" is plain text with blank-line-separated documents.
+    paths: files, globs or (for "hf") one folder; ignored for "default".
+    text_field: JSON field / column name holding the text.
+    split: DatasetDict split for "hf".
+    json_records: for "array_record": records are JSON objects holding text_field
+      (default: records are UTF-8 text).
+    on_decode_error: "replace" or "skip" invalid UTF-8.
+    max_document_chars: longer documents are cut into pieces.
+  """
+  kw = dict(on_decode_error=on_decode_error, max_document_chars=max_document_chars)
+  if format == "default":
+    from lm.data import corpus  # pylint: disable=g-import-not-at-top
+    return InMemorySource(corpus.default_corpus(), name="default corpus (stdlib docs)",
+                          max_document_chars=max_document_chars)
+  if format not in FORMATS:
+    raise ValueError(f"Unknown data format {format!r}; expected one of {FORMATS + ('default',)}.")
+  files = expand_paths(paths)
+  if format == "auto":
+    format = _guess_format(files[0])
+  if format == "text":
+    return TextSource(files, mode="line", **kw)
+  if format == "paragraphs":
+    return TextSource(files, mode="paragraph", **kw)
+  if format == "jsonl":
+    return JsonLinesSource(files, text_field=text_field, **kw)
+  if format == "parquet":
+    return ParquetSource(files, text_field=text_field, **kw)
+  if format == "array_record":
+    return ArrayRecordSource(files, text_field=text_field if json_records else None, **kw)
+  if len(files) != 1:
+    raise ValueError(f"format 'hf' takes one saved-dataset folder, got {files}.")
+  return HFDiskSource(files[0], text_field=text_field, split=split, **kw)

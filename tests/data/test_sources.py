@@ -1,0 +1,139 @@
+"""Tests for lm/data/sources.py and the embedded corpus (lm/data/corpus.py)."""
+import json
+
+import numpy as np
+import pytest
+
+from lm.data import corpus, sources
+
+
+def _write(path, data: bytes):
+  path.write_bytes(data)
+  return str(path)
+
+
+def test_text_lines_skip_empty_and_count(tmp_path):
+  p = _write(tmp_path / "a.txt", b"first doc\n\n   \nsecond doc\r\nthird\n")
+  src = sources.TextSource(p)
+  assert [src[i] for i in range(len(src))] == ["first doc", "second doc", "third"]
+  assert src.stats.records == 5 and src.stats.empty_documents == 2
+  assert src.stats.documents == 3
+
+
+def test_text_paragraphs(tmp_path):
+  p = _write(tmp_path / "a.txt", b"\n\npara one\nline two\n\n \n\npara two\n")
+  src = sources.TextSource(p, mode="paragraph")
+  assert [src[i] for i in range(len(src))] == ["para one\nline two", "para two"]
+
+
+def test_glob_order_and_empty_file(tmp_path):
+  _write(tmp_path / "b.txt", b"from b\n")
+  _write(tmp_path / "a.txt", b"from a\n")
+  _write(tmp_path / "c.txt", b"")
+  src = sources.make_source("auto", str(tmp_path / "*.txt"))
+  assert [src[0], src[1]] == ["from a", "from b"]
+  assert src.stats.files == 3 and src.stats.empty_files == 1
+
+
+def test_invalid_utf8_replace_or_skip(tmp_path):
+  p = _write(tmp_path / "bad.txt", b"good line\nbad \xff\xfe line\nalso good\n")
+  replaced = sources.TextSource(p)
+  assert len(replaced) == 3 and "\ufffd" in replaced[1]
+  assert replaced.stats.invalid_utf8_documents == 1
+  skipped = sources.TextSource(p, on_decode_error="skip")
+  assert [skipped[i] for i in range(len(skipped))] == ["good line", "also good"]
+  assert skipped.stats.skipped_invalid_utf8 == 1
+
+
+def test_long_documents_are_split_without_loss(tmp_path):
+  words = " ".join(f"w{i}" for i in range(3000))
+  p = _write(tmp_path / "long.txt", (words + "\nshort\n").encode())
+  src = sources.TextSource(p, max_document_chars=1000)
+  assert src.stats.split_documents == 1
+  docs = [src[i] for i in range(len(src))]
+  assert all(len(d.encode()) <= 1000 for d in docs)
+  assert " ".join(docs[:-1]).split() == words.split() and docs[-1] == "short"
+  mem = sources.InMemorySource([words, "x"], max_document_chars=1000)
+  assert " ".join(mem[i] for i in range(len(mem) - 1)).split() == words.split()
+
+
+def test_multibyte_split_stays_valid(tmp_path):
+  p = _write(tmp_path / "u.txt", ("é" * 3000 + "\n").encode())  # No whitespace at all.
+  src = sources.TextSource(p, max_document_chars=1001)
+  assert "".join(src[i] for i in range(len(src))) == "é" * 3000
+  assert src.stats.invalid_utf8_documents == 0
+
+
+def test_jsonl(tmp_path):
+  lines = [json.dumps({"text": "alpha"}), "not json", json.dumps({"other": 1}),
+           json.dumps({"text": ""}), "", json.dumps({"text": "beta", "id": 2})]
+  p = _write(tmp_path / "d.jsonl", "\n".join(lines).encode())
+  src = sources.make_source("auto", p)
+  assert isinstance(src, sources.JsonLinesSource)
+  assert [src[0], src[1]] == ["alpha", "beta"]
+  assert src.stats.bad_records == 2 and src.stats.empty_documents == 1
+
+
+def test_parquet(tmp_path):
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  p = str(tmp_path / "d.parquet")
+  pq.write_table(pa.table({"content": ["one", None, " ", "two" * 10]}), p, row_group_size=2)
+  src = sources.make_source("auto", p, text_field="content", max_document_chars=12)
+  assert [src[i] for i in range(len(src))] == ["one", "twotwotwotwo", "twotwotwotwo",
+                                               "twotwo"]
+  with pytest.raises(ValueError, match="no column 'text'"):
+    sources.make_source("parquet", p)
+
+
+def test_array_record(tmp_path):
+  from array_record.python import array_record_module
+  p = str(tmp_path / "d.array_record")
+  w = array_record_module.ArrayRecordWriter(p, "group_size:1")
+  for rec in [b"first", b"", b"\xffbad", b"last"]:
+    w.write(rec)
+  w.close()
+  src = sources.make_source("auto", p, on_decode_error="skip")
+  assert [src[i] for i in range(len(src))] == ["first", "last"]
+  assert src.stats.empty_documents == 1 and src.stats.skipped_invalid_utf8 == 1
+
+
+def test_hf_load_from_disk(tmp_path):
+  import datasets
+  path = str(tmp_path / "hf")
+  datasets.Dataset.from_dict({"text": ["a b", "", "c d"]}).save_to_disk(path)
+  src = sources.make_source("auto", path)
+  assert isinstance(src, sources.HFDiskSource)
+  assert [src[0], src[1]] == ["a b", "c d"]
+
+
+def test_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    sources.make_source("text", str(tmp_path / "missing.txt"))
+  with pytest.raises(FileNotFoundError, match="matches no file"):
+    sources.make_source("text", str(tmp_path / "*.none"))
+  p = _write(tmp_path / "blank.txt", b"\n  \n\n")
+  with pytest.raises(ValueError, match="No documents found.*blank.txt"):
+    sources.make_source("text", p)
+  with pytest.raises(ValueError, match="Unknown data format"):
+    sources.make_source("csv", p)
+
+
+def test_split_validation_deterministic_and_disjoint():
+  src = sources.InMemorySource([f"doc {i}" for i in range(1000)])
+  train, val = sources.split_validation(src, 0.1, seed=3)
+  train2, val2 = sources.split_validation(src, 0.1, seed=3)
+  np.testing.assert_array_equal(val.indices, val2.indices)
+  assert set(train.indices).isdisjoint(val.indices)
+  assert len(train) + len(val) == 1000 and 60 < len(val) < 140
+  _, val_other = sources.split_validation(src, 0.1, seed=4)
+  assert set(val_other.indices) != set(val.indices)
+
+
+def test_default_corpus_nonempty_and_deterministic(tmp_path, monkeypatch):
+  docs = corpus.default_corpus()
+  assert len(docs) > 1000 and sum(map(len, docs)) > 1_000_000
+  assert all(d and d == d.strip() for d in docs[:100])
+  monkeypatch.setenv("LM_CACHE_DIR", str(tmp_path))  # Force a fresh build.
+  assert corpus.default_corpus() == docs
+  assert corpus.build_default_corpus() == docs
