@@ -1,0 +1,158 @@
+"""Optimizers and learning-rate schedules, built from optax (nothing hand-written).
+
+`make_schedule(config.schedule)` -> step -> lr, and
+`make_optimizer(config.optim, schedule)` -> optax.GradientTransformation.
+
+T5 (T5_NOTES.md §3.6): Adafactor(decay_rate=0.8, factored, clipping_threshold=1.0,
+multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
+min_dim_size_to_factor=128) with lr = 1/sqrt(max(step, 10^4)). `optax.adafactor`
+implements the same algorithm: second-moment decay 1 - (t+1)^-0.8, update clipping
+by block RMS, update scaled by lr * max(RMS(param), 1e-3) (epsilon2 is optax's fixed
+`min_scale=1e-3`). One difference: t5x chooses which dims to factor from logical axis
+names (embed = row; vocab/mlp/heads/kv = column), optax factors the two largest dims;
+for the 2-D kernels of the T5 model the factorisation is the same.
+
+Gradient accumulation is done in lm/steps.py (a lax.scan over microbatches inside one
+step) rather than optax.MultiSteps: the optimizer step, the schedule and the checkpoint
+step stay the same number, no extra gradient buffer lives in the optimizer state (so
+checkpoints do not depend on the accumulation setting), and the loss is normalised by
+the full batch's token count, which makes the accumulated gradient equal to the large
+batch's gradient exactly (not a mean of per-microbatch means).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
+OPTIMIZERS = ("adafactor", "adamw")
+
+
+def _get(cfg: Mapping[str, Any], name: str, default: Any = None) -> Any:
+  return cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
+
+
+def rsqrt_schedule(base_lr: float, warmup_steps: int,
+                   linear_warmup: bool = False) -> optax.Schedule:
+  """T5's `constant * rsqrt_decay`: lr(step) = base_lr / sqrt(max(step, warmup_steps)).
+
+  With base_lr=1, warmup_steps=10^4: 0.01 for steps 0..10^4, 0.00316 at 10^5,
+  0.00138 at 2^19. `linear_warmup=True` multiplies by min(1, step / warmup_steps)
+  (t5x's extra `linear_warmup` factor), i.e. a ramp from 0 instead of the flat start.
+  """
+  if warmup_steps <= 0:
+    raise ValueError("rsqrt schedule needs schedule.warmup_steps > 0 "
+                     f"(got {warmup_steps}); T5 uses 10000.")
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    lr = base_lr * jax.lax.rsqrt(jnp.maximum(step, float(warmup_steps)))
+    if linear_warmup:
+      lr = lr * jnp.minimum(1.0, step / warmup_steps)
+    return lr
+
+  return schedule
+
+
+def make_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
+  """Builds a learning-rate schedule from `config.schedule`.
+
+  Fields: name (rsqrt|cosine|linear|constant), base_lr, warmup_steps, decay_steps
+  (total steps of warmup + decay for cosine/linear), end_factor (final lr = base_lr *
+  end_factor), linear_warmup (rsqrt only).
+    rsqrt:    base_lr / sqrt(max(step, warmup_steps)) (T5 pre-training, base_lr=1).
+    cosine:   linear 0 -> base_lr over warmup_steps, cosine to base_lr*end_factor at
+              decay_steps, constant after.
+    linear:   linear warmup, then linear decay to base_lr*end_factor at decay_steps.
+    constant: linear warmup over warmup_steps (0 = none), then base_lr (T5 fine-tuning:
+              0.001, no warmup).
+
+  Returns:
+    optax schedule: int step -> float32 lr.
+  """
+  name = _get(cfg, "name")
+  base_lr = float(_get(cfg, "base_lr"))
+  warmup = int(_get(cfg, "warmup_steps", 0))
+  decay_steps = int(_get(cfg, "decay_steps", 0) or 0)
+  end_factor = float(_get(cfg, "end_factor", 0.0))
+  if warmup < 0:
+    raise ValueError(f"schedule.warmup_steps must be >= 0, got {warmup}.")
+  if name == "rsqrt":
+    return rsqrt_schedule(base_lr, warmup, bool(_get(cfg, "linear_warmup", False)))
+  if name in ("cosine", "linear") and decay_steps <= warmup:
+    raise ValueError(f"schedule {name!r} needs schedule.decay_steps ({decay_steps}) > "
+                     f"warmup_steps ({warmup}); decay_steps counts warmup too.")
+  if name == "cosine":
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=base_lr, warmup_steps=warmup,
+        decay_steps=decay_steps, end_value=base_lr * end_factor)
+  if name == "linear":
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, base_lr, warmup),
+         optax.linear_schedule(base_lr, base_lr * end_factor, decay_steps - warmup)],
+        boundaries=[warmup])
+  if name == "constant":
+    if warmup == 0:
+      return optax.constant_schedule(base_lr)
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, base_lr, warmup), optax.constant_schedule(base_lr)],
+        boundaries=[warmup])
+  raise ValueError(f"unknown schedule.name {name!r}; choose one of {SCHEDULES}.")
+
+
+def _decay_mask(params: Any) -> Any:
+  """AdamW weight decay only on matrices (ndim >= 2), not on norm scales / biases."""
+  return jax.tree.map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(cfg: Mapping[str, Any], schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Builds the optimizer from `config.optim`.
+
+  Fields: name (adafactor|adamw), grad_clip_norm (> 0 clips the global gradient norm
+  before the optimizer; 0 = off, T5's default since Adafactor clips updates itself),
+  adafactor.{decay_rate, decay_offset, factored, multiply_by_parameter_scale,
+  clipping_threshold (0 = off), momentum (0 = none), eps, min_dim_size_to_factor,
+  weight_decay_rate (0 = off)}, adamw.{b1, b2, eps, weight_decay}.
+
+  Args:
+    cfg: config.optim.
+    schedule: from `make_schedule`.
+
+  Returns:
+    optax.GradientTransformation whose update needs `params` (Adafactor's parameter
+    scaling, AdamW's decay).
+  """
+  name = _get(cfg, "name")
+  clip = float(_get(cfg, "grad_clip_norm", 0.0) or 0.0)
+  if name == "adafactor":
+    a = _get(cfg, "adafactor")
+    momentum = float(_get(a, "momentum", 0.0) or 0.0)
+    clipping = float(_get(a, "clipping_threshold", 1.0) or 0.0)
+    wd = float(_get(a, "weight_decay_rate", 0.0) or 0.0)
+    tx = optax.adafactor(
+        learning_rate=schedule,
+        min_dim_size_to_factor=int(_get(a, "min_dim_size_to_factor", 128)),
+        decay_rate=float(_get(a, "decay_rate", 0.8)),
+        decay_offset=int(_get(a, "decay_offset", 0)),
+        multiply_by_parameter_scale=bool(_get(a, "multiply_by_parameter_scale", True)),
+        clipping_threshold=clipping if clipping > 0 else None,
+        momentum=momentum if momentum > 0 else None,
+        weight_decay_rate=wd if wd > 0 else None,
+        eps=float(_get(a, "eps", 1e-30)),
+        factored=bool(_get(a, "factored", True)))
+  elif name == "adamw":
+    a = _get(cfg, "adamw")
+    tx = optax.adamw(learning_rate=schedule, b1=float(_get(a, "b1", 0.9)),
+                     b2=float(_get(a, "b2", 0.999)), eps=float(_get(a, "eps", 1e-8)),
+                     weight_decay=float(_get(a, "weight_decay", 0.0)), mask=_decay_mask)
+  else:
+    raise ValueError(f"unknown optim.name {name!r}; choose one of {OPTIMIZERS}.")
+  if clip < 0:
+    raise ValueError(f"optim.grad_clip_norm must be >= 0 (0 = off), got {clip}.")
+  if clip > 0:
+    tx = optax.chain(optax.clip_by_global_norm(clip), tx)
+  return tx

@@ -1,0 +1,259 @@
+"""Device mesh, logical axis rules and shardings for the train state and batches.
+
+What lives here: building a `jax.sharding.Mesh` with axes (data, fsdp, tensor) from a
+shape such as (-1, 1, 1); the default logical-axis rules (logical names used by the model
+-> mesh axes); NamedShardings for an abstract train state and for batches; assembling
+global batch arrays from each process's local rows.
+
+What does not: the model (it names only logical axes), the train loop (lm/train.py).
+
+Conventions (T5_NOTES.md §4): `data` is pure data parallelism (params replicated),
+`fsdp` shards the batch AND the params' `embed` dimension (ZeRO-3 / MaxText default),
+`tensor` is Megatron-style model parallelism over heads / mlp / vocab (t5x's `model`).
+So mesh (N, 1, 1) = t5x's default data parallel, (1, N, 1) = FSDP, (1, 1, N) = 1-D
+model parallel, and any product in between.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+AXIS_NAMES = ("data", "fsdp", "tensor")
+BATCH_AXES = ("data", "fsdp")
+
+# Priority-ordered (flax `logical_to_mesh_axes`: a logical dim takes the first rule whose
+# mesh axes are not already used by another dim of the same array). `batch` comes first
+# so that an activation ('batch', 'length', 'embed') keeps batch over (data, fsdp) and
+# leaves `embed` unsharded, while a parameter ('vocab', 'embed') gets embed over fsdp.
+DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("joined_kv", "tensor"),
+    ("embed", "fsdp"),
+    ("kv", None),
+    ("length", None),
+    ("layers", None),
+    ("relpos_buckets", None),
+    ("mlp_activations", None),
+    ("stack", None),
+)
+
+
+def parse_mesh_shape(shape: Sequence[int] | str, num_devices: int) -> tuple[int, ...]:
+  """Resolves a mesh shape with at most one -1 against a device count.
+
+  Args:
+    shape: ints (or a string like "-1,1,1" / "(2, 2, 2)"); one entry may be -1, meaning
+      "all remaining devices".
+    num_devices: how many devices the mesh must cover exactly.
+
+  Returns:
+    The resolved shape, whose product is `num_devices`.
+
+  Raises:
+    ValueError: with the shape, the device count and what to change.
+  """
+  if isinstance(shape, str):
+    text = shape.strip().strip("()[]")
+    try:
+      shape = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+      raise ValueError(f"mesh shape {shape!r} is not a comma-separated list of ints, "
+                       "e.g. '-1,1,1'.") from None
+  shape = tuple(int(s) for s in shape)
+  if not shape:
+    raise ValueError("mesh shape is empty; use e.g. (-1, 1, 1) for (data, fsdp, tensor).")
+  if any(s == 0 or s < -1 for s in shape):
+    raise ValueError(f"mesh shape {shape}: sizes must be positive or a single -1.")
+  n_fill = shape.count(-1)
+  if n_fill > 1:
+    raise ValueError(f"mesh shape {shape} has {n_fill} entries of -1; at most one may be -1.")
+  known = math.prod(s for s in shape if s != -1)
+  if n_fill:
+    if num_devices % known:
+      raise ValueError(
+          f"mesh shape {shape} does not fit {num_devices} devices: the fixed axes' "
+          f"product {known} does not divide {num_devices}.")
+    shape = tuple(num_devices // known if s == -1 else s for s in shape)
+  elif known != num_devices:
+    raise ValueError(
+        f"mesh shape {shape} has {known} devices but {num_devices} are present; make the "
+        "product equal the device count or put -1 on one axis.")
+  return shape
+
+
+def make_mesh(shape: Sequence[int] | str = (-1, 1, 1),
+              axis_names: Sequence[str] = AXIS_NAMES,
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """Builds a Mesh over all (or the given) devices.
+
+  Args:
+    shape: one size per axis name; one entry may be -1 (fills the remaining devices).
+    axis_names: mesh axis names, default ("data", "fsdp", "tensor").
+    devices: devices to use; default `jax.devices()` (all processes).
+
+  Returns:
+    A Mesh with Auto axis types (shardings propagate as with pjit; jax.make_mesh's
+    default would be Explicit sharding-in-types).
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  resolved = parse_mesh_shape(shape, len(devices))
+  if len(resolved) != len(axis_names):
+    raise ValueError(f"mesh shape {tuple(resolved)} has {len(resolved)} axes but axis_names "
+                     f"{tuple(axis_names)} has {len(axis_names)}.")
+  return jax.make_mesh(resolved, tuple(axis_names),
+                       axis_types=(AxisType.Auto,) * len(resolved), devices=devices)
+
+
+def rules_from_config(rules: Sequence[Sequence[Any]] | None) -> tuple[tuple[str, Any], ...]:
+  """Normalises config rules (lists from a ConfigDict) into a tuple of (name, axes) pairs."""
+  if rules is None:
+    return DEFAULT_LOGICAL_AXIS_RULES
+  out = []
+  for rule in rules:
+    if len(rule) != 2:
+      raise ValueError(f"logical axis rule {rule!r} must be a (logical_name, mesh_axes) pair.")
+    name, axes = rule
+    if isinstance(axes, list):
+      axes = tuple(axes)
+    out.append((str(name), axes))
+  return tuple(out)
+
+
+def logical_to_mesh_spec(logical_names: Sequence[str | None],
+                         rules: Sequence[tuple[str, Any]] = DEFAULT_LOGICAL_AXIS_RULES) -> P:
+  """Maps one array's logical axis names to a mesh PartitionSpec (flax's priority rules)."""
+  return nn.logical_to_mesh_axes(tuple(logical_names), rules)
+
+
+@contextlib.contextmanager
+def axis_rules(mesh: Mesh, rules: Sequence[tuple[str, Any]] = DEFAULT_LOGICAL_AXIS_RULES):
+  """Context in which to trace (jit) model code: sets the mesh and flax's logical rules.
+
+  Needed for the model's `nn.with_logical_constraint` activation annotations; without
+  the rules, flax would constrain every activation to be replicated.
+  """
+  with jax.set_mesh(mesh), nn.logical_axis_rules(tuple(rules)):
+    yield
+
+
+def _keypath_tuple(path) -> tuple:
+  out = []
+  for k in path:
+    if isinstance(k, jax.tree_util.DictKey):
+      out.append(k.key)
+    elif isinstance(k, jax.tree_util.GetAttrKey):
+      out.append(k.name)
+    elif isinstance(k, jax.tree_util.SequenceKey):
+      out.append(k.idx)
+    else:
+      out.append(str(k))
+  return tuple(out)
+
+
+def params_partition_specs(boxed_params: Any,
+                           rules: Sequence[tuple[str, Any]] = DEFAULT_LOGICAL_AXIS_RULES) -> Any:
+  """Mesh PartitionSpecs for a tree of (abstract) boxed params.
+
+  Args:
+    boxed_params: params as returned by `model.init(...)["params"]` (or its eval_shape),
+      leaves `nn.LogicallyPartitioned` with logical names; plain leaves are replicated.
+    rules: logical axis rules.
+
+  Returns:
+    A tree of PartitionSpec with the structure of the UNBOXED params.
+  """
+  logical = nn.get_partition_spec(boxed_params)  # boxes -> PartitionSpec(logical names)
+  return jax.tree.map(lambda spec: nn.logical_to_mesh_axes(tuple(spec), rules), logical,
+                      is_leaf=lambda x: isinstance(x, P))
+
+
+def state_shardings(abstract_state: Any, boxed_params: Any, mesh: Mesh,
+                    rules: Sequence[tuple[str, Any]] = DEFAULT_LOGICAL_AXIS_RULES) -> Any:
+  """NamedShardings for a whole (abstract) train state.
+
+  Params follow the logical rules. An optimizer-state leaf whose tree path ends with a
+  param's path and has that param's shape (Adam's mu/nu, Adafactor's unfactored v,
+  MultiSteps buffers) gets the param's sharding; every other leaf (counters, rng key,
+  Adafactor's factored row/column statistics, which are O(rows + cols)) is replicated.
+
+  Args:
+    abstract_state: the train state (or its `jax.eval_shape`) with UNBOXED params under
+      an attribute/key named "params".
+    boxed_params: the boxed (abstract) params, for their logical axis names.
+    mesh: the device mesh.
+    rules: logical axis rules.
+
+  Returns:
+    A tree of NamedSharding with the structure of `abstract_state`.
+  """
+  specs = params_partition_specs(boxed_params, rules)
+  param_leaves = jax.tree_util.tree_flatten_with_path(
+      specs, is_leaf=lambda x: isinstance(x, P))[0]
+  unboxed = nn.meta.unbox(boxed_params)
+  shapes = {_keypath_tuple(p): tuple(x.shape) for p, x in
+            jax.tree_util.tree_flatten_with_path(unboxed)[0]}
+  by_path = {_keypath_tuple(p): s for p, s in param_leaves}
+  # Longest paths first so that a suffix match picks the most specific param.
+  candidates = sorted(by_path, key=len, reverse=True)
+  replicated = NamedSharding(mesh, P())
+
+  def leaf_sharding(path, leaf):
+    path = _keypath_tuple(path)
+    shape = tuple(getattr(leaf, "shape", ()))
+    for cand in candidates:
+      if len(cand) <= len(path) and path[len(path) - len(cand):] == cand:
+        if shapes[cand] == shape:
+          return NamedSharding(mesh, by_path[cand])
+        break
+    return replicated
+
+  return jax.tree_util.tree_map_with_path(leaf_sharding, abstract_state)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Sharding of a batch array [B, ...]: rows over (data, fsdp), the rest replicated."""
+  axes = tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+  return NamedSharding(mesh, P(axes))
+
+
+def batch_shardings(batch: Mapping[str, Any], mesh: Mesh) -> dict[str, NamedSharding]:
+  """One `batch_sharding(mesh)` per feature of `batch` (a dict of [B, ...] arrays)."""
+  sharding = batch_sharding(mesh)
+  return {k: sharding for k in batch}
+
+
+def make_global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """Assembles global batch arrays from this process's rows.
+
+  Args:
+    local_batch: dict of NumPy arrays [B_local, ...], the rows this process loaded
+      (B_local = B_global / process_count; with one process, the whole batch).
+    mesh: the device mesh; rows are sharded over (data, fsdp).
+
+  Returns:
+    dict of jax.Array [B_global, ...] sharded with `batch_sharding(mesh)`.
+  """
+  sharding = batch_sharding(mesh)
+  n_shards = math.prod(mesh.shape[a] for a in BATCH_AXES if a in mesh.axis_names)
+  out = {}
+  for name, x in local_batch.items():
+    x = np.asarray(x)
+    global_rows = x.shape[0] * jax.process_count()
+    if global_rows % n_shards:
+      raise ValueError(
+          f"batch feature {name!r}: global batch size {global_rows} is not divisible by the "
+          f"{n_shards} batch shards of mesh {dict(mesh.shape)}; change data.batch_size or "
+          "the mesh shape.")
+    out[name] = jax.make_array_from_process_local_data(
+        sharding, x, (global_rows,) + x.shape[1:])
+  return out

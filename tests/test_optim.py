@@ -1,0 +1,111 @@
+"""Schedules with exact values (T5_NOTES §3.6) and optimizer construction."""
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+from lm import optim
+
+
+def _sched(**kw):
+  base = dict(name="rsqrt", base_lr=1.0, warmup_steps=10_000, decay_steps=0, end_factor=0.0,
+              linear_warmup=False)
+  base.update(kw)
+  return optim.make_schedule(ml_collections.ConfigDict(base))
+
+
+def test_t5_rsqrt_schedule_exact_values():
+  s = _sched()
+  for step in (0, 1, 5000, 10_000):
+    np.testing.assert_allclose(s(step), 0.01, rtol=1e-6)
+  np.testing.assert_allclose(s(100_000), 1 / np.sqrt(1e5), rtol=1e-6)
+  np.testing.assert_allclose(s(100_000), 0.00316, atol=5e-6)
+  np.testing.assert_allclose(s(2 ** 18), 0.00195, atol=5e-6)
+  np.testing.assert_allclose(s(2 ** 19), 0.00138, atol=5e-6)
+  np.testing.assert_allclose(s(1_000_000), 0.001, rtol=1e-6)
+
+
+def test_rsqrt_linear_warmup_ramps_from_zero():
+  s = _sched(linear_warmup=True)
+  np.testing.assert_allclose(s(0), 0.0)
+  np.testing.assert_allclose(s(5000), 0.005, rtol=1e-6)
+  np.testing.assert_allclose(s(40_000), 0.005, rtol=1e-6)
+
+
+def test_cosine_linear_constant():
+  c = _sched(name="cosine", base_lr=2.0, warmup_steps=10, decay_steps=110, end_factor=0.1)
+  np.testing.assert_allclose([c(0), c(5), c(10)], [0.0, 1.0, 2.0], rtol=1e-6)
+  np.testing.assert_allclose(c(60), 0.2 + 1.8 * 0.5, rtol=1e-5)  # half way: cos = 0
+  np.testing.assert_allclose([c(110), c(500)], [0.2, 0.2], rtol=1e-5)
+  lin = _sched(name="linear", base_lr=1.0, warmup_steps=10, decay_steps=30, end_factor=0.0)
+  np.testing.assert_allclose([lin(5), lin(10), lin(20), lin(30), lin(99)],
+                             [0.5, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
+  const = _sched(name="constant", base_lr=1e-3, warmup_steps=0)
+  np.testing.assert_allclose([const(0), const(10 ** 6)], [1e-3, 1e-3], rtol=1e-6)
+  warm = _sched(name="constant", base_lr=1e-3, warmup_steps=4)
+  np.testing.assert_allclose([warm(2), warm(4), warm(100)], [5e-4, 1e-3, 1e-3], rtol=1e-6)
+
+
+def test_schedule_errors():
+  with pytest.raises(ValueError, match="unknown schedule.name 'cos'"):
+    _sched(name="cos")
+  with pytest.raises(ValueError, match="decay_steps"):
+    _sched(name="cosine", warmup_steps=10, decay_steps=10)
+  with pytest.raises(ValueError, match="warmup_steps > 0"):
+    _sched(warmup_steps=0)
+
+
+def _optim_cfg(name="adafactor", clip=0.0):
+  return ml_collections.ConfigDict(dict(
+      name=name, grad_clip_norm=clip, grad_accum_steps=1,
+      adafactor=dict(decay_rate=0.8, decay_offset=0, factored=True,
+                     multiply_by_parameter_scale=True, clipping_threshold=1.0, momentum=0.0,
+                     eps=1e-30, min_dim_size_to_factor=128, weight_decay_rate=0.0),
+      adamw=dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)))
+
+
+def test_adafactor_matches_optax_t5_settings_and_factors_large_matrices():
+  params = {"w": jnp.ones((256, 130)) * 0.5, "scale": jnp.ones((130,))}
+  grads = jax.tree.map(lambda p: jnp.full_like(p, 0.1) * jnp.arange(p.shape[-1]) / 100, params)
+  sched = _sched()
+  tx = optim.make_optimizer(_optim_cfg(), sched)
+  ref = optax.adafactor(learning_rate=sched, decay_rate=0.8, clipping_threshold=1.0,
+                        multiply_by_parameter_scale=True, momentum=None, eps=1e-30,
+                        min_dim_size_to_factor=128, factored=True)
+  st, rst = tx.init(params), ref.init(params)
+  for _ in range(3):
+    u, st = tx.update(grads, st, params)
+    ru, rst = ref.update(grads, rst, params)
+    for k in params:
+      np.testing.assert_allclose(u[k], ru[k], rtol=1e-6)
+  fstate = st[0]
+  assert {fstate.v_row["w"].shape, fstate.v_col["w"].shape} == {(256,), (130,)}
+  assert fstate.v["w"].shape == (1,)  # factored: no full second moment
+  assert fstate.v["scale"].shape == (130,)  # vectors are not factored
+  # Update RMS clipped to 1 then scaled by lr * max(RMS(param), 1e-3) = 0.01 * 0.5.
+  u, _ = tx.update(grads, tx.init(params), params)
+  rms = float(jnp.sqrt(jnp.mean(u["w"] ** 2)))
+  assert rms <= 0.01 * 0.5 * (1 + 1e-5)
+
+
+def test_adamw_with_global_norm_clipping():
+  params = {"w": jnp.ones((3, 3)), "b": jnp.ones((3,))}
+  grads = {"w": jnp.full((3, 3), 100.0), "b": jnp.full((3,), 100.0)}
+  sched = _sched(name="constant", base_lr=0.1, warmup_steps=0)
+  tx = optim.make_optimizer(_optim_cfg("adamw", clip=1.0), sched)
+  u, _ = tx.update(grads, tx.init(params), params)
+  # Adam's first step is lr * sign(g) (+ decoupled decay on matrices only).
+  np.testing.assert_allclose(u["b"], -0.1, rtol=1e-4)
+  np.testing.assert_allclose(u["w"], -0.1 - 0.1 * 0.1, rtol=1e-4)
+  # Clipping to global norm 1: each of the 12 entries becomes 1/sqrt(12); with eps=1
+  # Adam's first update is lr * g / (|g| + 1), which depends on the clipped scale.
+  cfg = _optim_cfg("adamw", clip=1.0)
+  cfg.adamw.eps = 1.0
+  tx = optim.make_optimizer(cfg, sched)
+  u, _ = tx.update(grads, tx.init(params), params)
+  g = 1 / np.sqrt(12)
+  np.testing.assert_allclose(u["b"], -0.1 * g / (g + 1), rtol=1e-4)
+  with pytest.raises(ValueError, match="unknown optim.name 'sgd'"):
+    optim.make_optimizer(_optim_cfg("sgd"), sched)
