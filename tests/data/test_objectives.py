@@ -1,0 +1,427 @@
+"""Tests for lm/data/objectives.py: hand-derived T5 expectations, exact counts, statistics."""
+import itertools
+
+import numpy as np
+import pytest
+
+from lm.data import converters
+from lm.data import objectives as obj
+
+V = 32100  # T5 vocabulary incl. 100 extra ids
+X0, X1, X2 = 32099, 32098, 32097
+A = np.arange(10, 20, dtype=np.int32)  # tokens "A".."J"
+
+
+def rng(seed=0):
+  return np.random.default_rng(seed)
+
+
+def runs(mask):
+  mask = np.asarray(mask, bool)
+  return int(np.count_nonzero(mask & ~np.concatenate([[False], mask[:-1]])))
+
+
+# ----------------------------------------------------------------------------- worked example
+
+
+def test_t5_notes_toy_example():
+  mask = np.array([0, 0, 1, 1, 0, 0, 0, 1, 0, 1], bool)
+  a, b, c, d, e, f, g, h, i, j = A
+  inputs = obj.noise_span_to_unique_sentinel(A, mask, vocab_size=V)
+  targets = obj.nonnoise_span_to_unique_sentinel(A, mask, vocab_size=V)
+  np.testing.assert_array_equal(inputs, [a, b, X0, e, f, g, X1, i, X2])
+  np.testing.assert_array_equal(targets, [X0, c, d, X1, h, X2, j])
+  assert inputs.dtype == targets.dtype == np.int32
+  enc = converters.convert({"inputs": inputs, "targets": targets}, "encoder_decoder")
+  np.testing.assert_array_equal(enc["encoder_input_tokens"], [a, b, X0, e, f, g, X1, i, X2, 1])
+  np.testing.assert_array_equal(enc["decoder_target_tokens"], [X0, c, d, X1, h, X2, j, 1])
+
+
+def test_other_inputs_targets_fns_by_hand():
+  t = np.array([5, 6, 7, 8, 9], np.int32)
+  m = np.array([0, 1, 1, 0, 1], bool)
+  np.testing.assert_array_equal(obj.drop_noise_tokens(t, m), [5, 8])
+  np.testing.assert_array_equal(obj.drop_nonnoise_tokens(t, m), [6, 7, 9])
+  np.testing.assert_array_equal(obj.noise_token_to_sentinel(t, m, vocab_size=V), [5, X0, X0, 8, X0])
+  p = obj.permute_noise_tokens(t, m, rng())
+  np.testing.assert_array_equal(p[~m], [5, 8])
+  assert sorted(p[m]) == [6, 7, 9]
+  # random_prob 1: every noise token random in [3, V); 0: every noise token the mask.
+  r = obj.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=20, random_prob=1.0)
+  np.testing.assert_array_equal(r[~m], [5, 8])
+  assert ((r[m] >= 3) & (r[m] < 20)).all()
+  r = obj.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=V, random_prob=0.0)
+  np.testing.assert_array_equal(r, [5, X0, X0, 8, X0])
+
+
+def test_iid_alignment_caveat_reproduced():
+  # Mask starting with noise: targets begin with the bare noise token, and targets' sentinel 0
+  # precedes noise span 1 (T5_NOTES §2.5).
+  t = np.array([5, 6, 7, 8], np.int32)
+  m = np.array([1, 0, 0, 1], bool)
+  np.testing.assert_array_equal(obj.noise_span_to_unique_sentinel(t, m, vocab_size=V),
+                                [X0, 6, 7, X1])
+  np.testing.assert_array_equal(obj.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
+                                [5, X0, 8])
+  # Mask ending with non-noise: the targets end with a sentinel.
+  m = np.array([0, 1, 0, 0], bool)
+  np.testing.assert_array_equal(obj.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
+                                [X0, 6, X1])
+
+
+# ----------------------------------------------------------------------------- length arithmetic
+
+
+@pytest.mark.parametrize("args,expected", [
+    ((512, 0.15, 3.0), (568, 114)),   # T5 span corruption
+    ((128, 0.15, 3.0), (141, 29)),    # 141-21+7+1 = 128; T=142 gives 129
+    ((512, 0.15, 64.0), (600, 92)),   # 600-90+1+1 = 512; 90+1+1 = 92
+    ((512, 0.5, 3.0), (766, 512)),    # T=767: 767-384+128+1 = 512 but targets 513 -> hack
+    ((512, 0.0, 3.0), (511, 1)),      # no noise: inputs = tokens + EOS
+])
+def test_random_spans_helper(args, expected):
+  assert obj.random_spans_helper(*args) == expected
+
+
+def test_random_spans_helper_extra_tokens():
+  # 2 sentinels per span in the inputs: T=540: nn=81, ns=27 -> 540-81+54+1 = 514 > 512;
+  # T=538: nn=round(80.7)=81 -> 538-81+54+1 = 512; T=539: round(80.85)=81 -> 513.
+  assert obj.random_spans_helper(512, 0.15, 3.0, 2, 1) == (538, 81 + 27 + 1)
+
+
+@pytest.mark.parametrize("inputs_length,density,mu", [
+    (512, 0.15, 3.0), (128, 0.15, 3.0), (512, 0.15, 10.0), (512, 0.5, 3.0), (256, 0.25, 2.0),
+    (512, 0.15, 64.0)])
+def test_full_segment_fills_inputs_and_targets_exactly(inputs_length, density, mu):
+  raw, tgt = obj.random_spans_helper(inputs_length, density, mu)
+  assert obj.raw_length("span_corruption", inputs_length=inputs_length, noise_density=density,
+                        mean_noise_span_length=mu) == raw
+  fn = obj.make_objective("span_corruption", vocab_size=V, num_extra_ids=200,
+                          noise_density=density, mean_noise_span_length=mu)
+  lengths = {"inputs": inputs_length, "targets": tgt}
+  for seed in range(20):
+    ex = fn(np.full(raw, 7, np.int32), rng(seed))
+    feats = converters.convert(ex, "encoder_decoder", lengths=lengths)
+    assert feats["encoder_input_tokens"].size == inputs_length
+    assert feats["decoder_target_tokens"].size == tgt
+    assert ex["inputs"].size == inputs_length - 1 and ex["targets"].size == tgt - 1  # untrimmed
+
+
+# ----------------------------------------------------------------------------- span noise mask
+
+
+def test_random_spans_mask_exact_counts_many_seeds():
+  g = rng(1)
+  for _ in range(300):
+    m = obj.random_spans_noise_mask(568, 0.15, 3.0, g)
+    assert m.dtype == bool and m.shape == (568,)
+    assert m.sum() == 85 and runs(m) == 28 and runs(~m) == 28
+    assert not m[0] and m[-1]
+
+
+def test_random_spans_mask_float32_rounding():
+  # T5 computes length * density in float32: 190 * float32(0.15) = 28.500001 -> 29 noise tokens,
+  # where float64 gives 28.499999... -> 28.
+  assert round(190 * 0.15) == 28
+  m = obj.random_spans_noise_mask(190, 0.15, 3.0, rng())
+  assert m.sum() == 29 and runs(m) == 10  # round(29/3) = 10
+  # Half-to-even: 10 * 0.15 = 1.5 -> 2; 30 * 0.15 = 4.5 -> 4.
+  assert obj.random_spans_noise_mask(10, 0.15, 3.0, rng()).sum() == 2
+  assert obj.random_spans_noise_mask(30, 0.15, 3.0, rng()).sum() == 4
+
+
+def test_random_spans_mask_is_uniform_over_compositions():
+  # length 8, density 0.5, mu 2: 4 noise in 2 spans (3 compositions) x 4 non-noise in 2 spans
+  # (3 compositions) -> 9 masks, each with probability 1/9.
+  g = rng(2)
+  counts = {}
+  n = 4500
+  for _ in range(n):
+    m = obj.random_spans_noise_mask(8, 0.5, 2.0, g)
+    counts[m.tobytes()] = counts.get(m.tobytes(), 0) + 1
+  assert len(counts) == 9
+  for c in counts.values():
+    assert abs(c / n - 1 / 9) < 5 * np.sqrt((1 / 9) * (8 / 9) / n)
+
+
+def test_random_spans_edge_cases():
+  t = np.array([5, 6, 7], np.int32)
+  sc = obj.make_objective("span_corruption", vocab_size=V)
+  cases = {  # length -> (inputs, targets), T5_NOTES §2.2 table
+      0: ([], []),
+      1: ([5], [X0]),
+      2: ([5, X0], [X0, 6]),
+      3: ([5, 6, X0], [X0, 7]),
+  }
+  for length, (inputs, targets) in cases.items():
+    ex = sc(t[:length], rng())
+    np.testing.assert_array_equal(ex["inputs"], inputs)
+    np.testing.assert_array_equal(ex["targets"], targets)
+  m = obj.random_spans_noise_mask(20, 0.15, 3.0, rng())
+  np.testing.assert_array_equal(m, [False] * 17 + [True] * 3)  # 3 noise, 1 span
+  ex = obj.make_objective("span_corruption", vocab_size=V, noise_density=0.0)(A, rng())
+  np.testing.assert_array_equal(ex["inputs"], A)
+  np.testing.assert_array_equal(ex["targets"], [X0])
+  # density 1 is clamped to length - 1 noise tokens; fine while spans <= non-noise tokens.
+  m = obj.random_spans_noise_mask(10, 1.0, 10.0, rng())
+  np.testing.assert_array_equal(m, [False] + [True] * 9)
+  with pytest.raises(ValueError, match="non-noise"):
+    obj.random_spans_noise_mask(10, 1.0, 3.0, rng())  # 3 spans, 1 non-noise token (T5 fails)
+
+
+def test_random_roll_keeps_counts():
+  m = obj.random_spans_noise_mask(100, 0.15, 3.0, rng(), random_roll=True)
+  assert m.sum() == 15
+
+
+def test_span_corruption_reconstructs_original_and_orders_sentinels():
+  fn = obj.make_objective("span_corruption", vocab_size=V)
+  g = rng(3)
+  for _ in range(50):
+    tokens = g.integers(3, 32000, 568, dtype=np.int32)
+    ex = fn(tokens, g)
+    ins, tgs = ex["inputs"], ex["targets"]
+    s_in = ins[ins >= 32000]
+    s_tg = tgs[tgs >= 32000]
+    np.testing.assert_array_equal(s_in, V - 1 - np.arange(28))  # unique, in order
+    np.testing.assert_array_equal(s_tg, s_in)
+    # reconstruct: each input sentinel -> the target tokens after the same sentinel.
+    pieces = np.split(tgs, np.flatnonzero(tgs >= 32000))[1:]
+    fill = {int(p[0]): p[1:] for p in pieces}
+    rebuilt = np.concatenate([fill[int(x)] if x >= 32000 else [x] for x in ins])
+    np.testing.assert_array_equal(rebuilt, tokens)
+
+
+def test_too_many_spans_raise_instead_of_spilling():
+  fn = obj.make_objective("span_corruption", vocab_size=V, num_extra_ids=27)
+  with pytest.raises(ValueError, match="28 spans need 28 sentinels but num_extra_ids=27"):
+    fn(np.full(568, 7, np.int32), rng())
+  fn = obj.make_objective("iid_replace_spans", vocab_size=V, noise_density=0.5)
+  with pytest.raises(ValueError, match="num_extra_ids=100"):
+    fn(np.full(511, 7, np.int32), rng())  # ~128 spans
+
+
+# ----------------------------------------------------------------------------- other objectives
+
+
+def test_iid_objectives_statistics():
+  g = rng(4)
+  tokens = np.full(511, 7, np.int32)
+  noise = 0
+  for _ in range(200):
+    ex = obj.make_objective("drop_tokens", vocab_size=V)(tokens, g)
+    assert ex["inputs"].size + ex["targets"].size == 511
+    noise += ex["targets"].size
+  n = 200 * 511
+  assert abs(noise / n - 0.15) < 5 * np.sqrt(0.15 * 0.85 / n)
+  fn = obj.make_objective("iid_replace_spans", vocab_size=V, noise_density=0.15)
+  for _ in range(50):
+    ex = fn(tokens, g)
+    ins, tgs = ex["inputs"], ex["targets"]
+    n_noise = int((tgs == 7).sum())
+    assert (ins == 7).sum() + n_noise == 511
+    s_in, s_tg = ins[ins > 7], tgs[tgs > 7]
+    np.testing.assert_array_equal(s_in, V - 1 - np.arange(s_in.size))
+    np.testing.assert_array_equal(s_tg, V - 1 - np.arange(s_tg.size))
+    assert abs(s_in.size - s_tg.size) <= 1
+
+
+def test_bert_and_mass_ratios():
+  g = rng(5)
+  tokens = np.full(511, 7, np.int32)
+  n, masked, random = 300 * 511, 0, 0
+  bert = obj.make_objective("bert", vocab_size=V)
+  for _ in range(300):
+    ex = bert(tokens, g)
+    np.testing.assert_array_equal(ex["targets"], tokens)
+    masked += (ex["inputs"] == X0).sum()
+    random += ((ex["inputs"] != 7) & (ex["inputs"] != X0)).sum()
+    assert ((ex["inputs"] >= 3) & (ex["inputs"] < V)).all()
+  corrupted = masked + random
+  assert abs(corrupted / n - 0.15) < 5 * np.sqrt(0.15 * 0.85 / n)
+  assert abs(random / corrupted - 0.1) < 5 * np.sqrt(0.1 * 0.9 / corrupted)
+  mass = obj.make_objective("mass", vocab_size=V)
+  masked = 0
+  for _ in range(300):
+    ex = mass(tokens, g)
+    np.testing.assert_array_equal(ex["targets"], tokens)
+    assert set(np.unique(ex["inputs"])) <= {7, X0}
+    masked += (ex["inputs"] == X0).sum()
+  assert abs(masked / n - 0.15) < 5 * np.sqrt(0.15 * 0.85 / n)
+
+
+def test_deshuffle():
+  fn = obj.make_objective("deshuffle", vocab_size=V)
+  tokens = np.arange(100, 611, dtype=np.int32)
+  ex = fn(tokens, rng(6))
+  np.testing.assert_array_equal(ex["targets"], tokens)
+  np.testing.assert_array_equal(np.sort(ex["inputs"]), tokens)
+  assert (ex["inputs"] != tokens).mean() > 0.9
+
+
+def test_prefix_lm_split_ranges():
+  fn = obj.make_objective("prefix_lm", vocab_size=V)
+  g = rng(7)
+  tokens = np.arange(3, 9, dtype=np.int32)  # L = 6
+  seen = set()
+  for _ in range(300):
+    ex = fn(tokens, g)
+    np.testing.assert_array_equal(np.concatenate([ex["inputs"], ex["targets"]]), tokens)
+    seen.add(ex["inputs"].size)
+  assert seen == {1, 2, 3, 4, 5}  # uniform in [1, L - 1]
+  # density 0.25: min prefix = round(0.5 * 5) = 2 (half-to-even of 2.5), max 5.
+  fn = obj.make_objective("prefix_lm", vocab_size=V, noise_density=0.25)
+  assert {fn(tokens, g)["inputs"].size for _ in range(300)} == {2, 3, 4, 5}
+  np.testing.assert_array_equal(fn(tokens[:1], g)["targets"], tokens[:1])  # L=1: empty prefix
+  assert fn(tokens[:0], g)["inputs"].size == fn(tokens[:0], g)["targets"].size == 0
+
+
+def test_full_lm():
+  ex = obj.make_objective("full_lm", vocab_size=V)(A, rng())
+  assert ex["inputs"].size == 0 and ex["inputs"].dtype == np.int32
+  np.testing.assert_array_equal(ex["targets"], A)
+
+
+def test_edge_lengths_every_objective():
+  for name in obj.OBJECTIVES:
+    if name == "mixture":
+      continue
+    fn = obj.make_objective(name, vocab_size=V)
+    for length in (0, 1, 2):
+      ex = fn(A[:length], rng())
+      assert ex["inputs"].dtype == ex["targets"].dtype == np.int32
+
+
+# ----------------------------------------------------------------------------- mixture
+
+
+def test_mixture_weights_and_mode_tokens():
+  fn = obj.make_objective("mixture", vocab_size=V, denoisers=[
+      dict(objective="full_lm", weight=3.0, mode_tokens=7),
+      dict(objective="prefix_lm", weight=1.0, mode_tokens=[8, 9])])
+  g = rng(8)
+  n, first = 4000, 0
+  for _ in range(n):
+    ex = fn(A, g)
+    if ex["inputs"][0] == 7:
+      first += 1
+      np.testing.assert_array_equal(ex["inputs"], [7])
+      np.testing.assert_array_equal(ex["targets"], A)
+    else:
+      np.testing.assert_array_equal(ex["inputs"][:2], [8, 9])
+  assert abs(first / n - 0.75) < 5 * np.sqrt(0.75 * 0.25 / n)
+
+
+def test_ul2_preset():
+  members = obj.ul2_denoisers()
+  assert len(members) == 7
+  assert [m["params"].get("mean_noise_span_length") for m in members[:6]] == [3, 8, 3, 8, 64, 64]
+  assert [m["params"]["noise_density"] for m in members] == [.15, .15, .5, .5, .15, .5, .5]
+  assert np.isclose(sum(m["weight"] for m in members), 1.0) and members[6]["weight"] == 0.2
+  n_extra = 140
+  r_id, x_id, s_id = V - n_extra, V - n_extra + 1, V - n_extra + 2
+  fn = obj.make_objective("mixture", vocab_size=V, num_extra_ids=n_extra, preset="ul2",
+                          inputs_length=512, targets_length=512)
+  raw = obj.raw_length("mixture", inputs_length=512, targets_length=512, preset="ul2")
+  assert raw == obj.random_spans_helper(511, 0.5, 64.0)[0]  # longest member, 1 mode token
+  obj.check_lengths("mixture", inputs_length=512, targets_length=512, num_extra_ids=n_extra,
+                    preset="ul2")
+  g = rng(9)
+  counts = {r_id: 0, x_id: 0, s_id: 0}
+  n = 700
+  tokens = np.arange(3, 3 + raw, dtype=np.int32)
+  for _ in range(n):
+    ex = fn(tokens, g)
+    counts[int(ex["inputs"][0])] += 1
+    feats = converters.convert(ex, "encoder_decoder", lengths={"inputs": 512, "targets": 512})
+    assert ex["inputs"].size <= 511 and ex["targets"].size <= 511  # fits without trimming
+    body = ex["inputs"][1:]
+    assert not np.isin(body, [r_id, x_id, s_id]).any()  # sentinels never reach mode ids
+    assert feats["encoder_input_tokens"].size <= 512
+  for tok, p in ((r_id, 0.8 / 3), (x_id, 0.8 * 4 / 6), (s_id, 0.2)):
+    assert abs(counts[tok] / n - p) < 5 * np.sqrt(p * (1 - p) / n)
+  with pytest.raises(ValueError, match="extra ids"):
+    obj.check_lengths("mixture", inputs_length=512, targets_length=512, preset="ul2")
+
+
+# ----------------------------------------------------------------------------- API
+
+
+def test_determinism_every_objective():
+  tokens = np.arange(3, 303, dtype=np.int32)
+  for name in obj.OBJECTIVES:
+    params = dict(preset="ul2") if name == "mixture" else {}
+    fn = obj.make_objective(name, vocab_size=V, num_extra_ids=150, **params)
+    a, b = fn(tokens, rng(11)), fn(tokens, rng(11))
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
+    np.testing.assert_array_equal(a["targets"], b["targets"])
+    assert a["inputs"].dtype == np.int32
+    if name != "full_lm":
+      outs = {fn(tokens, rng(s))["inputs"].tobytes() for s in range(5)}
+      assert len(outs) > 1, name
+
+
+def test_bad_arguments():
+  with pytest.raises(ValueError, match="unknown objective 'spam'.*span_corruption"):
+    obj.make_objective("spam", vocab_size=V)
+  with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['noise'\].*noise_density"):
+    obj.make_objective("span_corruption", vocab_size=V, noise=0.1)
+  for name, d in (("bert", 0.0), ("bert", 1.0), ("mass", -0.1), ("iid_replace_spans", 1.5),
+                  ("prefix_lm", 0.6), ("span_corruption", 1.2), ("deshuffle", 0.0)):
+    with pytest.raises(ValueError, match="noise_density must be in"):
+      obj.make_objective(name, vocab_size=V, noise_density=d)
+  with pytest.raises(ValueError, match="mean_noise_span_length"):
+    obj.make_objective("span_corruption", vocab_size=V, mean_noise_span_length=0)
+  with pytest.raises(ValueError, match="vocab_size"):
+    obj.make_objective("span_corruption", vocab_size=100)
+  with pytest.raises(ValueError, match="exactly one of"):
+    obj.make_objective("mixture", vocab_size=V)
+  with pytest.raises(ValueError, match="unknown objective 'nope'"):
+    obj.make_objective("mixture", vocab_size=V, denoisers=[dict(objective="nope")])
+  with pytest.raises(ValueError, match="unknown mixture preset"):
+    obj.make_objective("mixture", vocab_size=V, preset="ul3")
+  with pytest.raises(ValueError, match="1-D"):
+    obj.make_objective("full_lm", vocab_size=V)(np.zeros((2, 3), np.int32), rng())
+  with pytest.raises(ValueError, match="shape"):
+    obj.drop_noise_tokens(A, np.zeros(3, bool))
+
+
+def test_raw_and_targets_lengths():
+  assert obj.raw_length("span_corruption", inputs_length=512, targets_length=114) == 568
+  for name in ("iid_replace_spans", "drop_tokens", "bert", "mass", "deshuffle", "prefix_lm"):
+    assert obj.raw_length(name, inputs_length=512, targets_length=512) == 511
+  assert obj.raw_length("full_lm", inputs_length=0, targets_length=512) == 511
+  req = obj.required_targets_length
+  assert req("span_corruption", inputs_length=512) == 114
+  assert req("span_corruption", inputs_length=512, mean_noise_span_length=10.0) == 99
+  assert req("bert", inputs_length=512) == 512
+  assert req("prefix_lm", inputs_length=512) == 511
+  assert req("drop_tokens", inputs_length=512) == 104  # T5 gin iid_15_d_d: "99.9th percentile"
+  with pytest.raises(ValueError, match="needs targets_length >= 114.*targets_length=113"):
+    obj.check_lengths("span_corruption", inputs_length=512, targets_length=113)
+  obj.check_lengths("span_corruption", inputs_length=512, targets_length=114)
+  assert obj.required_extra_ids("span_corruption", inputs_length=512) == 28
+  with pytest.raises(ValueError, match="extra ids"):
+    obj.check_lengths("iid_replace_spans", inputs_length=512, targets_length=512,
+                      noise_density=0.5)
+
+
+def test_iid_length_distributions_match_enumeration():
+  # Exact DP vs brute force over all 2^7 masks of a 7-token segment (inputs_length 8).
+  d, raw = 0.3, 7
+  pmf_t, overflow = {}, 0.0
+  for bits in itertools.product([0, 1], repeat=raw):
+    m = np.array(bits, bool)
+    p = d ** m.sum() * (1 - d) ** (raw - m.sum())
+    t = m.sum() + runs(~m)
+    pmf_t[t] = pmf_t.get(t, 0.0) + p
+    if max(runs(m), runs(~m)) > 2:
+      overflow += p
+  got = obj.sentinel_overflow_probability("iid_replace_spans", inputs_length=8, num_extra_ids=2,
+                                          noise_density=d)
+  assert np.isclose(got, overflow)
+  cdf = np.cumsum([pmf_t.get(k, 0.0) for k in range(raw + 2)])
+  for q in (0.5, 0.9, 0.999):
+    want = int(np.searchsorted(cdf, q)) + 1  # + EOS
+    assert obj.required_targets_length("iid_replace_spans", inputs_length=8, noise_density=d,
+                                       quantile=q) == want
