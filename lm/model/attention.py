@@ -1,0 +1,188 @@
+"""Multi-head dot-product attention (self and cross) with a KV cache for decoding.
+
+The attention layer consumes an additive bias (mask bias from masks.py plus any position
+bias) and never builds masks itself. As in T5 there is no 1/sqrt(head_dim) logit scaling:
+the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``).
+
+Params of ``MultiHeadAttention`` (no biases), all init variance_scaling(1.0, "fan_in",
+"normal") over the contracted axes (query additionally / sqrt(H)):
+  query, key, value: float32[D, N, H]  ("embed", "heads", "kv")
+  out:               float32[N, H, D]  ("heads", "kv", "embed")
+
+Cache collection ("cache") when decoding:
+  self-attention:  cached_key, cached_value: dtype[B, max_length, N, H]; prefill writes
+                   positions [0, P), each step writes the slots at ``cache_index``.
+  cross-attention: cached_key, cached_value: dtype[B, S_enc, N, H], written at prefill from
+                   the encoder output and read by every step.
+
+Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lm.model import position
+from lm.model.layers import param_with_axes
+
+CACHE_MODES = (None, "prefill", "step")
+
+
+def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float = 0.0,
+                          dropout_rng=None, deterministic: bool = True, dtype=jnp.float32):
+  """``softmax(Q K^T + bias) V`` with float32 logits and softmax, no logit scaling.
+
+  Attention-weight dropout shares its mask over the query axis (t5x broadcast_dropout).
+
+  Args:
+    query: [B, L, N, H].
+    key: [B, S, N, H].
+    value: [B, S, N, H].
+    bias: optional float32 broadcastable to [B, N, L, S] (0 = keep, -1e10 = masked,
+      plus position biases), or a tuple of such arrays, all added to the logits (kept
+      apart so a [B, 1, L, S] mask and a [1, N, L, S] position bias never materialise
+      their [B, N, L, S] sum outside the fused softmax).
+    dropout_rate, dropout_rng, deterministic: attention-weight dropout.
+    dtype: dtype of the weights fed to the value einsum and of the result.
+  Returns:
+    dtype[B, L, N, H].
+  """
+  assert query.ndim == key.ndim == value.ndim == 4, (query.shape, key.shape, value.shape)
+  assert key.shape == value.shape, (key.shape, value.shape)
+  assert query.shape[0] == key.shape[0] and query.shape[2:] == key.shape[2:], (query.shape, key.shape)
+  logits = jnp.einsum("BLNH,BSNH->BNLS", query, key, preferred_element_type=jnp.float32)
+  if bias is not None:
+    for b in (bias if isinstance(bias, (tuple, list)) else (bias,)):
+      logits = logits + b
+  weights = jax.nn.softmax(logits, axis=-1)
+  if not deterministic and dropout_rate > 0.0:
+    keep_shape = list(weights.shape)
+    keep_shape[-2] = 1
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, keep_shape)
+    weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  weights = weights.astype(dtype)
+  return jnp.einsum("BNLS,BSNH->BLNH", weights, value.astype(dtype))
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention with optional RoPE and KV cache (see module docstring).
+
+  Attributes:
+    num_heads: N.
+    head_dim: H (independent of D).
+    kind: "self" or "cross" (decides how the cache is laid out).
+    dropout_rate: attention-weight dropout.
+    use_rope: rotate queries and keys by their positions (self-attention only).
+    dtype: activation dtype.
+  """
+  num_heads: int
+  head_dim: int
+  kind: str = "self"
+  dropout_rate: float = 0.0
+  use_rope: bool = False
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs_q, inputs_kv, bias, *, q_positions=None, kv_positions=None,
+               deterministic: bool = True, cache_mode: str | None = None,
+               cache_index=None, max_length: int | None = None):
+    """Attends ``inputs_q`` to ``inputs_kv``.
+
+    Args:
+      inputs_q: dtype[B, L, D].
+      inputs_kv: dtype[B, S, D]; ignored (may be None) for a cross-attention "step".
+      bias: float32 broadcastable to [B, N, L, S_total], where S_total is S without a
+        cache, max_length for a self-attention step, S_enc for cross-attention.
+      q_positions, kv_positions: int32[B or 1, L] / [B or 1, S] (RoPE only).
+      deterministic: disables dropout.
+      cache_mode: None (no cache), "prefill" (compute, store the keys/values, attend
+        over the new ones) or "step" (append to / read from the cache, attend over it).
+      cache_index: int32[] first slot to write at a self-attention "step".
+      max_length: cache length for a self-attention "prefill".
+    Returns:
+      dtype[B, L, D].
+    """
+    if cache_mode not in CACHE_MODES:
+      raise ValueError(f"unknown cache_mode {cache_mode!r}; expected one of {CACHE_MODES}")
+    if self.kind not in ("self", "cross"):
+      raise ValueError(f"unknown attention kind {self.kind!r}")
+    d = inputs_q.shape[-1]
+    n, h = self.num_heads, self.head_dim
+    kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=0, out_axis=(1, 2))
+    depth_scaling = jnp.sqrt(h).astype(jnp.float32)
+
+    def query_init(*args):
+      return kernel_init(*args) / depth_scaling
+
+    def project(name, x, init):
+      kernel = param_with_axes(self, name, init, (d, n, h), ("embed", "heads", "kv"))
+      y = jnp.einsum("BLD,DNH->BLNH", jnp.asarray(x, self.dtype), kernel.astype(self.dtype))
+      return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+
+    query = project("query", inputs_q, query_init)
+    if self.use_rope:
+      query = position.apply_rope(query, q_positions)
+
+    cross_step = self.kind == "cross" and cache_mode == "step"
+    if not cross_step:
+      key = project("key", inputs_kv, kernel_init)
+      value = project("value", inputs_kv, kernel_init)
+      if self.use_rope:
+        key = position.apply_rope(key, kv_positions)
+    else:
+      # Declare the kernels so the param tree does not depend on the mode.
+      param_with_axes(self, "key", kernel_init, (d, n, h), ("embed", "heads", "kv"))
+      param_with_axes(self, "value", kernel_init, (d, n, h), ("embed", "heads", "kv"))
+
+    if cache_mode is not None:
+      key, value = self._update_cache(key if not cross_step else None,
+                                      value if not cross_step else None,
+                                      cache_mode, cache_index, max_length, inputs_q.shape[0])
+
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    out = dot_product_attention(query, key, value, bias, dropout_rate=self.dropout_rate,
+                                dropout_rng=dropout_rng, deterministic=deterministic,
+                                dtype=self.dtype)
+    out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
+    out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
+    y = jnp.einsum("BLNH,NHD->BLD", out, out_kernel.astype(self.dtype))
+    return nn.with_logical_constraint(y, ("batch", "length", "embed"))
+
+  def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):
+    """Writes new keys/values into the cache; returns the keys/values to attend over."""
+    n, h = self.num_heads, self.head_dim
+    if self.kind == "cross":
+      if cache_mode == "prefill":
+        ck = self.variable("cache", "cached_key", jnp.zeros, key.shape, self.dtype)
+        cv = self.variable("cache", "cached_value", jnp.zeros, value.shape, self.dtype)
+        ck.value, cv.value = key.astype(self.dtype), value.astype(self.dtype)
+        return key, value
+      if not self.has_variable("cache", "cached_key"):
+        raise ValueError("cross-attention step without a cache: run Transformer.prefill first")
+      ck = self.variable("cache", "cached_key")
+      cv = self.variable("cache", "cached_value")
+      return ck.value, cv.value
+    # Self-attention.
+    if cache_mode == "prefill":
+      if max_length is None or max_length < key.shape[1]:
+        raise ValueError(f"prefill needs max_length >= prefix length {key.shape[1]}, got {max_length}")
+      shape = (batch, max_length, n, h)
+      ck = self.variable("cache", "cached_key", jnp.zeros, shape, self.dtype)
+      cv = self.variable("cache", "cached_value", jnp.zeros, shape, self.dtype)
+      ck.value = jnp.zeros(shape, self.dtype).at[:, :key.shape[1]].set(key.astype(self.dtype))
+      cv.value = jnp.zeros(shape, self.dtype).at[:, :value.shape[1]].set(value.astype(self.dtype))
+      return key, value  # the prefix attends over itself, exactly as the full forward pass
+    if not self.has_variable("cache", "cached_key"):
+      raise ValueError("self-attention step without a cache: run Transformer.prefill first")
+    ck = self.variable("cache", "cached_key")
+    cv = self.variable("cache", "cached_value")
+    idx = jnp.asarray(cache_index, jnp.int32)
+    zero = jnp.zeros((), jnp.int32)
+    ck.value = jax.lax.dynamic_update_slice(ck.value, key.astype(self.dtype), (zero, idx, zero, zero))
+    cv.value = jax.lax.dynamic_update_slice(cv.value, value.astype(self.dtype), (zero, idx, zero, zero))
+    return ck.value, cv.value
