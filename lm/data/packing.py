@@ -1,0 +1,192 @@
+"""Pure NumPy padding and packing of converted examples into fixed-length rows.
+
+Input: examples from `converters.convert`, dicts of 1-D arrays whose keys start with
+`encoder_` (encoder stack) or `decoder_` (decoder stack). Output rows add, per stack,
+`{stack}_segment_ids` and `{stack}_positions` (t5x names):
+
+  * segment ids are 1, 2, 3, ... for the examples of a row and 0 on padding; ONE id
+    per example, shared by its encoder and decoder features;
+  * positions restart at 0 for each example;
+  * padding is 0 in every feature (loss weights 0.0), at the end of the row.
+
+Because each example already starts its `decoder_input_tokens` with BOS 0 (the
+converter shifts per example), a packed row's decoder inputs restart with 0 at every
+segment start and no token of one example ever predicts another's.
+
+Example, Lt = 6, two encoder-decoder examples with targets [8 9] and [7] (+EOS):
+  decoder_target_tokens  8 9 1 7 1 0
+  decoder_input_tokens   0 8 9 0 7 0
+  decoder_loss_weights   1 1 1 1 1 0
+  decoder_segment_ids    1 1 1 2 2 0
+  decoder_positions      0 1 2 0 1 0
+
+Policy of `pack_examples` (the reference; the pipeline uses grain's
+`FirstFitPackIterDataset`, which applies the same first-fit rule over a window of
+`num_packing_bins` rows and emits the same segment ids/positions, renamed by
+`rename_packed`): examples are taken in order; each goes into the first row where
+ALL its features fit; when one fits nowhere, a new row is opened. Examples longer
+than the row are an error (the converter has trimmed them already).
+
+What does not live here: trimming/EOS (`converters.py`), the grain pipeline
+(`pipeline.py`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+STACKS = ("encoder", "decoder")
+ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
+
+
+def feature_lengths(architecture: str, inputs_length: int, targets_length: int
+                    ) -> dict[str, int]:
+  """Row length per stack: {"encoder": Li, "decoder": Lt}, or {"decoder": Li + Lt}.
+
+  Decoder-only architectures put inputs and targets in one decoder sequence, so the
+  decoder row is Li + Lt long (the contract of `converters.convert`).
+  """
+  if architecture not in ARCHITECTURES:
+    raise ValueError(f"Unknown architecture {architecture!r}; expected one of {ARCHITECTURES}.")
+  if inputs_length <= 0 or targets_length <= 0:
+    raise ValueError(f"Lengths must be positive, got {inputs_length}, {targets_length}.")
+  if architecture == "encoder_decoder":
+    return {"encoder": int(inputs_length), "decoder": int(targets_length)}
+  return {"decoder": int(inputs_length) + int(targets_length)}
+
+
+def stack_of(key: str) -> str:
+  """The stack a feature belongs to: "encoder_input_tokens" -> "encoder"."""
+  stack = key.split("_", 1)[0]
+  if stack not in STACKS:
+    raise ValueError(f"Feature {key!r} belongs to no stack; expected an encoder_/decoder_ key.")
+  return stack
+
+
+def _lengths_by_feature(example: Mapping[str, np.ndarray], lengths: Mapping[str, int]):
+  out = {}
+  for key in example:
+    stack = stack_of(key)
+    if stack not in lengths:
+      raise ValueError(f"Feature {key!r} has no row length; lengths are {dict(lengths)}.")
+    out[key] = lengths[stack]
+  return out
+
+
+def _example_length(example, stack):
+  sizes = {len(v) for k, v in example.items() if stack_of(k) == stack}
+  if len(sizes) > 1:
+    raise ValueError(f"The {stack} features of an example differ in length: "
+                     f"{ {k: len(v) for k, v in example.items()} }")
+  return sizes.pop() if sizes else 0
+
+
+def pad_example(example: Mapping[str, np.ndarray], lengths: Mapping[str, int]
+                ) -> dict[str, np.ndarray]:
+  """Pads one example to fixed lengths (one segment per row).
+
+  Args:
+    example: 1-D features from `converters.convert` (int32 / float32[n]).
+    lengths: row length per stack, from `feature_lengths`.
+
+  Returns:
+    the features padded with 0 to int32/float32[L_stack], plus
+    `{stack}_segment_ids` int32[L] (1 on tokens, 0 on padding) and
+    `{stack}_positions` int32[L] (0.. on tokens, 0 on padding).
+  """
+  return pack_examples([example], lengths)[0]
+
+
+def pack_examples(examples: Sequence[Mapping[str, np.ndarray]], lengths: Mapping[str, int],
+                  ) -> list[dict[str, np.ndarray]]:
+  """Packs examples into rows by first fit (policy in the module docstring).
+
+  Args:
+    examples: converted examples (same keys), 1-D arrays.
+    lengths: row length per stack ({"encoder": Li, "decoder": Lt} or {"decoder": L}).
+
+  Returns:
+    list of rows; each row has every feature padded to its stack's length plus
+    `{stack}_segment_ids` and `{stack}_positions` (int32[L]).
+  """
+  if not examples:
+    return []
+  keys = list(examples[0])
+  feat_len = _lengths_by_feature(examples[0], lengths)
+  stacks = sorted({stack_of(k) for k in keys}, key=STACKS.index)
+  rows, used = [], []  # used[r][stack] = tokens already in row r.
+  for i, ex in enumerate(examples):
+    if list(ex) != keys:
+      raise ValueError(f"Example {i} has keys {list(ex)}, expected {keys}.")
+    n = {s: _example_length(ex, s) for s in stacks}
+    for s in stacks:
+      if n[s] > lengths[s]:
+        raise ValueError(f"Example {i} has {n[s]} {s} tokens, more than the row length "
+                         f"{lengths[s]}; trim it first (converters.convert lengths=...).")
+    r = next((r for r, u in enumerate(used) if all(u[s] + n[s] <= lengths[s] for s in stacks)),
+             None)
+    if r is None:
+      rows.append(_empty_row(ex, feat_len, stacks, lengths))
+      used.append({s: 0 for s in stacks})
+      r = len(rows) - 1
+    row, segment = rows[r], int(max(row[f"{s}_segment_ids"].max() for s in stacks)) + 1
+    for key, value in ex.items():
+      s = stack_of(key)
+      row[key][used[r][s]:used[r][s] + len(value)] = value
+    for s in stacks:
+      a, b = used[r][s], used[r][s] + n[s]
+      row[f"{s}_segment_ids"][a:b] = segment
+      row[f"{s}_positions"][a:b] = np.arange(n[s], dtype=np.int32)
+      used[r][s] = b
+  return rows
+
+
+def _empty_row(example, feat_len, stacks, lengths):
+  row = {k: np.zeros(feat_len[k], dtype=np.asarray(v).dtype) for k, v in example.items()}
+  for s in stacks:
+    row[f"{s}_segment_ids"] = np.zeros(lengths[s], np.int32)
+    row[f"{s}_positions"] = np.zeros(lengths[s], np.int32)
+  return row
+
+
+def rename_packed(row: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Maps grain's packer output to the contract's names.
+
+  grain's packers add `{feature}_segment_ids` / `{feature}_positions` for every
+  packed feature; all features of a stack get identical ones (one id per example),
+  so one copy per stack is kept as `{stack}_segment_ids` / `{stack}_positions`.
+
+  Args:
+    row: features plus grain's per-feature segment ids/positions, arrays [..., L].
+
+  Returns:
+    the features plus `{stack}_segment_ids`, `{stack}_positions` (int32[..., L]).
+  """
+  out = {}
+  for key, value in row.items():
+    if key.endswith("_segment_ids") or key.endswith("_positions"):
+      continue
+    out[key] = value
+    stack = stack_of(key)
+    if f"{stack}_segment_ids" not in out:
+      out[f"{stack}_segment_ids"] = np.asarray(row[f"{key}_segment_ids"], np.int32)
+      out[f"{stack}_positions"] = np.asarray(row[f"{key}_positions"], np.int32)
+  return out
+
+
+def packing_efficiency(batch: Mapping[str, np.ndarray]) -> float:
+  """Share of non-padding positions over all stacks' rows (1.0 = no padding).
+
+  Args:
+    batch: rows or a batch with `{stack}_segment_ids` int32[..., L].
+  """
+  real = total = 0
+  for s in STACKS:
+    seg = batch.get(f"{s}_segment_ids")
+    if seg is not None:
+      real += int(np.count_nonzero(seg))
+      total += int(np.size(seg))
+  if total == 0:
+    raise ValueError("packing_efficiency needs *_segment_ids features.")
+  return real / total
