@@ -459,16 +459,18 @@ class Mixture:
   """A weighted mixture of objectives (UL2-style), callable like any objective.
 
   Per example: member i is drawn with probability weight_i / sum(weights), its objective is
-  applied, and its mode tokens are prepended to the inputs. If inputs_length/targets_length are
-  given, a sequence longer than member i's raw_length is cut to it first, so every member's
-  output fits; the pipeline cuts raw_length("mixture", ...) = the largest member raw length.
+  applied, and its mode tokens are prepended to the inputs. A sequence longer than member i's
+  raw_length is cut to it first, so every member's output fits; the pipeline cuts
+  raw_length("mixture", ...) = the largest member raw length, and the tokens a shorter member
+  does not use are dropped (UL2's reference code instead gives each task its own stream; the
+  examples have the same distribution).
 
   Attributes:
-    members: list of (objective callable, weight, mode_tokens int32[M], raw_length or None).
+    members: list of (objective callable, weight, mode_tokens int32[M], raw_length).
     probs: float64[num_members], normalised weights.
   """
 
-  def __init__(self, members: list[tuple[ObjectiveFn, float, np.ndarray, int | None]]):
+  def __init__(self, members: list[tuple[ObjectiveFn, float, np.ndarray, int]]):
     self.members = members
     w = np.array([m[1] for m in members], np.float64)
     self.probs = w / w.sum()
@@ -479,10 +481,7 @@ class Mixture:
 
   def __call__(self, tokens: np.ndarray, rng: np.random.Generator) -> Example:
     fn, _, mode, raw = self.members[self.choose(rng)]
-    tokens = _check_tokens(tokens)
-    if raw is not None:
-      tokens = tokens[:raw]
-    ex = fn(tokens, rng)
+    ex = fn(_check_tokens(tokens)[:raw], rng)
     if mode.size:
       ex["inputs"] = np.concatenate([mode, ex["inputs"]])
     return ex
@@ -551,8 +550,9 @@ def mixture(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
       three lowest extra ids (R: V - N, X: V - N + 1, S: V - N + 2 with N = num_extra_ids), and
       the members' span sentinels are then limited to N - 3.
     mode_tokens: {"R","X","S"} -> ids, only with preset.
-    inputs_length, targets_length: if given, each member cuts its input to its own raw_length
-      (computed for inputs_length minus its mode tokens).
+    inputs_length: required; each member cuts its input to its own raw_length, computed for
+      inputs_length minus its mode tokens (the pipeline cuts raw_length("mixture", ...), the
+      largest of them). targets_length: needed only by full_lm members.
   """
   return _build_mixture(vocab_size, num_extra_ids, denoisers, preset, mode_tokens, inputs_length,
                         targets_length)(tokens, rng)
@@ -560,15 +560,16 @@ def mixture(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
 
 def _build_mixture(vocab_size, num_extra_ids, denoisers, preset, mode_tokens, inputs_length,
                    targets_length) -> Mixture:
+  if inputs_length is None:
+    raise ValueError("mixture needs inputs_length= (and targets_length= if a member is full_lm): "
+                     "each member cuts the raw segment to its own raw_length so its output fits")
   parsed, member_extra_ids = _resolve_mixture(vocab_size, num_extra_ids, denoisers, preset,
                                               mode_tokens)
   members = []
   for name, params, weight, mode in parsed:
     fn = make_objective(name, vocab_size=vocab_size, num_extra_ids=member_extra_ids, **params)
-    raw = None
-    if inputs_length is not None:
-      raw = raw_length(name, inputs_length=int(inputs_length) - mode.size,
-                       targets_length=targets_length, **params)
+    raw = raw_length(name, inputs_length=int(inputs_length) - mode.size,
+                     targets_length=targets_length, **params)
     members.append((fn, weight, mode, raw))
   return Mixture(members)
 

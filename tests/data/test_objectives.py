@@ -296,9 +296,9 @@ def test_edge_lengths_every_objective():
 
 
 def test_mixture_weights_and_mode_tokens():
-  fn = obj.make_objective("mixture", vocab_size=V, denoisers=[
-      dict(objective="full_lm", weight=3.0, mode_tokens=7),
-      dict(objective="prefix_lm", weight=1.0, mode_tokens=[8, 9])])
+  fn = obj.make_objective("mixture", vocab_size=V, inputs_length=64, targets_length=64,
+                          denoisers=[dict(objective="full_lm", weight=3.0, mode_tokens=7),
+                                     dict(objective="prefix_lm", weight=1.0, mode_tokens=[8, 9])])
   g = rng(8)
   n, first = 4000, 0
   for _ in range(n):
@@ -350,7 +350,7 @@ def test_ul2_preset():
 def test_determinism_every_objective():
   tokens = np.arange(3, 303, dtype=np.int32)
   for name in obj.OBJECTIVES:
-    params = dict(preset="ul2") if name == "mixture" else {}
+    params = dict(preset="ul2", inputs_length=512) if name == "mixture" else {}
     fn = obj.make_objective(name, vocab_size=V, num_extra_ids=150, **params)
     a, b = fn(tokens, rng(11)), fn(tokens, rng(11))
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
@@ -375,11 +375,17 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="vocab_size"):
     obj.make_objective("span_corruption", vocab_size=100)
   with pytest.raises(ValueError, match="exactly one of"):
-    obj.make_objective("mixture", vocab_size=V)
+    obj.make_objective("mixture", vocab_size=V, inputs_length=512)
+  with pytest.raises(ValueError, match="needs inputs_length"):
+    obj.make_objective("mixture", vocab_size=V, preset="ul2")
   with pytest.raises(ValueError, match="unknown objective 'nope'"):
-    obj.make_objective("mixture", vocab_size=V, denoisers=[dict(objective="nope")])
+    obj.make_objective("mixture", vocab_size=V, inputs_length=512,
+                       denoisers=[dict(objective="nope")])
   with pytest.raises(ValueError, match="unknown mixture preset"):
-    obj.make_objective("mixture", vocab_size=V, preset="ul3")
+    obj.make_objective("mixture", vocab_size=V, inputs_length=512, preset="ul3")
+  with pytest.raises(ValueError, match="weight must be > 0"):
+    obj.make_objective("mixture", vocab_size=V, inputs_length=512,
+                       denoisers=[dict(objective="full_lm", weight=0)])
   with pytest.raises(ValueError, match="1-D"):
     obj.make_objective("full_lm", vocab_size=V)(np.zeros((2, 3), np.int32), rng())
   with pytest.raises(ValueError, match="shape"):
@@ -425,3 +431,13 @@ def test_iid_length_distributions_match_enumeration():
     want = int(np.searchsorted(cdf, q)) + 1  # + EOS
     assert obj.required_targets_length("iid_replace_spans", inputs_length=8, noise_density=d,
                                        quantile=q) == want
+
+
+def test_objectives_pickle():
+  # grain worker processes receive the objective by pickling.
+  import pickle
+  tokens = np.arange(3, 700, dtype=np.int32)
+  for name, params in (("span_corruption", {}), ("mixture", dict(preset="ul2", inputs_length=512))):
+    fn = obj.make_objective(name, vocab_size=V, num_extra_ids=140, **params)
+    a, b = fn(tokens, rng(1)), pickle.loads(pickle.dumps(fn))(tokens, rng(1))
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
