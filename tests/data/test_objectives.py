@@ -441,3 +441,14 @@ def test_objectives_pickle():
     fn = obj.make_objective(name, vocab_size=V, num_extra_ids=140, **params)
     a, b = fn(tokens, rng(1)), pickle.loads(pickle.dumps(fn))(tokens, rng(1))
     np.testing.assert_array_equal(a["inputs"], b["inputs"])
+
+
+def test_iid_and_prefix_masks_at_density_and_length_extremes():
+  assert obj.iid_noise_mask(5, 1.0, rng()).all() and not obj.iid_noise_mask(5, 0.0, rng()).any()
+  assert obj.iid_noise_mask(0, 0.5, rng()).shape == (0,)
+  np.testing.assert_array_equal(obj.random_prefix_noise_mask(2, 0.5, rng()), [True, False])
+  np.testing.assert_array_equal(obj.random_prefix_noise_mask(1, 0.5, rng()), [False])
+  with pytest.raises(ValueError, match="noise_density must be in"):
+    obj.iid_noise_mask(5, 1.01, rng())
+  with pytest.raises(ValueError, match=r"noise_density must be in \(0, 0.5\]"):
+    obj.random_prefix_noise_mask(5, 0.0, rng())
