@@ -130,7 +130,8 @@ def pack_examples(examples: Sequence[Mapping[str, np.ndarray]], lengths: Mapping
       rows.append(_empty_row(ex, feat_len, stacks, lengths))
       used.append({s: 0 for s in stacks})
       r = len(rows) - 1
-    row, segment = rows[r], int(max(row[f"{s}_segment_ids"].max() for s in stacks)) + 1
+    row = rows[r]
+    segment = int(max(row[f"{s}_segment_ids"].max() for s in stacks)) + 1
     for key, value in ex.items():
       s = stack_of(key)
       row[key][used[r][s]:used[r][s] + len(value)] = value

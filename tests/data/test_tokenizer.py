@@ -1,0 +1,82 @@
+"""Tests for lm/data/tokenizer.py (tiny tokenizers trained on a few KB)."""
+import numpy as np
+import pytest
+
+from lm.data import corpus
+from lm.data import tokenizer as tok_lib
+
+TEXT = corpus.default_corpus()[:150] + [
+    "The quick brown fox jumps over the lazy dog.",
+    "Return the number of items in a container.",
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return tok_lib.train_tokenizer(TEXT, vocab_size=300, extra_ids=10)
+
+
+def test_special_ids_and_sentinels(tok):
+  assert (tok.pad_id, tok.eos_id, tok.unk_id) == (0, 1, 2)
+  assert tok.vocab_size == 310
+  assert tok.id_to_piece(0) == "<pad>" and tok.id_to_piece(1) == "</s>"
+  assert tok.piece_to_id("<extra_id_0>") == tok.vocab_size - 1 == tok.sentinel_id(0)
+  assert tok.piece_to_id("<extra_id_9>") == 300 == tok.sentinel_id(9)
+  ids = tok.encode("fox <extra_id_0> dog <extra_id_3>")
+  assert tok.sentinel_id(0) in ids and tok.sentinel_id(3) in ids
+  with pytest.raises(ValueError):
+    tok.sentinel_id(10)
+
+
+def test_round_trip_and_batch(tok):
+  text = "The lazy dog returns the number of pieces."
+  ids = tok.encode(text)
+  assert ids.dtype == np.int32 and ids.ndim == 1 and 1 not in ids and 0 not in ids
+  assert tok.decode(ids) == text
+  batch = tok.encode_batch([text, "fox"], num_threads=2)
+  np.testing.assert_array_equal(batch[0], ids)
+  assert tok.decode(np.concatenate([ids, [1, 5, 6], [0, 0]])) == text  # Stops at EOS.
+
+
+def test_save_load_and_deterministic_training(tok, tmp_path):
+  path = str(tmp_path / "t.model")
+  tok.save(path)
+  loaded = tok_lib.load_tokenizer(path, extra_ids=10)
+  assert loaded.vocab_size == tok.vocab_size
+  np.testing.assert_array_equal(loaded.encode(TEXT[-1]), tok.encode(TEXT[-1]))
+  again = tok_lib.train_tokenizer(TEXT, vocab_size=300, extra_ids=10)
+  assert again.model_proto == tok.model_proto
+  bpe = tok_lib.train_tokenizer(TEXT, vocab_size=250, model_type="bpe", extra_ids=0)
+  assert bpe.vocab_size == 250 and bpe.decode(bpe.encode(TEXT[-1])) == TEXT[-1]
+
+
+def test_padded_vocab_size_and_check():
+  assert tok_lib.padded_vocab_size(32100) == 32128
+  assert tok_lib.padded_vocab_size(128) == 128
+  tok_lib.check_vocab_size(32100, 32128)
+  tok_lib.check_vocab_size(32100, 32100)
+  with pytest.raises(ValueError, match="32100.*32000.*vocab_size=32128"):
+    tok_lib.check_vocab_size(32100, 32000, what="checkpoint")
+
+
+def test_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match="train one"):
+    tok_lib.load_tokenizer(str(tmp_path / "missing.model"))
+  with pytest.raises(ValueError, match="empty"):
+    tok_lib.train_tokenizer(["", "  \n"], vocab_size=100)
+  with pytest.raises(ValueError, match="model_type"):
+    tok_lib.train_tokenizer(TEXT, vocab_size=100, model_type="wordpiece")
+  with pytest.raises(ValueError, match="lower --vocab_size"):
+    tok_lib.train_tokenizer(["tiny text"], vocab_size=5000)
+
+
+def test_cli(tmp_path, capsys):
+  data = tmp_path / "in.txt"
+  data.write_text("\n".join(TEXT))
+  out = str(tmp_path / "cli.model")
+  assert tok_lib.main(["train", f"--output={out}", "--vocab_size=250", "--extra_ids=5",
+                       str(data)]) == 0
+  assert "vocab_size=255" in capsys.readouterr().out
+  assert tok_lib.load_tokenizer(out, extra_ids=5).vocab_size == 255
+  assert tok_lib.main(["train", f"--output={out}", "--vocab_size=250",
+                       str(tmp_path / "none.txt")]) == 2
