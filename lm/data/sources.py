@@ -122,7 +122,8 @@ class _IndexBuilder:
     if max_document_chars <= 0:
       raise ValueError(f"max_document_chars must be positive, got {max_document_chars}")
     self.max_chars = max_document_chars
-    self.rec, self.start, self.end = [], [], []
+    self.rec, self.start, self.end, self.group = [], [], [], []
+    self.num_groups = 0  # Original documents seen; pieces of one share its group id.
     self.stats = SourceStats()
 
   def add_text(self, rec: int, text: str) -> None:
@@ -131,47 +132,54 @@ class _IndexBuilder:
     if not text or text.isspace():
       self.stats.empty_documents += 1
       return
-    if len(text) > self.max_chars:
-      self.stats.split_documents += 1
-      for s, e in _split_points(text, self.max_chars):
-        self._add(rec, s, e)
-    else:
-      self._add(rec, 0, len(text))
+    pieces = (_split_points(text, self.max_chars) if len(text) > self.max_chars
+              else [(0, len(text))])
+    self.stats.split_documents += len(pieces) > 1
+    pieces = np.asarray(pieces, np.int64)
+    self.add_spans(np.full(len(pieces), rec), pieces[:, 0], pieces[:, 1],
+                   np.zeros(len(pieces), np.int64))
 
-  def add_spans(self, rec: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-    """Adds pre-filtered non-empty spans that are at most max_chars long."""
+  def add_spans(self, rec, start, end, group=None) -> None:
+    """Adds non-empty spans (at most max_chars long).
+
+    `group` (local, 0-based) numbers the original documents of this call; spans
+    with equal group are pieces of one document. Default: one group per span.
+    """
+    group = np.arange(len(rec)) if group is None else np.asarray(group, np.int64)
     self.rec.append(np.asarray(rec, np.int64))
     self.start.append(np.asarray(start, np.int64))
     self.end.append(np.asarray(end, np.int64))
+    self.group.append(group + self.num_groups)
+    self.num_groups += int(group.max()) + 1 if len(group) else 0
 
-  def _add(self, rec: int, s: int, e: int) -> None:
-    self.add_spans([rec], [s], [e])
-
-  def build(self, what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, SourceStats]:
+  def build(self, what: str):
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)
-    rec, start, end = cat(self.rec), cat(self.start), cat(self.end)
+    rec, start, end, group = cat(self.rec), cat(self.start), cat(self.end), cat(self.group)
     self.stats.documents = len(rec)
     self.stats.chars = int((end - start).sum())
     if not len(rec):
       raise ValueError(
           f"No documents found in {what} (stats: {self.stats.as_dict()}); check the "
           "paths, the format and the text field/column name.")
-    return rec, start, end, self.stats
+    return rec, start, end, group, self.stats
 
 
 class DocumentSource:
   """Base class: documents are spans (record, start, end) of records.
 
   Subclasses implement `_record(rec) -> str` (or override `__getitem__`).
-  Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record each
-  document comes from; pieces of one split document share it).
+  Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record/file each
+  document is read from), `group_ids` (int64[N], the original document: pieces of
+  one split long document share it).
   """
 
   stats: SourceStats
   record_ids: np.ndarray
+  group_ids: np.ndarray
 
   def _set_index(self, builder: _IndexBuilder, what: str) -> None:
-    self.record_ids, self._starts, self._ends, self.stats = builder.build(what)
+    (self.record_ids, self._starts, self._ends, self.group_ids,
+     self.stats) = builder.build(what)
     self._what = what
 
   def __len__(self) -> int:
@@ -282,15 +290,18 @@ class TextSource(DocumentSource):
         b.stats.skipped_invalid_utf8 += bad
         starts, ends = starts[valid], ends[valid]
     long = (ends - starts) > b.max_chars
-    piece_starts, piece_ends = [starts[~long]], [ends[~long]]
-    for s, e in zip(starts[long], ends[long]):
+    doc = np.arange(len(starts))
+    piece_starts, piece_ends, piece_doc = [starts[~long]], [ends[~long]], [doc[~long]]
+    for d, s, e in zip(doc[long], starts[long], ends[long]):
       b.stats.split_documents += 1
       pieces = np.asarray(_byte_split_points(buf, int(s), int(e), b.max_chars), np.int64)
       piece_starts.append(pieces[:, 0])
       piece_ends.append(pieces[:, 1])
+      piece_doc.append(np.full(len(pieces), d))
     starts, ends = np.concatenate(piece_starts), np.concatenate(piece_ends)
+    docs = np.concatenate(piece_doc)
     order = np.argsort(starts, kind="stable")  # Keep file order.
-    b.add_spans(np.full(len(starts), f, np.int64), starts[order], ends[order])
+    b.add_spans(np.full(len(starts), f, np.int64), starts[order], ends[order], docs[order])
 
   def __getitem__(self, index: int) -> str:
     index = int(index)
@@ -445,14 +456,19 @@ class _ArrowColumnSource(DocumentSource):
     b.stats.empty_documents += int(blank.sum())
     ok = ~blank & (lengths <= b.max_chars)
     idx = np.flatnonzero(ok)
-    b.add_spans(idx, np.zeros(len(idx), np.int64), lengths[idx].astype(np.int64))
+    b.add_spans(idx, np.zeros(len(idx), np.int64), lengths[idx].astype(np.int64), idx)
+    b.num_groups = n  # Group = row index.
     for i in np.flatnonzero(~blank & ~ok).tolist():
-      b.stats.records -= 1  # add_text counts it again.
-      b.add_text(i, column[i].as_py())
+      pieces = np.asarray(_split_points(column[i].as_py(), b.max_chars), np.int64)
+      b.stats.split_documents += 1
+      b.rec.append(np.full(len(pieces), i))
+      b.start.append(pieces[:, 0])
+      b.end.append(pieces[:, 1])
+      b.group.append(np.full(len(pieces), i))
     # Keep documents in record order (long-document pieces were appended last).
     recs = np.concatenate(b.rec) if b.rec else np.zeros(0, np.int64)
     order = np.argsort(recs, kind="stable")
-    for name in ("rec", "start", "end"):
+    for name in ("rec", "start", "end", "group"):
       arr = np.concatenate(getattr(b, name)) if getattr(b, name) else np.zeros(0, np.int64)
       setattr(b, name, [arr[order]])
 
@@ -597,9 +613,9 @@ def _hash_uniform(values: np.ndarray, seed: int) -> np.ndarray:
 def split_validation(source, fraction: float, *, seed: int = 0):
   """Holds out a deterministic share of the documents as a validation set.
 
-  A document goes to validation iff hash(record index, seed) < fraction, so the
-  split does not depend on document order, and the pieces of a split long
-  document stay on the same side.
+  A document goes to validation iff hash(original document index, seed) <
+  fraction, so the split is fixed by the data and the seed, and the pieces of a
+  split long document stay on the same side.
 
   Args:
     source: a DocumentSource (or any len/getitem source; its indices are hashed).
@@ -611,7 +627,7 @@ def split_validation(source, fraction: float, *, seed: int = 0):
   """
   if not 0.0 <= fraction < 1.0:
     raise ValueError(f"validation fraction must be in [0, 1), got {fraction}")
-  records = getattr(source, "record_ids", None)
+  records = getattr(source, "group_ids", None)
   if records is None:
     records = np.arange(len(source))
   is_val = _hash_uniform(np.asarray(records), seed) < fraction

@@ -137,3 +137,14 @@ def test_default_corpus_nonempty_and_deterministic(tmp_path, monkeypatch):
   monkeypatch.setenv("LM_CACHE_DIR", str(tmp_path))  # Force a fresh build.
   assert corpus.default_corpus() == docs
   assert corpus.build_default_corpus() == docs
+
+
+def test_split_validation_keeps_long_document_pieces_together(tmp_path):
+  lines = [" ".join(["word"] * 400)] + [f"doc {i}" for i in range(300)]
+  p = _write(tmp_path / "d.txt", "\n".join(lines).encode())
+  src = sources.TextSource(p, max_document_chars=500)
+  assert src.stats.split_documents == 1 and len(set(src.group_ids)) == 301
+  train, val = sources.split_validation(src, 0.2, seed=0)
+  pieces = set(np.flatnonzero(src.group_ids == src.group_ids[0]))
+  assert len(pieces) > 1 and (pieces <= set(train.indices) or pieces <= set(val.indices))
+  assert 20 < len(val) < 100

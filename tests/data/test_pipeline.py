@@ -1,0 +1,170 @@
+"""Tests for lm/data/pipeline.py on a tiny corpus and tokenizer."""
+import json
+
+import numpy as np
+import pytest
+
+from lm.data import pipeline
+from lm.data import tokenizer as tok_lib
+
+WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
+         "pi rho sigma tau upsilon phi chi psi omega").split()
+
+
+def _docs(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [" ".join(rng.choice(WORDS, rng.integers(3, 40))) + f" doc{i}." for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+  path = tmp_path_factory.mktemp("data") / "docs.txt"
+  path.write_text("\n".join(_docs(400)) + "\n")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return tok_lib.train_tokenizer(_docs(300, seed=1), vocab_size=60, extra_ids=20)
+
+
+def _spec(path, **kw):
+  base = dict(format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=12,
+              batch_size=4, seed=7, num_threads=2, validation_fraction=0.1,
+              objective="span_corruption")
+  base.update(kw)
+  return pipeline.DataSpec(**base)
+
+
+def _take(it, n):
+  out = [next(it) for _ in range(n)]
+  it.close()
+  return out
+
+
+def _equal(a, b):
+  return len(a) == len(b) and all(
+      set(x) == set(y) and all(np.array_equal(x[k], y[k]) for k in x) for x, y in zip(a, b))
+
+
+def test_shapes_dtypes_and_determinism(corpus_file, tok):
+  spec = _spec(corpus_file)
+  data = pipeline.DataPipeline(spec, tokenizer=tok)
+  batches = _take(data.train_iterator(), 5)
+  for b in batches:
+    assert b["encoder_input_tokens"].shape == (4, 32)
+    assert b["decoder_target_tokens"].shape == (4, 12)
+    assert b["decoder_loss_weights"].dtype == np.float32
+    assert all(v.dtype in (np.int32, np.float32) for v in b.values())
+    # Loss only on real target tokens; padding is 0 everywhere.
+    np.testing.assert_array_equal(b["decoder_loss_weights"] > 0, b["decoder_segment_ids"] > 0)
+    assert np.all(b["decoder_target_tokens"][b["decoder_segment_ids"] == 0] == 0)
+    assert b["decoder_target_tokens"].max() < tok.vocab_size
+  other_threads = pipeline.DataPipeline(
+      pipeline.DataSpec(**{**spec.__dict__, "num_threads": 1, "prefetch_batches": 0}),
+      tokenizer=tok)
+  assert _equal(_take(other_threads.train_iterator(), 5), batches)
+  reseeded = pipeline.DataPipeline(_spec(corpus_file, seed=8), tokenizer=tok)
+  assert not _equal(_take(reseeded.train_iterator(), 5), batches)
+
+
+def test_checkpoint_resume_mid_epoch_json(corpus_file, tok):
+  data = pipeline.DataPipeline(_spec(corpus_file), tokenizer=tok)
+  it = data.train_iterator()
+  for _ in range(7):
+    next(it)
+  state = json.loads(json.dumps(it.get_state()))
+  expected = _take(it, 6)
+  resumed = data.train_iterator()
+  resumed.set_state(state)
+  assert resumed.batches == 7
+  assert _equal(_take(resumed, 6), expected)
+  other = pipeline.DataPipeline(_spec(corpus_file, seed=9), tokenizer=tok).train_iterator()
+  with pytest.raises(ValueError, match="different data spec"):
+    other.set_state(state)
+  other.close()
+
+
+def _doc_ids(batches, tok):
+  """doc<i> markers seen in decoded targets+inputs (full_lm keeps every token)."""
+  seen = []
+  for b in batches:
+    for row, seg in zip(b["decoder_target_tokens"], b["decoder_segment_ids"]):
+      for s in np.unique(seg[seg > 0]):
+        seen.append(row[seg == s])
+  return seen
+
+
+def test_process_shards_disjoint_and_cover_one_epoch(corpus_file, tok):
+  spec = _spec(corpus_file, objective="full_lm", architecture="causal", num_epochs=1,
+               batch_size=2, pack=False, validation_fraction=0.0, document_eos=True)
+  tokens = {}
+  for p in range(2):
+    data = pipeline.DataPipeline(spec, process_index=p, process_count=2, tokenizer=tok)
+    it = data.train_iterator()
+    rows = [r for b in it for r in _doc_ids([b], tok)]
+    text = tok.decode(np.concatenate([r[r != 1] for r in rows]))
+    tokens[p] = {w for w in text.replace(".", " ").split() if w.startswith("doc")}
+  assert tokens[0].isdisjoint(tokens[1])
+  # drop_remainder can lose at most one partial batch per process at the epoch's end.
+  assert len(tokens[0] | tokens[1]) >= 400 - 2 * 2 * 3
+  assert abs(len(tokens[0]) - len(tokens[1])) < 40
+
+
+def test_epochs_reshuffle(corpus_file, tok):
+  spec = _spec(corpus_file, objective="full_lm", architecture="causal", pack=False,
+               validation_fraction=0.0, batch_size=1, prefetch_batches=0)
+  data = pipeline.DataPipeline(spec, tokenizer=tok)
+  epoch_tokens = sum(len(tok.encode(d)) for d in _docs(400))
+  per_row = data.raw_length
+  rows = _take(data.train_iterator(), 2 * (epoch_tokens // per_row) + 4)
+  n = epoch_tokens // per_row
+  first = np.concatenate([r["decoder_target_tokens"][0] for r in rows[:n]])
+  second = np.concatenate([r["decoder_target_tokens"][0] for r in rows[n + 2:2 * n]])
+  assert not np.array_equal(first[:200], second[:200])
+
+
+@pytest.mark.parametrize("objective,arch", [("prefix_lm", "prefix_lm"), ("deshuffle", "causal"),
+                                            ("iid_replace_spans", "encoder_decoder")])
+def test_objectives_and_architectures(corpus_file, tok, objective, arch):
+  spec = _spec(corpus_file, objective=objective, architecture=arch, targets_length=32)
+  data = pipeline.DataPipeline(spec, tokenizer=tok)
+  it = data.train_iterator()
+  b = _take(it, 2)[-1]
+  if arch == "encoder_decoder":
+    assert b["encoder_input_tokens"].shape == (4, 32)
+  else:
+    assert b["decoder_target_tokens"].shape == (4, 64)
+    assert "decoder_causal_attention" in b and "encoder_input_tokens" not in b
+  assert 0 < it.packing_efficiency <= 1
+
+
+def test_eval_iterator_fixed_finite_padded(corpus_file, tok):
+  data = pipeline.DataPipeline(_spec(corpus_file), tokenizer=tok)
+  first, second = list(data.eval_iterator()), list(data.eval_iterator())
+  assert first and _equal(first, second)
+  assert all(b["encoder_input_tokens"].shape == (4, 32) for b in first)
+  padded = list(data.eval_iterator(num_batches=len(first) + 2))
+  assert _equal(padded[:len(first)], first)
+  assert all(not b["decoder_loss_weights"].any() for b in padded[len(first):])
+  assert len(list(data.eval_iterator(num_batches=1))) == 1
+
+
+def test_bad_inputs(tmp_path, corpus_file, tok):
+  with pytest.raises(ValueError, match="Unknown objective 'nope'"):
+    _spec(corpus_file, objective="nope")
+  with pytest.raises(ValueError, match="noise_densityy"):
+    pipeline.DataPipeline(_spec(corpus_file, objective_params={"noise_densityy": 0.2}),
+                          tokenizer=tok)
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    pipeline.DataPipeline(_spec(str(tmp_path / "missing.txt")), tokenizer=tok)
+  empty = tmp_path / "empty.txt"
+  empty.write_bytes(b"\n\n")
+  with pytest.raises(ValueError, match="No documents found.*empty.txt"):
+    pipeline.DataPipeline(_spec(str(empty)), tokenizer=tok)
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"\xff\xfe\xfd\n")
+  with pytest.raises(ValueError, match="No documents found"):
+    pipeline.DataPipeline(_spec(str(bad), on_decode_error="skip"), tokenizer=tok)
+  with pytest.raises(ValueError, match="not divisible"):
+    pipeline.DataPipeline(_spec(corpus_file, batch_size=3), process_count=2, tokenizer=tok)
