@@ -1,0 +1,123 @@
+"""Attention against a naive NumPy softmax(QK^T + bias)V, for every mask builder."""
+import numpy as np
+import pytest
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lm.model import masks
+from lm.model.attention import MultiHeadAttention, dot_product_attention
+from lm.model.layers import broadcast_dropout
+
+B, L, S, N, H = 2, 5, 5, 2, 4
+
+
+def naive_attention(q, k, v, mask):
+  """q [B,L,N,H], k/v [B,S,N,H], mask bool [B,1,L,S] -> [B,L,N,H] (float64)."""
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  out = np.zeros(q.shape)
+  mask = np.broadcast_to(np.asarray(mask), (q.shape[0], 1, q.shape[1], k.shape[1]))
+  for b in range(q.shape[0]):
+    for n in range(q.shape[2]):
+      logits = q[b, :, n] @ k[b, :, n].T
+      logits = np.where(mask[b, 0], logits, -1e10)
+      w = np.exp(logits - logits.max(-1, keepdims=True))
+      w /= w.sum(-1, keepdims=True)
+      out[b, :, n] = w @ v[b, :, n]
+  return out
+
+
+def qkv(seed=0, s=S):
+  rng = np.random.default_rng(seed)
+  return (jnp.asarray(rng.normal(size=(B, L, N, H)), jnp.float32),
+          jnp.asarray(rng.normal(size=(B, s, N, H)), jnp.float32),
+          jnp.asarray(rng.normal(size=(B, s, N, H)), jnp.float32))
+
+
+SEG = jnp.array([[1, 1, 1, 2, 2], [1, 1, 1, 0, 0]])
+MASKS = {
+    "padding": lambda: masks.make_padding_mask(SEG != 0, SEG != 0),
+    "causal": lambda: masks.make_causal_mask(L),
+    "prefix_lm": lambda: masks.make_prefix_lm_mask(jnp.array([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])),
+    "fully_visible_packed": lambda: masks.make_fully_visible_mask(SEG),
+    "decoder_packed": lambda: masks.make_decoder_mask(SEG, jnp.array([[1, 0, 0, 1, 0], [1, 1, 0, 0, 0]])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASKS))
+def test_dot_product_attention_matches_numpy(name):
+  q, k, v = qkv()
+  mask = MASKS[name]()
+  got = dot_product_attention(q, k, v, masks.mask_to_bias(mask))
+  assert got.shape == (B, L, N, H) and got.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(got), naive_attention(q, k, v, mask), rtol=1e-5, atol=1e-5)
+
+
+def test_cross_attention_mask_matches_numpy():
+  q, k, v = qkv(1, s=3)
+  mask = masks.make_cross_attention_mask(SEG, jnp.array([[1, 2, 2], [1, 1, 0]]))
+  got = dot_product_attention(q, k, v, masks.mask_to_bias(mask))
+  want = naive_attention(q, k, v, mask)
+  valid = np.asarray(SEG != 0)
+  np.testing.assert_allclose(np.asarray(got)[valid], want[valid], rtol=1e-5, atol=1e-5)
+
+
+def test_bias_tuple_and_no_scaling():
+  q, k, v = qkv(2)
+  pos_bias = jnp.asarray(np.random.default_rng(3).normal(size=(1, N, L, S)), jnp.float32)
+  mask_bias = masks.mask_to_bias(masks.make_causal_mask(L))
+  got = dot_product_attention(q, k, v, (mask_bias, pos_bias))
+  logits = np.einsum("blnh,bsnh->bnls", np.asarray(q), np.asarray(k)) + np.asarray(mask_bias + pos_bias)
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  want = np.einsum("bnls,bsnh->blnh", w, np.asarray(v))
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_attention_dropout_shares_mask_over_queries():
+  q, k, v = qkv(4)
+  v = jnp.broadcast_to(jnp.eye(S, dtype=jnp.float32)[None, :, None, :H], (B, S, N, H))
+  out = dot_product_attention(q, jnp.zeros_like(k), v, None, dropout_rate=0.5,
+                              dropout_rng=jax.random.PRNGKey(0), deterministic=False)
+  # With uniform weights 1/S and one-hot values, out[b, l, n, j] = keep[b, n, j] * 2 / S.
+  out = np.asarray(out)
+  np.testing.assert_allclose(out, np.broadcast_to(out[:, :1], out.shape))
+  assert set(np.round(out.ravel() * S / 2, 5)) <= {0.0, 1.0}
+
+
+def test_multihead_attention_module():
+  d = 6
+  rng = np.random.default_rng(5)
+  x = jnp.asarray(rng.normal(size=(B, L, d)), jnp.float32)
+  mask = masks.make_causal_mask(L)
+  mha = MultiHeadAttention(num_heads=N, head_dim=H)
+  params = nn.meta.unbox(mha.init(jax.random.PRNGKey(0), x, x, masks.mask_to_bias(mask))["params"])
+  assert {k: v.shape for k, v in params.items()} == {
+      "query": (d, N, H), "key": (d, N, H), "value": (d, N, H), "out": (N, H, d)}
+  got = mha.apply({"params": params}, x, x, masks.mask_to_bias(mask))
+  xn = np.asarray(x, np.float64)
+  p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+  q, k, v = (np.einsum("bld,dnh->blnh", xn, p[n]) for n in ("query", "key", "value"))
+  want = np.einsum("blnh,nhd->bld", naive_attention(q, k, v, mask), p["out"])
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_query_init_is_folded_scaling():
+  d, n, h = 256, 4, 64
+  x = jnp.zeros((1, 1, d))
+  params = nn.meta.unbox(MultiHeadAttention(num_heads=n, head_dim=h).init(jax.random.PRNGKey(0), x, x, None)["params"])
+  np.testing.assert_allclose(np.std(params["key"]), 1 / np.sqrt(d), rtol=0.05)
+  np.testing.assert_allclose(np.std(params["query"]), 1 / np.sqrt(d) / np.sqrt(h), rtol=0.05)
+  np.testing.assert_allclose(np.std(params["out"]), 1 / np.sqrt(n * h), rtol=0.05)
+
+
+def test_broadcast_dropout_shares_mask_along_length():
+  class M(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+      return broadcast_dropout(x, 0.5, False, self)
+  x = jnp.ones((2, 7, 16))
+  y = np.asarray(M().apply({}, x, rngs={"dropout": jax.random.PRNGKey(1)}))
+  np.testing.assert_array_equal(y, np.broadcast_to(y[:, :1], y.shape))
+  assert set(np.unique(y)) == {0.0, 2.0}
