@@ -185,7 +185,7 @@ class _ObjectiveAndConvert:
   def __init__(self, spec: DataSpec, vocab_size: int, seed_words: tuple[int, ...]):
     self._objective = objectives.make_objective(
         spec.objective, vocab_size=vocab_size, num_extra_ids=spec.extra_ids,
-        **spec.objective_params)
+        **_objective_params(spec))
     self._arch = spec.architecture
     self._lengths = {"inputs": spec.inputs_length, "targets": spec.targets_length}
     self._loss_on_inputs = spec.loss_on_inputs
@@ -200,6 +200,15 @@ class _ObjectiveAndConvert:
     example = self._objective(tokens, rng)
     return converters.convert(example, self._arch, lengths=self._lengths,
                               loss_on_inputs=self._loss_on_inputs)
+
+
+def _objective_params(spec: DataSpec) -> dict[str, Any]:
+  """make_objective kwargs: a mixture also needs the feature lengths (from the spec)."""
+  params = dict(spec.objective_params)
+  if spec.objective == "mixture":
+    params.setdefault("inputs_length", spec.inputs_length)
+    params.setdefault("targets_length", spec.targets_length)
+  return params
 
 
 def _mix(words: np.ndarray) -> np.ndarray:
@@ -316,7 +325,7 @@ class DataPipeline:
     self._keys = _feature_keys(spec.architecture)
     # Fail now, not in a worker thread: an unknown objective parameter raises here.
     objectives.make_objective(spec.objective, vocab_size=tokenizer.vocab_size,
-                              num_extra_ids=spec.extra_ids, **spec.objective_params)
+                              num_extra_ids=spec.extra_ids, **_objective_params(spec))
     self.train_source, self.eval_source = self._build_sources()
 
   def _build_sources(self):
