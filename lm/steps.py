@@ -101,7 +101,8 @@ def _count_tokens(batch: Mapping[str, Any]) -> jax.Array:
 
 def _loss_sums(params: Any, batch: Mapping[str, Any], dropout_rng: jax.Array | None, *,
                model: nn.Module, label_smoothing: float, z_loss: float):
-  """Forward pass; returns (loss_sum, metrics) with metrics as (sum, weight) pairs."""
+  """Forward pass; returns (loss_sum, sums) with float32 scalar sums that add over
+  microbatches: loss, z_loss, weight (target tokens), correct, tokens."""
   enable_dropout = dropout_rng is not None
   logits = model.apply({"params": params}, batch, enable_dropout=enable_dropout,
                        rngs={"dropout": dropout_rng} if enable_dropout else None)
@@ -110,16 +111,22 @@ def _loss_sums(params: Any, batch: Mapping[str, Any], dropout_rng: jax.Array | N
   loss_sum, z_sum, weight_sum = losses.weighted_cross_entropy(
       logits, targets, weights, label_smoothing=label_smoothing, z_loss=z_loss)
   correct, _ = losses.weighted_accuracy(logits, targets, weights)
-  one = jnp.ones((), jnp.float32)
-  metrics = {
-      "loss": (loss_sum, weight_sum),
-      "cross_entropy": (loss_sum - z_sum, weight_sum),
-      "z_loss": (z_sum, weight_sum),
-      "accuracy": (correct, weight_sum),
-      "target_tokens": (weight_sum, one),
-      "tokens": (_count_tokens(batch), one),
+  sums = {"loss": loss_sum, "z_loss": z_sum, "weight": weight_sum, "correct": correct,
+          "tokens": _count_tokens(batch)}
+  return loss_sum, sums
+
+
+def _metrics_from_sums(sums: Mapping[str, jax.Array]) -> dict[str, tuple[jax.Array, jax.Array]]:
+  """Raw sums of one (accumulated) batch -> {name: (sum, weight)} metrics."""
+  w, one = sums["weight"], jnp.ones((), jnp.float32)
+  return {
+      "loss": (sums["loss"], w),
+      "cross_entropy": (sums["loss"] - sums["z_loss"], w),
+      "z_loss": (sums["z_loss"], w),
+      "accuracy": (sums["correct"], w),
+      "target_tokens": (w, one),
+      "tokens": (sums["tokens"], one),
   }
-  return loss_sum, metrics
 
 
 def split_microbatches(batch: Mapping[str, Any], num_microbatches: int) -> dict[str, jax.Array]:
@@ -173,7 +180,7 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
                    z_loss=z_loss)
 
   if num_microbatches == 1:
-    grads, metrics = grad_and_metrics(state.params, batch, 0)
+    grads, sums = grad_and_metrics(state.params, batch, 0)
   else:
     micro = split_microbatches(batch, num_microbatches)
 
@@ -185,11 +192,11 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
     zero_batch = jax.tree.map(lambda x: x[0], micro)
     shapes = jax.eval_shape(lambda: grad_and_metrics(state.params, zero_batch, 0))
     zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    (grads, metrics), _ = jax.lax.scan(
+    (grads, sums), _ = jax.lax.scan(
         body, zeros, (jnp.arange(num_microbatches), micro))
 
-  weight_sum = metrics["loss"][1]
-  scale = losses.normalize_loss(jnp.ones((), jnp.float32), weight_sum, normalization,
+  metrics = _metrics_from_sums(sums)
+  scale = losses.normalize_loss(jnp.ones((), jnp.float32), sums["weight"], normalization,
                                 normalizing_constant)
   grads = jax.tree.map(lambda g: g * scale.astype(g.dtype), grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -210,6 +217,6 @@ def eval_step(params: Any, batch: Mapping[str, jax.Array], *, model: nn.Module,
     metrics {name: (sum, weight)}: loss, cross_entropy, z_loss, accuracy, target_tokens,
     tokens (see the module docstring).
   """
-  _, metrics = _loss_sums(params, batch, None, model=model,
-                          label_smoothing=label_smoothing, z_loss=z_loss)
-  return metrics
+  _, sums = _loss_sums(params, batch, None, model=model,
+                       label_smoothing=label_smoothing, z_loss=z_loss)
+  return _metrics_from_sums(sums)
