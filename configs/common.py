@@ -1,0 +1,256 @@
+"""Helpers shared by config files: the `arg` parser and config -> object builders.
+
+`parse_arg` turns the string after the colon in `--config configs/t5.py:arch=prefix_lm,size=base`
+into typed values (big_vision's `parse_arg` idea: the defaults give the types, unknown
+keys are errors). `model_config` / `data_spec` build the frozen objects the library
+takes from a ConfigDict, so the model and the data pipeline never see the ConfigDict.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+_TRUE = ("1", "true", "yes", "y", "on")
+_FALSE = ("0", "false", "no", "n", "off")
+
+
+def _parse_value(key: str, text: str, default: Any) -> Any:
+  kind = type(default)
+  if kind is bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+      return True
+    if low in _FALSE:
+      return False
+    raise ValueError(f"config arg {key}={text!r}: expected a boolean (True/False).")
+  if kind is int:
+    try:
+      return int(text)
+    except ValueError:
+      raise ValueError(f"config arg {key}={text!r}: expected an int.") from None
+  if kind is float:
+    try:
+      return float(text)
+    except ValueError:
+      raise ValueError(f"config arg {key}={text!r}: expected a float.") from None
+  if default is None or kind is str:
+    return text
+  raise TypeError(f"parse_arg: default of {key!r} has unsupported type {kind.__name__}; "
+                  "use bool, int, float, str or None.")
+
+
+def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
+  """Parses "key=value,key2=value2,flag" against typed defaults.
+
+  Args:
+    arg: the string after ":" in `--config file.py:ARG` (None or "" = all defaults).
+      A bare key ("runlocal") means key=True for a boolean key.
+    **defaults: every accepted key with its default; the default's type (bool, int,
+      float, str; None = str) is the value's type.
+
+  Returns:
+    A locked ConfigDict with every key (defaults filled in).
+
+  Raises:
+    ValueError: unknown key (listing the known ones), a value of the wrong type, a
+      bare non-boolean key, or a key given twice.
+
+  Example:
+    >>> parse_arg("arch=prefix_lm,runlocal", arch="encoder_decoder", runlocal=False).arch
+    'prefix_lm'
+  """
+  values = dict(defaults)
+  seen = set()
+  for item in (arg or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if key not in defaults:
+      raise ValueError(f"unknown config arg {key!r}; known: {', '.join(sorted(defaults))}.")
+    if key in seen:
+      raise ValueError(f"config arg {key!r} given twice.")
+    seen.add(key)
+    if not sep:
+      if type(defaults[key]) is not bool:
+        raise ValueError(f"config arg {key!r} needs a value ({key}=...).")
+      values[key] = True
+    else:
+      values[key] = _parse_value(key, text, defaults[key])
+  cfg = ml_collections.ConfigDict(values)
+  cfg.lock()
+  return cfg
+
+
+def model_config(config: ml_collections.ConfigDict):
+  """The frozen `TransformerConfig` for `config.model` (every field except "preset").
+
+  Raises:
+    ValueError: from TransformerConfig's validation, naming the bad field.
+  """
+  from lm.model.transformer import TransformerConfig  # pylint: disable=g-import-not-at-top
+  fields = {k: v for k, v in config.model.to_dict().items() if k != "preset"}
+  return TransformerConfig(**fields)
+
+
+def data_spec(config: ml_collections.ConfigDict):
+  """The frozen `lm.data.pipeline.DataSpec` for `config.data` (same field names)."""
+  from lm.data.pipeline import DataSpec  # pylint: disable=g-import-not-at-top
+  fields = config.data.to_dict()
+  fields["paths"] = tuple(fields["paths"])
+  fields["eval_paths"] = tuple(fields["eval_paths"])
+  fields["objective_params"] = dict(fields["objective_params"])
+  return DataSpec(**fields)
+
+
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+
+
+def _mesh_shape_errors(shape: Any, num_devices: int | None) -> list[str]:
+  from lm import partitioning  # pylint: disable=g-import-not-at-top
+  try:
+    if isinstance(shape, str):
+      parsed = partitioning.parse_mesh_shape(shape, 1 if "-1" in shape else 0) \
+          if num_devices is None else partitioning.parse_mesh_shape(shape, num_devices)
+      del parsed
+      return []
+    shape = tuple(shape)
+    if not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
+      return [f"mesh.shape {shape} must be ints, e.g. (-1, 1, 1) for (data, fsdp, tensor)."]
+    if len(shape) != len(partitioning.AXIS_NAMES):
+      return [f"mesh.shape {shape} needs {len(partitioning.AXIS_NAMES)} sizes for axes "
+              f"{partitioning.AXIS_NAMES}."]
+    if num_devices is None:
+      if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
+        raise ValueError(f"mesh shape {shape}: sizes must be positive with at most one -1.")
+    else:
+      partitioning.parse_mesh_shape(shape, num_devices)
+  except ValueError as e:
+    return [f"mesh.shape: {e}"]
+  return []
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Checks a config before anything is built or compiled.
+
+  Args:
+    config: a config from configs/*.py (after command-line overrides).
+    num_devices: if given (jax.device_count()), also check that the mesh fits and that
+      the batch splits over the batch shards.
+
+  Raises:
+    ValueError: listing every problem found, each saying which field to change.
+  """
+  from lm import losses, optim  # pylint: disable=g-import-not-at-top
+  from lm.data import objectives  # pylint: disable=g-import-not-at-top
+  errors: list[str] = []
+
+  # model
+  try:
+    model = model_config(config)
+  except (ValueError, TypeError) as e:
+    errors.append(f"config.model: {e}")
+    model = None
+  d = config.data
+  if model is not None:
+    encdec_data = d.architecture == "encoder_decoder"
+    if model.is_encoder_decoder != encdec_data:
+      errors.append(f"config.model.mask_type={model.mask_type!r} does not fit "
+                    f"config.data.architecture={d.architecture!r}; both must be encoder-decoder "
+                    "or both decoder-only (set the arch= config arg instead of either field).")
+    if model.mask_type == "prefix_lm" and d.architecture == "causal":
+      errors.append("config.model.mask_type='prefix_lm' needs config.data.architecture="
+                    "'prefix_lm' (the causal layout has no prefix).")
+    if d.tokenizer is None:
+      from lm.data.tokenizer import padded_vocab_size  # pylint: disable=g-import-not-at-top
+      vocab = d.default_vocab_size + d.extra_ids
+      if model.vocab_size not in (vocab, padded_vocab_size(vocab)):
+        errors.append(f"config.model.vocab_size={model.vocab_size} does not match the on-the-fly "
+                      f"tokenizer ({d.default_vocab_size} pieces + {d.extra_ids} extra ids = "
+                      f"{vocab}); set config.model.vocab_size={padded_vocab_size(vocab)}.")
+    if model.position_encoding == "learned" and model.max_length is not None:
+      row = (max(d.inputs_length, d.targets_length) if encdec_data
+             else d.inputs_length + d.targets_length)
+      if row > model.max_length:
+        errors.append(f"config.model.max_length={model.max_length} is shorter than the "
+                      f"sequence length {row}; raise it or shorten config.data lengths.")
+
+  # data
+  for name in ("inputs_length", "targets_length", "batch_size", "num_threads"):
+    if not d[name] > 0:
+      errors.append(f"config.data.{name} must be positive, got {d[name]}.")
+  if d.objective not in objectives.OBJECTIVES:
+    errors.append(f"config.data.objective={d.objective!r} is unknown; choose one of "
+                  f"{sorted(objectives.OBJECTIVES)}.")
+  elif d.inputs_length > 0 and d.targets_length > 0:
+    try:
+      objectives.check_lengths(d.objective, inputs_length=d.inputs_length,
+                               targets_length=d.targets_length, num_extra_ids=d.extra_ids,
+                               **d.objective_params.to_dict())
+    except ValueError as e:
+      errors.append(f"config.data: {e}")
+
+  # optimizer, schedule, loss
+  try:
+    optim.make_optimizer(config.optim, optim.make_schedule(config.schedule))
+  except ValueError as e:
+    errors.append(f"config.optim/schedule: {e}")
+  k = config.optim.grad_accum_steps
+  if not k >= 1:
+    errors.append(f"config.optim.grad_accum_steps must be >= 1, got {k}.")
+  elif d.batch_size % k:
+    errors.append(f"config.data.batch_size={d.batch_size} is not divisible by "
+                  f"config.optim.grad_accum_steps={k}.")
+  lc = config.loss
+  if lc.normalization not in losses.NORMALIZATIONS:
+    errors.append(f"config.loss.normalization={lc.normalization!r}; choose one of "
+                  f"{losses.NORMALIZATIONS}.")
+  if lc.normalization == "constant" and not lc.normalizing_constant > 0:
+    errors.append("config.loss.normalizing_constant must be > 0 with normalization='constant'.")
+  if not 0.0 <= lc.label_smoothing < 1.0:
+    errors.append(f"config.loss.label_smoothing must be in [0, 1), got {lc.label_smoothing}.")
+  if lc.z_loss < 0:
+    errors.append(f"config.loss.z_loss must be >= 0, got {lc.z_loss}.")
+
+  # mesh and rules
+  errors += _mesh_shape_errors(config.mesh.shape, num_devices)
+  from lm import partitioning  # pylint: disable=g-import-not-at-top
+  try:
+    rules = partitioning.rules_from_config(config.logical_axis_rules)
+    for name, axes in rules:
+      for axis in (axes if isinstance(axes, tuple) else (axes,)):
+        if axis is not None and axis not in partitioning.AXIS_NAMES:
+          errors.append(f"config.logical_axis_rules: {name!r} -> unknown mesh axis {axis!r}; "
+                        f"mesh axes are {partitioning.AXIS_NAMES}.")
+  except ValueError as e:
+    errors.append(f"config.logical_axis_rules: {e}")
+  if num_devices is not None and not errors:
+    import math  # pylint: disable=g-import-not-at-top
+    shape = partitioning.parse_mesh_shape(config.mesh.shape, num_devices)
+    shards = math.prod(shape[:2])
+    micro = d.batch_size // k
+    if micro % shards:
+      errors.append(f"config.data.batch_size={d.batch_size} / grad_accum_steps={k} = {micro} "
+                    f"rows per microbatch is not divisible by the {shards} batch shards "
+                    f"(data x fsdp of mesh {shape}).")
+
+  # loop, checkpoints, wandb
+  t = config.train
+  if not t.num_steps > 0:
+    errors.append(f"config.train.num_steps must be > 0, got {t.num_steps}.")
+  if not t.log_every > 0:
+    errors.append(f"config.train.log_every must be > 0, got {t.log_every}.")
+  if t.eval_every < 0 or t.eval_steps < 0:
+    errors.append("config.train.eval_every and eval_steps must be >= 0 (0 = no eval).")
+  c = config.ckpt
+  if not c.every_steps > 0:
+    errors.append(f"config.ckpt.every_steps must be > 0, got {c.every_steps}.")
+  if c.keep < 0 or c.keep_best < 0:
+    errors.append("config.ckpt.keep and keep_best must be >= 0.")
+  if config.wandb.mode not in WANDB_MODES:
+    errors.append(f"config.wandb.mode={config.wandb.mode!r}; choose one of {WANDB_MODES}.")
+
+  if errors:
+    raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))

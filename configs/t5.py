@@ -1,0 +1,250 @@
+r"""T5 study base config: one model family x many objectives x 4 architectures.
+
+Command (paper-scale baseline; T5.1.1 base, span corruption 512/114, batch 128, 2^19 steps):
+  python -m lm.main --workdir=/tmp/t5_base --config=configs/t5.py:arch=encoder_decoder,objective=span_corruption,size=base
+Paper's own baseline (T5.1.0 base: ReLU, tied embeddings, dropout 0.1; i.i.d. denoising):
+  python -m lm.main --workdir=... --config=configs/t5.py:family=t5_1_0,objective=iid_replace_spans
+Laptop / CI run (tiny model, embedded corpus, tokenizer trained on the fly, 2-core CPU):
+  python -m lm.main --workdir=/tmp/t5_local --config=configs/t5.py:runlocal
+Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.data.batch_size=256`
+(locked: a misspelt field fails with its name). Check a config without running it:
+  python -c "from configs import t5; t5.validate(t5.get_config('arch=causal'))"
+
+Hardware and time:
+  runlocal: 2-core CPU. Measured (tests/test_configs.py::test_runlocal_trains, this 2-core
+    machine shared with other jobs): ~0.25 s/step for the tiny model at batch 16 x 64/16 tokens,
+    so the 300 steps train in about 1.5-2 minutes after ~20 s of tokenizer training (cached
+    afterwards) and ~10 s of compilation.
+    Expected metric: train loss falls from ~9.0 (ln 8192, uniform over the padded vocabulary) to
+    below 6 within 300 steps; the exact figure depends on the corpus version (see the lead's
+    report for the measured curve).
+  size=base, 2^19 steps x 128 x (512 + 114) tokens (~4.2e10 tokens incl. targets): training
+    FLOPs from lm.model.accounting.flops_per_token; at 40 % MFU on a TPU v4-32 (16 chips x
+    275 TFLOP/s) this is an estimate of ~12 hours, not a measurement.
+    Expected metric: the paper reports downstream scores only (T5_NOTES §1.2: GLUE 83.28 etc.
+    after fine-tuning); it publishes no pre-training loss, so none is claimed here.
+
+`arg` keys (configs.common.parse_arg; defaults in brackets):
+  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures)
+  objective  [span_corruption] | iid_replace_spans | drop_tokens | bert | mass | deshuffle |
+             prefix_lm | full_lm | ul2                              (T5 Tables 4-7, UL2)
+  size       [base] | tiny | small_cpu | small | large | xl | xxl (t5_1_1) or small | base |
+             large | 3b | 11b (t5_1_0)
+  family     [t5_1_1] | t5_1_0
+  noise      [-1 = the objective's default] corruption rate (T5 Table 6)
+  span       [-1 = default] mean span length for span_corruption (T5 Table 7)
+  inputs_length [512], steps [-1 = 2^19], batch [-1 = 128]
+  runlocal   [False]: tiny model, short sequences, small batch, 300 steps, wandb offline.
+
+The targets length is derived from the objective (lm.data.objectives.required_targets_length:
+114 for span corruption at 512/0.15/3), so changing noise/span keeps the lengths consistent.
+"""
+from __future__ import annotations
+
+import ml_collections
+from ml_collections import config_dict
+
+from configs import common
+from configs.common import validate  # noqa: F401  (re-exported: configs.t5.validate)
+
+ARCHS = ("encoder_decoder", "shared", "prefix_lm", "causal")
+FAMILIES = ("t5_1_1", "t5_1_0")
+CPU_SIZES = ("tiny", "small_cpu")
+T5_1_1_SIZES = ("small", "base", "large", "xl", "xxl")
+T5_1_0_SIZES = ("small", "base", "large", "3b", "11b")
+
+# name -> (lm.data.objectives name, params). Defaults are the T5 paper's (§3.3).
+OBJECTIVE_PRESETS = {
+    "span_corruption": ("span_corruption", dict(noise_density=0.15, mean_noise_span_length=3.0)),
+    "iid_replace_spans": ("iid_replace_spans", dict(noise_density=0.15)),
+    "drop_tokens": ("drop_tokens", dict(noise_density=0.15)),
+    "bert": ("bert", dict(noise_density=0.15)),
+    "mass": ("mass", dict(noise_density=0.15)),
+    "deshuffle": ("deshuffle", dict()),
+    "prefix_lm": ("prefix_lm", dict()),
+    "full_lm": ("full_lm", dict()),
+    "ul2": ("mixture", dict(preset="ul2")),
+}
+
+
+def model_preset_name(arch: str, size: str, family: str = "t5_1_1") -> tuple[str, dict]:
+  """(lm.model.presets name, TransformerConfig overrides) for an architecture and size.
+
+  Decoder-only models have the per-layer shape of the encoder-decoder preset and as many
+  layers as ONE of its stacks (T5 Table 2: "LM" and "prefix LM" with P parameters).
+  """
+  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
+  if arch not in ARCHS:
+    raise ValueError(f"unknown arch {arch!r}; choose one of {ARCHS}.")
+  if family not in FAMILIES:
+    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}.")
+  if size in CPU_SIZES:
+    base = size
+  else:
+    sizes = T5_1_1_SIZES if family == "t5_1_1" else T5_1_0_SIZES
+    if size not in sizes:
+      raise ValueError(f"unknown size {size!r} for family {family}; choose one of "
+                       f"{CPU_SIZES + sizes}.")
+    base = f"{family}_{size}"
+  if arch == "encoder_decoder":
+    return base, {}
+  if arch == "shared":
+    if f"{base}_shared" in MODEL_PRESETS:
+      return f"{base}_shared", {}
+    return base, {"shared_encoder_decoder": True}
+  named = {("prefix_lm", "tiny"): "tiny_prefix_lm", ("causal", "tiny"): "tiny_causal"}
+  if family == "t5_1_1" and size in ("small", "base", "large"):
+    named[("prefix_lm", size)] = f"decoder_only_{size}"
+    named[("causal", size)] = f"causal_lm_{size}"
+  if family == "t5_1_0" and size == "base":
+    named[("prefix_lm", size)] = "t5_1_0_prefix_lm_base"
+    named[("causal", size)] = "t5_1_0_lm_base"
+  if (arch, size) in named and named[(arch, size)] in MODEL_PRESETS:
+    return named[(arch, size)], {}
+  return base, {"mask_type": arch, "num_encoder_layers": 0}
+
+
+def _model_dict(arch: str, size: str, family: str) -> ml_collections.ConfigDict:
+  """Every TransformerConfig field, resolved from the preset (so each is overridable)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
+  from lm.model.transformer import TransformerConfig  # pylint: disable=g-import-not-at-top
+  name, overrides = model_preset_name(arch, size, family)
+  resolved = dataclasses.asdict(TransformerConfig(**{**MODEL_PRESETS[name], **overrides}))
+  model = ml_collections.ConfigDict({"preset": name})
+  for field in dataclasses.fields(TransformerConfig):
+    value = resolved[field.name]
+    if value is None:  # typed placeholder so --config.model.x=... can set it later
+      kind = {"head_dim": int, "max_length": int}.get(field.name, str)
+      model[field.name] = config_dict.placeholder(kind)
+    else:
+      model[field.name] = value
+  return model
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """Returns the locked T5-study config for `arg` (see the module docstring)."""
+  arg = common.parse_arg(arg, arch="encoder_decoder", objective="span_corruption", size="",
+                         family="t5_1_1", noise=-1.0, span=-1.0, inputs_length=-1, steps=-1,
+                         batch=-1, runlocal=False)
+  if arg.objective not in OBJECTIVE_PRESETS:
+    raise ValueError(f"unknown objective {arg.objective!r}; choose one of "
+                     f"{sorted(OBJECTIVE_PRESETS)}.")
+  size = arg.size or ("tiny" if arg.runlocal else "base")
+  data_architecture = "encoder_decoder" if arch_is_encdec(arg.arch) else arg.arch
+
+  config = ml_collections.ConfigDict()
+  config.arg = arg.to_dict()  # for the record (wandb, workdir config.json)
+
+  # --- model (TransformerConfig fields; presets in lm/model/presets.py) -----------------
+  config.model = _model_dict(arg.arch, size, arg.family)
+
+  # --- data (lm.data.pipeline.DataSpec fields) ------------------------------------------
+  from lm.data import objectives  # pylint: disable=g-import-not-at-top
+  objective, params = OBJECTIVE_PRESETS[arg.objective]
+  params = dict(params)
+  if arg.noise >= 0:
+    if objective in ("full_lm", "mixture"):
+      raise ValueError(f"objective {arg.objective!r} has no corruption rate (noise).")
+    params["noise_density"] = arg.noise
+  if arg.span >= 0:
+    if objective != "span_corruption":
+      raise ValueError("span (mean span length) applies to objective=span_corruption only.")
+    params["mean_noise_span_length"] = arg.span
+  inputs_length = arg.inputs_length if arg.inputs_length > 0 else (64 if arg.runlocal else 512)
+  if objective == "full_lm":
+    targets_length = inputs_length  # full LM: the targets ARE the sequence (inputs empty)
+  else:
+    targets_length = objectives.required_targets_length(
+        objective, inputs_length=inputs_length, **params)
+
+  d = config.data = ml_collections.ConfigDict()
+  d.format = "default"                 # embedded corpus; "jsonl", "parquet", "hf", ...
+  d.paths = ()
+  d.text_field = "text"
+  d.hf_split = config_dict.placeholder(str)
+  d.json_records = False
+  d.on_decode_error = "replace"
+  d.max_document_chars = 100_000
+  d.eval_format = config_dict.placeholder(str)
+  d.eval_paths = ()
+  d.validation_fraction = 0.01         # held-out share of train documents when no eval_paths
+  d.validation_seed = 0
+  d.tokenizer = config_dict.placeholder(str)  # SentencePiece .model; None = train on the fly
+  # Pieces of the on-the-fly tokenizer (used when tokenizer is None): 32000 + 100 extra ids
+  # pads to T5's 32128; at paper scale point tokenizer at T5's spm model and format/paths at C4.
+  d.default_vocab_size = 1000 if arg.runlocal else 32000
+  # T5's 100 sentinels, or more where the objective can need more (i.i.d. 15 % at 512 needs
+  # 105 for an overflow probability <= 1e-9 per example; the padded vocabulary is unchanged).
+  d.extra_ids = max(100, objectives.required_extra_ids(
+      objective, inputs_length=inputs_length, targets_length=targets_length, **params))
+  d.objective = objective
+  d.objective_params = ml_collections.ConfigDict(params)
+  d.architecture = data_architecture
+  d.loss_on_inputs = False
+  d.inputs_length = inputs_length
+  d.targets_length = int(targets_length)
+  d.batch_size = arg.batch if arg.batch > 0 else (16 if arg.runlocal else 128)  # GLOBAL
+  d.eval_batch_size = config_dict.placeholder(int)
+  d.pack = True
+  d.num_packing_bins = config_dict.placeholder(int)
+  d.document_eos = config_dict.placeholder(bool)
+  d.seed = 0
+  d.num_epochs = config_dict.placeholder(int)
+  d.num_threads = 2 if arg.runlocal else 4
+  d.prefetch_batches = 2
+  # The on-the-fly tokenizer has default_vocab_size pieces + extra ids, padded to 128
+  # (32000 + 100 -> 32128 as T5). With data.tokenizer set, the trainer checks the model's
+  # vocab_size against the loaded tokenizer (lm.data.tokenizer.check_vocab_size).
+  from lm.data.tokenizer import padded_vocab_size  # pylint: disable=g-import-not-at-top
+  config.model.vocab_size = padded_vocab_size(d.default_vocab_size + d.extra_ids)
+
+  # --- optimizer, schedule, loss (T5_NOTES §3.5-3.6) -------------------------------------
+  o = config.optim = ml_collections.ConfigDict()
+  o.name = "adafactor"                 # | adamw
+  o.grad_clip_norm = 0.0               # global-norm clipping before the optimizer; 0 = off
+  o.grad_accum_steps = 1               # microbatches per step (lax.scan in lm/steps.py)
+  o.adafactor = ml_collections.ConfigDict(dict(
+      decay_rate=0.8, decay_offset=0, factored=True, multiply_by_parameter_scale=True,
+      clipping_threshold=1.0, momentum=0.0, eps=1e-30, min_dim_size_to_factor=128,
+      weight_decay_rate=0.0))
+  o.adamw = ml_collections.ConfigDict(dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1))
+
+  s = config.schedule = ml_collections.ConfigDict()
+  s.name = "rsqrt"                     # | cosine | linear | constant
+  s.base_lr = 1.0                      # rsqrt: lr = base_lr / sqrt(max(step, warmup_steps))
+  s.warmup_steps = 100 if arg.runlocal else 10_000
+  s.decay_steps = 0                    # cosine/linear: step where the decay ends (incl. warmup)
+  s.end_factor = 0.0                   # cosine/linear: final lr = base_lr * end_factor
+  s.linear_warmup = False              # rsqrt: also ramp linearly over warmup_steps
+
+  config.loss = ml_collections.ConfigDict(dict(
+      z_loss=1e-4, label_smoothing=0.0,
+      normalization="num_target_tokens",  # | constant (T5 fine-tuning: 233472) | none
+      normalizing_constant=233472.0))
+
+  # --- partitioning ----------------------------------------------------------------------
+  config.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1)))  # (data, fsdp, tensor)
+  from lm import partitioning  # pylint: disable=g-import-not-at-top
+  config.logical_axis_rules = tuple(partitioning.DEFAULT_LOGICAL_AXIS_RULES)
+
+  # --- checkpointing, logging, loop ------------------------------------------------------
+  steps = arg.steps if arg.steps > 0 else (300 if arg.runlocal else 2 ** 19)
+  config.ckpt = ml_collections.ConfigDict(dict(
+      every_steps=100 if arg.runlocal else 5000, keep=3, keep_best=0, best_metric="eval_loss",
+      async_save=True, init_from=config_dict.placeholder(str)))
+  config.wandb = ml_collections.ConfigDict(dict(
+      mode="offline" if arg.runlocal else "auto",  # auto: online iff WANDB_API_KEY is set
+      project="lm-t5", entity=config_dict.placeholder(str),
+      group=config_dict.placeholder(str), name=config_dict.placeholder(str),
+      tags=(arg.arch, arg.objective, size, arg.family), notes=""))
+  config.train = ml_collections.ConfigDict(dict(
+      num_steps=steps, log_every=20 if arg.runlocal else 100,
+      eval_every=100 if arg.runlocal else 5000, eval_steps=5 if arg.runlocal else 20,
+      seed=0))
+  config.lock()
+  return config
+
+
+def arch_is_encdec(arch: str) -> bool:
+  return arch in ("encoder_decoder", "shared")
