@@ -1,0 +1,315 @@
+"""Transformer: shapes, logical axes, causality, prefix LM, packing, scan, variants, errors."""
+import functools
+
+import numpy as np
+import pytest
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lm.model.transformer import (Transformer, TransformerConfig, scan_to_unscanned,
+                                  unscanned_to_scan)
+
+V = 32
+
+
+def tiny(**kw):
+  base = dict(vocab_size=V, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+              num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
+  if kw.get("mask_type", "encoder_decoder") != "encoder_decoder":
+    base["num_encoder_layers"] = 0
+  base.update(kw)
+  return TransformerConfig(**base)
+
+
+@functools.lru_cache(maxsize=None)
+def init(cfg, batch_key):
+  batch = BATCHES[batch_key](cfg)
+  return jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(0), batch)["params"]
+
+
+@functools.lru_cache(maxsize=None)
+def forward_fn(cfg):
+  model = Transformer(cfg)
+  return jax.jit(lambda params, batch: model.apply({"params": params}, batch))
+
+
+def forward(cfg, params, batch):
+  return np.asarray(forward_fn(cfg)(params, batch))
+
+
+def simple_batch(cfg, b=2, li=5, lt=6, seed=0):
+  rng = np.random.default_rng(seed)
+  batch = {"decoder_input_tokens": rng.integers(2, V, (b, lt)).astype(np.int32),
+           "decoder_target_tokens": rng.integers(2, V, (b, lt)).astype(np.int32)}
+  batch["decoder_input_tokens"][:, 0] = 0
+  if cfg.is_encoder_decoder:
+    batch["encoder_input_tokens"] = rng.integers(2, V, (b, li)).astype(np.int32)
+  if cfg.mask_type == "prefix_lm":
+    batch["decoder_causal_attention"] = (np.arange(lt) < 3).astype(np.int32)[None].repeat(b, 0)
+  return batch
+
+
+BATCHES = {"simple": simple_batch}
+
+
+# ------------------------------------------------------------------------- basics
+
+def test_shapes_dtypes_and_logical_axes():
+  cfg = tiny(dtype="bfloat16", num_encoder_layers=2, num_decoder_layers=2)
+  batch = simple_batch(cfg)
+  params = init(cfg, "simple")
+  leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  for leaf in leaves:
+    assert isinstance(leaf, nn.LogicallyPartitioned), type(leaf)
+    assert leaf.value.dtype == jnp.float32
+    assert len(leaf.names) == leaf.value.ndim, leaf.names
+    assert set(leaf.names) <= {"vocab", "embed", "heads", "kv", "mlp", "relpos_buckets"}
+  logits = forward(cfg, params, batch)
+  assert logits.shape == (2, 6, V) and logits.dtype == np.float32
+  assert np.all(np.isfinite(logits))
+  shapes = jax.tree_util.tree_map(lambda x: x.shape, nn.meta.unbox(params))
+  assert shapes["token_embedder"]["embedding"] == (V, 16)
+  assert shapes["logits_dense"]["kernel"] == (16, V)
+  assert shapes["encoder"]["relpos_bias"]["rel_embedding"] == (2, 32)
+  assert shapes["decoder"]["layers_1"]["encoder_decoder_attention"]["query"] == (16, 2, 8)
+  assert shapes["decoder"]["layers_0"]["mlp"]["wi_1"] == (16, 32)
+  assert "encoder_decoder_attention" not in shapes["encoder"]["layers_0"]
+  assert sorted(shapes["decoder"]) == ["final_norm", "layers_0", "layers_1", "relpos_bias"]
+
+
+def test_t5_init_statistics():
+  cfg = tiny(emb_dim=64, mlp_dim=256, num_heads=4, head_dim=16, vocab_size=512)
+  p = nn.meta.unbox(jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(1), simple_batch(cfg))["params"])
+  np.testing.assert_allclose(np.std(p["token_embedder"]["embedding"]), 1.0, rtol=0.05)
+  np.testing.assert_allclose(np.std(p["encoder"]["layers_0"]["mlp"]["wi_0"]), 1 / 8, rtol=0.1)
+  np.testing.assert_allclose(np.std(p["encoder"]["layers_0"]["self_attention"]["query"]), 1 / 8 / 4, rtol=0.1)
+  np.testing.assert_array_equal(p["decoder"]["final_norm"]["scale"], 1.0)
+
+
+# ------------------------------------------------------------------------- causality
+
+@pytest.mark.parametrize("mask_type", ["causal", "encoder_decoder"])
+def test_future_tokens_never_change_earlier_logits(mask_type):
+  cfg = tiny(mask_type=mask_type)
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg, b=1)
+  batch = {k: np.concatenate([v] * 4) for k, v in batch.items()}
+  for row, t in ((1, 2), (2, 4), (3, 5)):
+    batch["decoder_input_tokens"][row, t] = (batch["decoder_input_tokens"][0, t] + 7) % (V - 2) + 2
+  logits = forward(cfg, params, batch)
+  for row, t in ((1, 2), (2, 4), (3, 5)):
+    np.testing.assert_allclose(logits[row, :t], logits[0, :t], atol=1e-5)
+    assert np.abs(logits[row, t] - logits[0, t]).max() > 1e-4
+
+
+def test_prefix_lm_visibility():
+  cfg = tiny(mask_type="prefix_lm")
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg, b=1)  # prefix = positions 0..2, targets 3..5
+  batch = {k: np.concatenate([v] * 3) for k, v in batch.items()}
+  batch["decoder_input_tokens"][1, 2] = (batch["decoder_input_tokens"][0, 2] + 5) % (V - 2) + 2
+  batch["decoder_input_tokens"][2, 4] = (batch["decoder_input_tokens"][0, 4] + 5) % (V - 2) + 2
+  logits = forward(cfg, params, batch)
+  # Changing the last prefix token changes every prefix position (bidirectional prefix).
+  for t in range(3):
+    assert np.abs(logits[1, t] - logits[0, t]).max() > 1e-4
+  # Changing target 4 never changes prefix positions or earlier targets.
+  np.testing.assert_allclose(logits[2, :4], logits[0, :4], atol=1e-5)
+  assert np.abs(logits[2, 4] - logits[0, 4]).max() > 1e-4
+
+
+def test_prefix_lm_with_empty_prefix_equals_causal():
+  cfg_p, cfg_c = tiny(mask_type="prefix_lm"), tiny(mask_type="causal")
+  params = init(cfg_p, "simple")
+  batch = simple_batch(cfg_p)
+  want = forward(cfg_c, params, {k: v for k, v in batch.items() if k != "decoder_causal_attention"})
+  for dca0 in (0, 1):  # all zero, or only the BOS flagged (seqio's empty-inputs layout)
+    dca = np.zeros_like(batch["decoder_causal_attention"])
+    dca[:, 0] = dca0
+    got = forward(cfg_p, params, dict(batch, decoder_causal_attention=dca))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- packing
+
+def pack_rows(seqs, length, rng):
+  """seqs: list of lists of token arrays for one row -> tokens, segment_ids, positions."""
+  tokens = rng.integers(2, V, (len(seqs), length)).astype(np.int32)  # garbage in padding
+  seg = np.zeros((len(seqs), length), np.int32)
+  pos = np.zeros((len(seqs), length), np.int32)
+  for r, row in enumerate(seqs):
+    at = 0
+    for s, seq in enumerate(row):
+      tokens[r, at:at + len(seq)] = seq
+      seg[r, at:at + len(seq)] = s + 1
+      pos[r, at:at + len(seq)] = np.arange(len(seq))
+      at += len(seq)
+  return tokens, seg, pos
+
+
+def packing_batch(cfg, seed=0):
+  """Rows: [A, B packed], [A alone], [B alone], [A alone, other padding garbage]."""
+  rng = np.random.default_rng(seed)
+  length = 9
+  dec = [rng.integers(2, V, 4), rng.integers(2, V, 3)]
+  rows = [[dec[0], dec[1]], [dec[0]], [dec[1]], [dec[0]]]
+  tokens, seg, pos = pack_rows(rows, length, rng)
+  batch = {"decoder_input_tokens": tokens, "decoder_target_tokens": tokens,
+           "decoder_segment_ids": seg, "decoder_positions": pos}
+  if cfg.mask_type == "prefix_lm":
+    dca = np.zeros_like(seg)
+    for r, row in enumerate(rows):
+      at = 0
+      for seq in row:
+        dca[r, at:at + 2] = 1
+        at += len(seq)
+    batch["decoder_causal_attention"] = dca
+  if cfg.is_encoder_decoder:
+    enc = [rng.integers(2, V, 3), rng.integers(2, V, 5)]
+    etok, eseg, epos = pack_rows([[enc[0], enc[1]], [enc[0]], [enc[1]], [enc[0]]], 10, rng)
+    batch.update(encoder_input_tokens=etok, encoder_segment_ids=eseg, encoder_positions=epos)
+  return batch
+
+
+BATCHES["packing"] = packing_batch
+
+
+@pytest.mark.parametrize("cfg", [
+    tiny(mask_type="prefix_lm", position_encoding="t5_relative"),
+    tiny(mask_type="prefix_lm", position_encoding="rope"),
+    tiny(mask_type="prefix_lm", position_encoding="alibi"),
+    tiny(mask_type="causal", position_encoding="learned", max_length=16),
+    tiny(mask_type="causal", position_encoding="sinusoidal"),
+    tiny(mask_type="causal", position_encoding="none"),
+    tiny(mask_type="encoder_decoder"),
+], ids=["prefix_lm-relative", "prefix_lm-rope", "prefix_lm-alibi", "causal-learned",
+        "causal-sinusoidal", "causal-none", "enc_dec-relative"])
+def test_packing_isolation_and_padding(cfg):
+  params = init(cfg, "packing")
+  logits = forward(cfg, params, packing_batch(cfg))
+  np.testing.assert_allclose(logits[0, :4], logits[1, :4], atol=1e-5)   # A packed == A alone
+  np.testing.assert_allclose(logits[0, 4:7], logits[2, :3], atol=1e-5)  # B packed == B alone
+  np.testing.assert_allclose(logits[3, :4], logits[1, :4], atol=1e-5)   # padding values don't matter
+
+
+# ------------------------------------------------------------------------- scan, shared
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_scan_matches_unscanned(shared):
+  cfg = tiny(shared_encoder_decoder=shared, num_encoder_layers=2, num_decoder_layers=2)
+  cfg_scan = cfg.replace(scan_layers=True)
+  params = init(cfg, "simple")
+  scanned = unscanned_to_scan(params)
+  batch = simple_batch(cfg)
+  ref = jax.eval_shape(Transformer(cfg_scan).init, jax.random.PRNGKey(0), batch)["params"]
+  assert jax.tree_util.tree_structure(scanned) == jax.tree_util.tree_structure(ref)
+  for a, b in zip(jax.tree_util.tree_leaves(scanned, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned)),
+                  jax.tree_util.tree_leaves(ref, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))):
+    assert a.names == b.names and a.value.shape == b.value.shape
+  np.testing.assert_allclose(forward(cfg_scan, scanned, batch), forward(cfg, params, batch), atol=1e-5)
+  back = scan_to_unscanned(scanned)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, nn.meta.unbox(back), nn.meta.unbox(params))
+
+
+def test_shared_encoder_decoder_params():
+  cfg = tiny(shared_encoder_decoder=True, num_encoder_layers=2, num_decoder_layers=2)
+  shapes = nn.meta.unbox(init(cfg, "simple"))
+  assert "encoder" not in shapes
+  assert "encoder_decoder_attention" in shapes["decoder"]["layers_0"]
+  scanned = nn.meta.unbox(jax.eval_shape(Transformer(cfg.replace(scan_layers=True)).init,
+                                         jax.random.PRNGKey(0), simple_batch(cfg))["params"])
+  assert scanned["decoder"]["layers"]["encoder_decoder_attention"]["key"].shape == (2, 16, 2, 8)
+
+
+# ------------------------------------------------------------------------- variants
+
+def test_tied_embeddings_t5_1_0():
+  cfg = tiny(tie_embeddings=True, mlp_activation="relu")
+  params = init(cfg, "simple")
+  assert "logits_dense" not in params
+  assert set(params["decoder"]["layers_0"]["mlp"]) == {"wi", "wo"}
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  logits, inter = jax.jit(lambda p: model.apply({"params": p}, batch, capture_intermediates=True))(params)
+  y = inter["intermediates"]["decoder"]["__call__"][0]
+  emb = nn.meta.unbox(params)["token_embedder"]["embedding"]
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(y) @ np.asarray(emb).T / 4.0, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(norm_type="layernorm", norm_position="post", mlp_activation="gelu", head_dim=None),
+    dict(mask_type="causal", mlp_activation="swiglu", head_dim=12, position_encoding="rope"),
+])
+def test_variants_run(kw):
+  cfg = tiny(**kw)
+  params = init(cfg, "simple")
+  logits = forward(cfg, params, simple_batch(cfg))
+  assert logits.shape == (2, 6, V) and np.all(np.isfinite(logits))
+  layer = nn.meta.unbox(params)["decoder"]["layers_0"]
+  if kw.get("norm_type") == "layernorm":
+    assert set(layer["pre_mlp_layer_norm"]) == {"scale", "bias"}
+    assert "final_norm" not in params["decoder"]  # post-norm: no final norm
+  if kw.get("mlp_activation") == "swiglu":
+    assert layer["self_attention"]["query"].shape == (16, 2, 12)
+
+
+def test_remat_same_logits_and_grads():
+  cfg = tiny()
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+
+  def loss(cfg):
+    return jax.jit(jax.grad(lambda p: jnp.sum(Transformer(cfg).apply({"params": p}, batch) ** 2)))
+  g0 = loss(cfg)(params)
+  g1 = loss(cfg.replace(remat_policy="dots_saveable"))(params)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                         nn.meta.unbox(g0), nn.meta.unbox(g1))
+
+
+def test_dropout():
+  cfg = tiny(dropout_rate=0.3)
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  f = jax.jit(lambda p, key: model.apply({"params": p}, batch, enable_dropout=True, rngs={"dropout": key}))
+  a, b, c = f(params, jax.random.PRNGKey(0)), f(params, jax.random.PRNGKey(0)), f(params, jax.random.PRNGKey(1))
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert np.abs(np.asarray(a) - np.asarray(c)).max() > 1e-3
+  det = forward(cfg, params, batch)
+  assert np.abs(np.asarray(a) - det).max() > 1e-3
+
+
+# ------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(head_dim=None, emb_dim=10, num_heads=3), "divisible"),
+    (dict(mask_type="decoder"), "unknown mask_type"),
+    (dict(mlp_activation="tanh"), "unknown mlp_activation"),
+    (dict(position_encoding="xpos"), "unknown position_encoding"),
+    (dict(norm_type="batchnorm"), "unknown norm_type"),
+    (dict(norm_position="middle"), "unknown norm_position"),
+    (dict(dtype="float16"), "unknown dtype"),
+    (dict(remat_policy="some"), "unknown remat_policy"),
+    (dict(shared_encoder_decoder=True, num_encoder_layers=3), "num_encoder_layers == num_decoder_layers"),
+    (dict(position_encoding="learned"), "max_length"),
+    (dict(position_encoding="rope", head_dim=7), "even head_dim"),
+    (dict(dropout_rate=1.0), "dropout_rate"),
+    (dict(num_heads=0), "num_heads"),
+    (dict(mask_type="causal", num_encoder_layers=2), "num_encoder_layers=0"),
+    (dict(mask_type="encoder_decoder", num_encoder_layers=0), "num_encoder_layers > 0"),
+])
+def test_bad_configs_raise(kw, match):
+  base = dict(vocab_size=V, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+              num_encoder_layers=2, num_decoder_layers=2)
+  with pytest.raises(ValueError, match=match):
+    TransformerConfig(**{**base, **kw})
+
+
+def test_prefix_lm_needs_decoder_causal_attention():
+  cfg = tiny(mask_type="prefix_lm")
+  batch = simple_batch(cfg)
+  del batch["decoder_causal_attention"]
+  with pytest.raises(KeyError, match="decoder_causal_attention"):
+    Transformer(cfg).init(jax.random.PRNGKey(0), batch)
