@@ -1,0 +1,85 @@
+"""Writers: console line, jsonl file, wandb offline/disabled with run-id resume, secret filter."""
+import io
+import json
+import os
+
+import ml_collections
+import pytest
+
+from lm import writers
+
+
+def _config(mode):
+  return ml_collections.ConfigDict(dict(
+      train=dict(num_steps=100),
+      wandb=dict(mode=mode, project="lm-test", entity=None, group="g", name="n",
+                 tags=("a", "b"), notes=""),
+      data=dict(tokenizer="spm.model", num_target_tokens=3, hf_token="hf_abcdefghijklmnopqrstuvwx"),
+      secrets=dict(wandb_api_key="0123456789abcdef0123456789abcdef01234567")))
+
+
+def test_secret_filter_keeps_token_counts_and_drops_credentials():
+  cfg = {"data": {"tokenizer": "x", "num_target_tokens": 3, "hf_token": "abc",
+                  "api_key": "k", "password": "p", "keep": 3},
+         "AWS_SECRET_ACCESS_KEY": "s", "apiKey": "z", "commit": "hf_" + "a" * 30,
+         "tags": ["x", "sk-" + "b" * 30]}
+  out = writers.filter_secrets(cfg)
+  assert out == {"data": {"tokenizer": "x", "num_target_tokens": 3, "keep": 3},
+                 "tags": ["x"]}
+
+
+def test_console_line_and_jsonl(tmp_path):
+  stream = io.StringIO()
+  console = writers.ConsoleWriter(1000, start_step=0, stream=stream, progress_bar=False)
+  line = console.format_line(100, {"loss": 2.34567, "tokens_per_s": 12345.0, "mfu": 0.315})
+  assert line.startswith("train step  100/1000 | loss 2.346 | tokens_per_s 1.23e+04 | mfu 31.5%")
+  assert "eta " in line
+  console.write(100, {"loss": 1.0})
+  assert "loss 1" in stream.getvalue()
+  path = tmp_path / "metrics.jsonl"
+  j = writers.JsonlWriter(path)
+  j.write(1, {"loss": 2.0, "bad": float("nan")})
+  j.close()
+  j = writers.JsonlWriter(path)  # a resumed run appends
+  j.write(2, {"loss": 1.5})
+  j.close()
+  rows = [json.loads(l) for l in path.read_text().splitlines()]
+  assert [r["step"] for r in rows] == [1, 2] and rows[0]["bad"] is None and rows[1]["loss"] == 1.5
+
+
+def test_make_writers_disabled_has_no_wandb(tmp_path):
+  w = writers.make_writers(_config("disabled"), tmp_path, progress_bar=False)
+  assert [type(x).__name__ for x in w.writers] == ["ConsoleWriter", "JsonlWriter"]
+  w.write(5, {"loss": 3.0})
+  w.close()
+  assert json.loads((tmp_path / "metrics.jsonl").read_text())["loss"] == 3.0
+  assert not (tmp_path / writers.RUN_ID_FILE).exists()
+
+
+def test_wandb_mode_auto(monkeypatch):
+  monkeypatch.delenv("WANDB_API_KEY", raising=False)
+  assert writers.resolve_wandb_mode("auto") == "offline"
+  monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+  assert writers.resolve_wandb_mode("auto") == "online"
+  with pytest.raises(ValueError, match="wandb mode 'on'"):
+    writers.resolve_wandb_mode("on")
+
+
+def test_wandb_offline_resumes_same_run_id_without_network(tmp_path, monkeypatch):
+  monkeypatch.delenv("WANDB_API_KEY", raising=False)
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  w = writers.make_writers(_config("auto"), tmp_path, progress_bar=False)
+  wb = w.writers[-1]
+  assert isinstance(wb, writers.WandbWriter) and wb.mode == "offline"
+  logged = dict(wb.run.config)
+  assert "secrets" not in logged  # a whole "secrets" group is dropped
+  assert "hf_token" not in logged["data"] and logged["data"]["num_target_tokens"] == 3
+  w.write(1, {"loss": 2.0})
+  w.close()
+  run_id = (tmp_path / writers.RUN_ID_FILE).read_text().strip()
+  assert run_id == wb.run_id
+  w2 = writers.make_writers(_config("offline"), tmp_path, progress_bar=False)
+  assert w2.writers[-1].run_id == run_id and w2.writers[-1].run.id == run_id
+  w2.close()
+  assert any(p.startswith("offline-run") for p in os.listdir(tmp_path / "wandb"))
