@@ -111,24 +111,14 @@ WANDB_MODES = ("auto", "online", "offline", "disabled")
 def _mesh_shape_errors(shape: Any, num_devices: int | None) -> list[str]:
   from lm import partitioning  # pylint: disable=g-import-not-at-top
   try:
-    if isinstance(shape, str):
-      parsed = partitioning.parse_mesh_shape(shape, 1 if "-1" in shape else 0) \
-          if num_devices is None else partitioning.parse_mesh_shape(shape, num_devices)
-      del parsed
-      return []
-    shape = tuple(shape)
-    if not all(isinstance(s, int) and not isinstance(s, bool) for s in shape):
-      return [f"mesh.shape {shape} must be ints, e.g. (-1, 1, 1) for (data, fsdp, tensor)."]
-    if len(shape) != len(partitioning.AXIS_NAMES):
-      return [f"mesh.shape {shape} needs {len(partitioning.AXIS_NAMES)} sizes for axes "
+    parsed = partitioning.mesh_shape_tuple(shape)
+    if len(parsed) != len(partitioning.AXIS_NAMES):
+      return [f"config.mesh.shape {parsed} needs {len(partitioning.AXIS_NAMES)} sizes for axes "
               f"{partitioning.AXIS_NAMES}."]
-    if num_devices is None:
-      if shape.count(-1) > 1 or any(s == 0 or s < -1 for s in shape):
-        raise ValueError(f"mesh shape {shape}: sizes must be positive with at most one -1.")
-    else:
-      partitioning.parse_mesh_shape(shape, num_devices)
+    if num_devices is not None:
+      partitioning.parse_mesh_shape(parsed, num_devices)
   except ValueError as e:
-    return [f"mesh.shape: {e}"]
+    return [f"config.mesh.shape: {e}"]
   return []
 
 

@@ -48,6 +48,32 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def mesh_shape_tuple(shape: Sequence[int] | str) -> tuple[int, ...]:
+  """Syntax check of a mesh shape: ints (or "-1,1,1" / "(2, 2, 2)"), positive or one -1.
+
+  Raises:
+    ValueError: saying what is wrong with the shape.
+  """
+  if isinstance(shape, str):
+    text = shape.strip().strip("()[]")
+    try:
+      shape = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+      raise ValueError(f"mesh shape {shape!r} is not a comma-separated list of ints, "
+                       "e.g. '-1,1,1'.") from None
+  if not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in shape):
+    raise ValueError(f"mesh shape {tuple(shape)} must be ints, e.g. (-1, 1, 1).")
+  shape = tuple(int(s) for s in shape)
+  if not shape:
+    raise ValueError("mesh shape is empty; use e.g. (-1, 1, 1) for (data, fsdp, tensor).")
+  if any(s == 0 or s < -1 for s in shape):
+    raise ValueError(f"mesh shape {shape}: sizes must be positive or a single -1.")
+  n_fill = shape.count(-1)
+  if n_fill > 1:
+    raise ValueError(f"mesh shape {shape} has {n_fill} entries of -1; at most one may be -1.")
+  return shape
+
+
 def parse_mesh_shape(shape: Sequence[int] | str, num_devices: int) -> tuple[int, ...]:
   """Resolves a mesh shape with at most one -1 against a device count.
 
@@ -62,23 +88,9 @@ def parse_mesh_shape(shape: Sequence[int] | str, num_devices: int) -> tuple[int,
   Raises:
     ValueError: with the shape, the device count and what to change.
   """
-  if isinstance(shape, str):
-    text = shape.strip().strip("()[]")
-    try:
-      shape = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-      raise ValueError(f"mesh shape {shape!r} is not a comma-separated list of ints, "
-                       "e.g. '-1,1,1'.") from None
-  shape = tuple(int(s) for s in shape)
-  if not shape:
-    raise ValueError("mesh shape is empty; use e.g. (-1, 1, 1) for (data, fsdp, tensor).")
-  if any(s == 0 or s < -1 for s in shape):
-    raise ValueError(f"mesh shape {shape}: sizes must be positive or a single -1.")
-  n_fill = shape.count(-1)
-  if n_fill > 1:
-    raise ValueError(f"mesh shape {shape} has {n_fill} entries of -1; at most one may be -1.")
+  shape = mesh_shape_tuple(shape)
   known = math.prod(s for s in shape if s != -1)
-  if n_fill:
+  if -1 in shape:
     if num_devices % known:
       raise ValueError(
           f"mesh shape {shape} does not fit {num_devices} devices: the fixed axes' "

@@ -1,0 +1,132 @@
+"""configs/common.py parse_arg + validate, configs/t5.py presets (no training here)."""
+import jax
+import ml_collections
+import pytest
+
+from configs import common, t5
+
+
+def test_parse_arg_types_bare_flags_and_errors():
+  arg = common.parse_arg("arch=prefix_lm,steps=10,noise=0.25,runlocal", arch="encoder_decoder",
+                         steps=-1, noise=-1.0, runlocal=False, name=None)
+  assert (arg.arch, arg.steps, arg.noise, arg.runlocal, arg.name) == ("prefix_lm", 10, 0.25,
+                                                                      True, None)
+  assert common.parse_arg("runlocal=False", runlocal=True).runlocal is False
+  assert common.parse_arg(None, size="base").size == "base"
+  with pytest.raises(ValueError, match="unknown config arg 'sise'; known: size"):
+    common.parse_arg("sise=base", size="base")
+  with pytest.raises(ValueError, match="steps='ten': expected an int"):
+    common.parse_arg("steps=ten", steps=1)
+  with pytest.raises(ValueError, match="expected a boolean"):
+    common.parse_arg("runlocal=maybe", runlocal=False)
+  with pytest.raises(ValueError, match="needs a value"):
+    common.parse_arg("steps", steps=1)
+  with pytest.raises(ValueError, match="given twice"):
+    common.parse_arg("steps=1,steps=2", steps=1)
+
+
+@pytest.mark.parametrize("arg, preset, mask_type, targets_length", [
+    ("", "t5_1_1_base", "encoder_decoder", 114),
+    ("runlocal", "tiny", "encoder_decoder", 14),
+    ("arch=shared,family=t5_1_0,objective=iid_replace_spans", "t5_1_0_base_shared",
+     "encoder_decoder", 188),
+    ("arch=prefix_lm,size=small", "decoder_only_small", "prefix_lm", 114),
+    ("arch=causal,objective=full_lm,runlocal", "tiny_causal", "causal", 64),
+    ("arch=causal,size=xl", "t5_1_1_xl", "causal", 114),
+    ("objective=span_corruption,noise=0.5,span=10", "t5_1_1_base", "encoder_decoder", None),
+    ("objective=ul2,size=large", "t5_1_1_large", "encoder_decoder", None),
+])
+def test_presets_validate(arg, preset, mask_type, targets_length):
+  config = t5.get_config(arg)
+  common.validate(config, num_devices=jax.device_count())
+  assert config.model.preset == preset and config.model.mask_type == mask_type
+  if targets_length is not None:
+    assert config.data.targets_length == targets_length
+  model = common.model_config(config)
+  assert model.vocab_size == config.model.vocab_size
+  spec = common.data_spec(config)
+  assert spec.architecture == ("encoder_decoder" if mask_type == "encoder_decoder" else mask_type)
+  assert spec.objective == config.data.objective
+
+
+def test_decoder_only_presets_have_one_stack_of_layers():
+  encdec = t5.get_config("size=base").model
+  dec = t5.get_config("arch=causal,size=base").model
+  assert dec.num_encoder_layers == 0 and dec.num_decoder_layers == encdec.num_encoder_layers
+  xl = t5.get_config("arch=prefix_lm,size=xl").model  # no named preset: generic override
+  assert xl.preset == "t5_1_1_xl" and xl.num_encoder_layers == 0 and xl.emb_dim == 2048
+
+
+def test_t5_defaults_match_the_notes():
+  c = t5.get_config()
+  assert (c.optim.name, c.schedule.name, c.schedule.base_lr, c.schedule.warmup_steps) == (
+      "adafactor", "rsqrt", 1.0, 10_000)
+  a = c.optim.adafactor
+  assert (a.decay_rate, a.clipping_threshold, a.momentum, a.eps, a.min_dim_size_to_factor,
+          a.multiply_by_parameter_scale, a.factored) == (0.8, 1.0, 0.0, 1e-30, 128, True, True)
+  assert (c.loss.z_loss, c.loss.label_smoothing) == (1e-4, 0.0)
+  assert (c.data.batch_size, c.data.inputs_length, c.train.num_steps) == (128, 512, 2 ** 19)
+  assert c.model.vocab_size == 32128 and tuple(c.mesh.shape) == (-1, 1, 1)
+
+
+def test_config_is_locked_and_typed():
+  c = t5.get_config("runlocal")
+  with pytest.raises(AttributeError, match="lr"):
+    c.optim.lr = 1e-3
+  with pytest.raises(AttributeError, match="emb_dimm"):
+    c.model.emb_dimm = 8
+  with pytest.raises(TypeError):
+    c.data.batch_size = "large"
+  c.data.tokenizer = "/tmp/spm.model"  # typed placeholder accepts a str
+  with pytest.raises(ValueError, match="unknown objective 'spam'"):
+    t5.get_config("objective=spam")
+  with pytest.raises(ValueError, match="unknown arch 'rnn'"):
+    t5.get_config("arch=rnn")
+  with pytest.raises(ValueError, match="unknown size 'huge'"):
+    t5.get_config("size=huge")
+
+
+def _broken(**changes):
+  c = t5.get_config("runlocal")
+  for path, value in changes.items():
+    node = c
+    *parents, leaf = path.split("__")
+    for p in parents:
+      node = node[p]
+    with c.unlocked():
+      node[leaf] = value
+  return c
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(data__objective="spam"), "config.data.objective='spam' is unknown"),
+    (dict(data__targets_length=5), "needs targets_length >= 14"),
+    (dict(data__inputs_length=0), "config.data.inputs_length must be positive"),
+    (dict(data__batch_size=-4), "config.data.batch_size must be positive"),
+    (dict(mesh__shape=(-1, -1, 1)), "config.mesh.shape: .*at most one may be -1"),
+    (dict(mesh__shape=(3, 1, 1)), "does not fit 8 devices|has 3 devices but 8"),
+    (dict(mesh__shape=(8, 1)), "needs 3 sizes"),
+    (dict(model__mask_type="causal", model__num_encoder_layers=0),
+     "does not fit config.data.architecture='encoder_decoder'"),
+    (dict(model__vocab_size=2000), "set config.model.vocab_size=1152"),
+    (dict(model__mlp_activation="tanh"), "config.model: TransformerConfig: unknown mlp_activation"),
+    (dict(optim__name="sgd"), "unknown optim.name 'sgd'"),
+    (dict(schedule__name="cosine"), "decay_steps"),
+    (dict(loss__normalization="mean"), "config.loss.normalization='mean'"),
+    (dict(optim__grad_accum_steps=3), "not divisible by config.optim.grad_accum_steps=3"),
+    (dict(data__batch_size=12), "not divisible by the 8 batch shards"),
+    (dict(wandb__mode="on"), "config.wandb.mode='on'"),
+    (dict(logical_axis_rules=(("embed", "model"),)), "unknown mesh axis 'model'"),
+    (dict(train__num_steps=0), "config.train.num_steps must be > 0"),
+])
+def test_validate_errors_say_what_to_change(changes, message):
+  with pytest.raises(ValueError, match=message):
+    common.validate(_broken(**changes), num_devices=8)
+
+
+def test_validate_collects_several_errors_and_mesh_syntax_without_devices():
+  c = _broken(data__objective="spam", loss__z_loss=-1.0)
+  with pytest.raises(ValueError) as e:
+    common.validate(c)
+  assert "objective='spam'" in str(e.value) and "z_loss must be >= 0" in str(e.value)
+  common.validate(_broken(mesh__shape=(3, 1, 1)))  # fine until the device count is known
