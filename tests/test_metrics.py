@@ -1,0 +1,36 @@
+"""lm/metrics.py: (sum, weight) aggregation, peak FLOP/s table, matmul measurement, MFU."""
+import math
+import types
+
+import numpy as np
+import pytest
+
+from lm import metrics
+
+
+def test_merge_and_compute_are_exact_weighted_means():
+  a = {"loss": (np.float32(10.0), np.float32(4.0)), "lr": (np.float32(0.1), np.float32(1.0))}
+  b = {"loss": (np.float32(2.0), np.float32(1.0)), "lr": (np.float32(0.3), np.float32(1.0))}
+  acc = metrics.merge(metrics.merge(None, a), b)
+  out = metrics.compute(acc)
+  assert out["loss"] == pytest.approx(12.0 / 5.0) and out["lr"] == pytest.approx(0.2)
+  assert metrics.totals(acc)["loss"] == pytest.approx(12.0)
+  assert math.isnan(metrics.compute({"x": (0.0, 0.0)})["x"])
+  with pytest.raises(ValueError, match="metric names differ"):
+    metrics.merge(acc, {"loss": (1.0, 1.0)})
+
+
+@pytest.mark.parametrize("kind, flops", [
+    ("TPU v4", 275e12), ("TPU v5 lite", 197e12), ("TPU v5p", 459e12), ("TPU v6 lite", 918e12),
+    ("NVIDIA A100-SXM4-40GB", 312e12), ("NVIDIA H100 80GB HBM3", 989e12),
+    ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H200", 989e12), ("cpu", None),
+])
+def test_peak_flops_table(kind, flops):
+  assert metrics.peak_flops_per_device(types.SimpleNamespace(device_kind=kind)) == flops
+
+
+def test_measure_matmul_flops_and_mfu():
+  flops = metrics.measure_matmul_flops(n=256, repeats=2)
+  assert 1e7 < flops < 1e14  # any real CPU; catches unit errors (s vs ms, n^2 vs n^3)
+  assert metrics.mfu(6e9, 1e3, 1e13) == pytest.approx(0.6)
+  assert math.isnan(metrics.mfu(1.0, 1.0, 0.0))
