@@ -1,0 +1,209 @@
+"""Model throughput benchmark: jitted forward + backward of the presets, tokens/s and MFU.
+
+    python benchmarks/bench_model.py                        # tiny, t5_1_1_small, decoder-only
+    python benchmarks/bench_model.py --presets t5_1_1_small --batch 8 --steps 5 --dtype float32
+    python benchmarks/bench_model.py --presets t5_1_1_small --compare_hf   # + HF PyTorch T5
+
+What is timed: ``jax.jit(jax.value_and_grad(loss))(params, batch)`` where loss is the
+mean token cross entropy of ``Transformer(config).apply`` (no optimizer update, no
+dropout), on one device (the first of ``jax.devices()``), after a compile + warm-up call;
+the reported step time is the median of ``--steps`` timed calls.
+
+Per preset it prints: step time, tokens/s (B * (Li + Lt), every token of both stacks),
+the model FLOPs of one step from ``lm.model.accounting.training_flops`` (matmuls only,
+3x forward), XLA's own FLOP count of the compiled step (cost analysis; it also counts
+elementwise work and the backward's real matmuls), and MFU = model FLOPs / step time /
+peak. The peak is the spec-sheet bf16 peak for known accelerators (lm/metrics.py) and,
+on CPU, a measured large float32 matmul (``lm.metrics.measure_matmul_flops``), so
+CPU "MFU" is relative to what this machine's XLA achieves on one big GEMM.
+
+``--compare_hf`` (only if torch and transformers import; skipped with a message
+otherwise) times HF ``T5ForConditionalGeneration`` built from the same config
+(``lm.model.hf_t5.config_to_hf``), float32, same batch, forward + backward of the mean
+cross entropy, on the same CPU, and prints lm's speed-up. Decoder-only presets have no
+HF T5 counterpart and are skipped there.
+
+Figures on a shared machine are noisy: run it when the machine is quiet and look at
+the spread (min / max) printed next to the median.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import flax.linen as nn  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lm import metrics  # noqa: E402
+from lm.model import accounting  # noqa: E402
+from lm.model.presets import make_config  # noqa: E402
+from lm.model.transformer import Transformer, TransformerConfig  # noqa: E402
+
+DEFAULT_PRESETS = "tiny,tiny_causal,t5_1_1_small,decoder_only_small,causal_lm_small"
+
+
+def make_batch(config: TransformerConfig, batch_size: int, inputs_length: int,
+               targets_length: int, seed: int = 0) -> dict[str, np.ndarray]:
+  """A full (unpadded) random batch with the COMMON.md features for ``config``'s architecture.
+
+  Returns:
+    encoder-decoder: encoder_input_tokens int32[B, Li], decoder_{input,target}_tokens
+    int32[B, Lt], decoder_loss_weights float32[B, Lt]; decoder-only: one sequence of
+    Li + Lt tokens (prefix LM: decoder_causal_attention = 1 on the first Li + 1).
+  """
+  rng = np.random.default_rng(seed)
+  v = config.vocab_size
+  if config.is_encoder_decoder:
+    targets = rng.integers(2, v, (batch_size, targets_length), dtype=np.int32)
+    inputs = np.concatenate([np.zeros((batch_size, 1), np.int32), targets[:, :-1]], axis=1)
+    return {"encoder_input_tokens": rng.integers(2, v, (batch_size, inputs_length), dtype=np.int32),
+            "decoder_input_tokens": inputs, "decoder_target_tokens": targets,
+            "decoder_loss_weights": np.ones((batch_size, targets_length), np.float32)}
+  length = inputs_length + targets_length
+  targets = rng.integers(2, v, (batch_size, length), dtype=np.int32)
+  inputs = np.concatenate([np.zeros((batch_size, 1), np.int32), targets[:, :-1]], axis=1)
+  batch = {"decoder_input_tokens": inputs, "decoder_target_tokens": targets,
+           "decoder_loss_weights": np.ones((batch_size, length), np.float32)}
+  if config.mask_type == "prefix_lm":
+    causal = np.zeros((batch_size, length), np.int32)
+    causal[:, :inputs_length + 1] = 1
+    batch["decoder_causal_attention"] = causal
+    batch["decoder_loss_weights"][:, :inputs_length] = 0.0
+  return batch
+
+
+def make_loss(model: Transformer):
+  """loss(params, batch) -> float32[] mean cross entropy over weighted target tokens."""
+  def loss(params, batch):
+    logits = model.apply({"params": params}, batch)
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, batch["decoder_target_tokens"][..., None], axis=-1)[..., 0]
+    w = batch["decoder_loss_weights"]
+    return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0)
+  return loss
+
+
+def time_calls(fn, steps: int) -> list[float]:
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return times
+
+
+def peak_flops(device, dtype: str) -> tuple[float, str]:
+  """(peak FLOP/s of one device, where it comes from)."""
+  spec = metrics.peak_flops_per_device(device)
+  if spec is not None:
+    return spec, f"spec sheet ({device.device_kind}, dense bf16)"
+  measured = metrics.measure_matmul_flops(n=2048, dtype=jnp.float32, repeats=5, device=device)
+  return measured, f"measured 2048^3 float32 matmul on {device.device_kind}"
+
+
+def bench_lm(config: TransformerConfig, batch, steps: int, device):
+  """Compiles and times the jitted value_and_grad; returns a dict of figures."""
+  model = Transformer(config)
+  batch = jax.device_put({k: jnp.asarray(v) for k, v in batch.items()}, device)
+  init = jax.jit(lambda rng: nn.meta.unbox(model.init(rng, batch)["params"]))
+  params = jax.device_put(init(jax.random.PRNGKey(0)), device)
+  step = jax.jit(jax.value_and_grad(make_loss(model)))
+  t0 = time.perf_counter()
+  compiled = step.lower(params, batch).compile()
+  compile_s = time.perf_counter() - t0
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else {}
+  xla_flops = float((cost or {}).get("flops", float("nan")))
+  loss, grads = compiled(params, batch)
+  jax.block_until_ready(grads)  # warm-up
+  times = time_calls(lambda: jax.block_until_ready(compiled(params, batch)), steps)
+  return {"times": times, "compile_s": compile_s, "xla_flops": xla_flops, "loss": float(loss)}
+
+
+def bench_hf(config: TransformerConfig, batch, steps: int):
+  """Times HF T5ForConditionalGeneration forward + backward (float32, CPU); None if unavailable."""
+  try:
+    import torch
+    import transformers
+  except ImportError as e:  # pragma: no cover - optional
+    print(f"  [hf] skipped: {e}")
+    return None
+  from lm.model.hf_t5 import config_to_hf
+  hf_config = dict(config_to_hf(config), dropout_rate=0.0)
+  hf_config.pop("architectures")
+  model = transformers.T5ForConditionalGeneration(transformers.T5Config(**hf_config)).train()
+  torch.set_num_threads(os.cpu_count() or 1)
+  enc = torch.tensor(batch["encoder_input_tokens"], dtype=torch.long)
+  dec = torch.tensor(batch["decoder_input_tokens"], dtype=torch.long)
+  labels = torch.tensor(batch["decoder_target_tokens"], dtype=torch.long)
+
+  def step():
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=enc, decoder_input_ids=dec, labels=labels)
+    out.loss.backward()
+
+  step()  # warm-up
+  return {"times": time_calls(step, steps), "torch": torch.__version__,
+          "transformers": transformers.__version__, "threads": torch.get_num_threads()}
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--presets", default=DEFAULT_PRESETS, help="comma-separated MODEL_PRESETS names")
+  parser.add_argument("--batch", type=int, default=4)
+  parser.add_argument("--steps", type=int, default=5, help="timed steps (after 1 warm-up)")
+  parser.add_argument("--inputs_length", type=int, default=512)
+  parser.add_argument("--targets_length", type=int, default=114)
+  parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "preset"],
+                      help="activation dtype (float32 is the fast one on CPU)")
+  parser.add_argument("--scan_layers", action="store_true")
+  parser.add_argument("--remat_policy", default="none")
+  parser.add_argument("--compare_hf", action="store_true",
+                      help="also time HF PyTorch T5 (encoder-decoder presets; needs torch + transformers)")
+  args = parser.parse_args(argv)
+
+  device = jax.devices()[0]
+  print(f"jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind}, "
+        f"{os.cpu_count()} CPUs, batch {args.batch}, lengths {args.inputs_length}/{args.targets_length}")
+  peak, peak_src = peak_flops(device, args.dtype)
+  print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})")
+  li, lt = args.inputs_length, args.targets_length
+  for name in args.presets.split(","):
+    overrides = dict(dropout_rate=0.0, scan_layers=args.scan_layers, remat_policy=args.remat_policy)
+    if args.dtype != "preset":
+      overrides["dtype"] = args.dtype
+    config = make_config(name, **overrides)
+    batch = make_batch(config, args.batch, li, lt)
+    tokens = args.batch * (li + lt)
+    flops = accounting.training_flops(config, li, lt, args.batch)
+    r = bench_lm(config, batch, args.steps, device)
+    t = statistics.median(r["times"])
+    print(f"{name:20s} {config.dtype:8s} params {accounting.count_params(config) / 1e6:7.1f}M  "
+          f"step {t * 1e3:8.1f} ms (min {min(r['times']) * 1e3:.1f}, max {max(r['times']) * 1e3:.1f})  "
+          f"{tokens / t:9.0f} tok/s  model {flops / 1e9:8.1f} GFLOP/step  "
+          f"XLA {r['xla_flops'] / 1e9:8.1f} GFLOP  {flops / t / 1e9:7.1f} GFLOP/s  "
+          f"MFU {flops / t / peak:6.1%}  (compile {r['compile_s']:.1f} s, loss {r['loss']:.2f})",
+          flush=True)
+    if args.compare_hf:
+      if not config.is_encoder_decoder:
+        print(f"  [hf] skipped: {name} is decoder-only (no HF T5 counterpart)")
+        continue
+      h = bench_hf(config, batch, args.steps)
+      if h is not None:
+        th = statistics.median(h["times"])
+        print(f"  [hf] T5ForConditionalGeneration torch {h['torch']} transformers {h['transformers']} "
+              f"({h['threads']} threads) float32: step {th * 1e3:.1f} ms (min {min(h['times']) * 1e3:.1f}), "
+              f"{tokens / th:.0f} tok/s, MFU {flops / th / peak:.1%};  lm/hf speed {th / t:.2f}x",
+              flush=True)
+
+
+if __name__ == "__main__":
+  main()
