@@ -244,3 +244,20 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
 
   if errors:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def train_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Keyword arguments of `lm.steps.train_step` taken from config.loss / config.optim.
+
+    step = functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
+                             **train_step_kwargs(config))
+  """
+  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing),
+              normalization=str(config.loss.normalization),
+              normalizing_constant=float(config.loss.normalizing_constant),
+              num_microbatches=int(config.optim.grad_accum_steps))
+
+
+def eval_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Keyword arguments of `lm.steps.eval_step` (same loss settings as training)."""
+  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing))

@@ -130,3 +130,14 @@ def test_validate_collects_several_errors_and_mesh_syntax_without_devices():
     common.validate(c)
   assert "objective='spam'" in str(e.value) and "z_loss must be >= 0" in str(e.value)
   common.validate(_broken(mesh__shape=(3, 1, 1)))  # fine until the device count is known
+
+
+def test_step_kwargs_match_step_signatures():
+  import inspect
+  from lm import steps
+  c = t5.get_config("runlocal")
+  for fn, kwargs in ((steps.train_step, common.train_step_kwargs(c)),
+                     (steps.eval_step, common.eval_step_kwargs(c))):
+    params = inspect.signature(fn).parameters
+    assert set(kwargs) <= set(params)
+  assert common.train_step_kwargs(c)["z_loss"] == 1e-4

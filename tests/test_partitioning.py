@@ -123,3 +123,33 @@ def test_global_batch_and_activation_constraint():
   with partitioning.axis_rules(mesh):
     hlo = jax.jit(model.apply).lower(params, x).as_text()
   assert "sharding" in hlo
+
+
+def test_real_base_preset_specs_on_2x4_mesh_divide_evenly():
+  """t5_1_1_base via eval_shape (no memory) on a (data=1, fsdp=2, tensor=4) mesh."""
+  from lm.model.presets import make_config
+  from lm.model.transformer import Transformer
+  mesh = partitioning.make_mesh((1, 2, 4))
+  model = Transformer(make_config("t5_1_1_base"))
+  batch = {"encoder_input_tokens": jnp.zeros((1, 8), jnp.int32),
+           "decoder_input_tokens": jnp.zeros((1, 4), jnp.int32),
+           "decoder_target_tokens": jnp.zeros((1, 4), jnp.int32)}
+  boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), batch)["params"])
+  specs = partitioning.params_partition_specs(boxed)
+  layer = specs["encoder"]["layers_0"]
+  assert specs["token_embedder"]["embedding"] == P("tensor", "fsdp")
+  assert specs["logits_dense"]["kernel"] == P("fsdp", "tensor")
+  assert layer["self_attention"]["query"] == P("fsdp", "tensor", None)
+  assert layer["self_attention"]["out"] == P("tensor", None, "fsdp")
+  assert layer["mlp"]["wi_0"] == P("fsdp", "tensor")
+  assert layer["mlp"]["wo"] == P("tensor", "fsdp")
+  assert layer["pre_mlp_layer_norm"]["scale"] == P("fsdp")
+  assert specs["encoder"]["relpos_bias"]["rel_embedding"] == P("tensor", None)
+  shapes = jax.tree.leaves(nn.meta.unbox(boxed))
+  flat_specs = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, P))
+  assert len(shapes) == len(flat_specs)
+  for leaf, spec in zip(shapes, flat_specs):
+    for dim, axes in zip(leaf.shape, spec):
+      for axis in (axes if isinstance(axes, tuple) else (axes,)):
+        if axis is not None:
+          assert dim % mesh.shape[axis] == 0, (leaf.shape, spec)

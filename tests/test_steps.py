@@ -72,6 +72,7 @@ def test_grad_accumulation_equals_large_batch(normalization):
     steps.train_step(state, batch, num_microbatches=3, **kw)
 
 
+@pytest.mark.slow
 def test_dropout_rng_is_folded_with_step():
   model, tx, state = _setup(dropout_rate=0.3)
   batch = _batch()
