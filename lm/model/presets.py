@@ -15,7 +15,8 @@ Families:
   d_model, heads, d_head; d_ff = 4 d_model; 2048 context), causal, learned absolute
   positions, GELU, pre-LayerNorm, tied embeddings without logit scaling (init std 0.02),
   vocab 50304 (GPT-2's 50257 padded to a multiple of 128). d_model 5140 for 13B is the
-  paper's printed value. Unlike GPT-3 these models have no biases on dense layers
+  paper's printed value (40 heads x 128 = 5120 attention width); for 1.3B the paper prints
+  24 heads x 128, which would give 1.5B params, so we use 16 x 128 = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers
   (only LayerNorm has a shift) and dense (not sparse-banded) attention.
 - CPU presets (float32): ``tiny`` (encoder-decoder, emb 64, 2+2 layers), ``tiny_prefix_lm``,
   ``tiny_causal``, ``small_cpu`` (emb 256, 4+4 layers).
@@ -51,7 +52,7 @@ _GPT3_SIZES = {
     "125m": (12, 768, 12, 64),
     "350m": (24, 1024, 16, 64),
     "760m": (24, 1536, 16, 96),
-    "1_3b": (24, 2048, 24, 128),
+    "1_3b": (24, 2048, 16, 128),  # the paper prints 24 heads; 16 x 128 = d_model gives its 1.3B
     "2_7b": (32, 2560, 32, 80),
     "6_7b": (32, 4096, 32, 128),
     "13b": (40, 5140, 40, 128),

@@ -57,7 +57,7 @@ BATCHES = {"simple": simple_batch}
 # ------------------------------------------------------------------------- basics
 
 def test_shapes_dtypes_and_logical_axes():
-  cfg = tiny(dtype="bfloat16", num_encoder_layers=2, num_decoder_layers=2)
+  cfg = tiny(dtype="bfloat16")
   batch = simple_batch(cfg)
   params = init(cfg, "simple")
   leaves = jax.tree_util.tree_leaves(params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
@@ -73,12 +73,13 @@ def test_shapes_dtypes_and_logical_axes():
   assert shapes["token_embedder"]["embedding"] == (V, 16)
   assert shapes["logits_dense"]["kernel"] == (16, V)
   assert shapes["encoder"]["relpos_bias"]["rel_embedding"] == (2, 32)
-  assert shapes["decoder"]["layers_1"]["encoder_decoder_attention"]["query"] == (16, 2, 8)
+  assert shapes["decoder"]["layers_0"]["encoder_decoder_attention"]["query"] == (16, 2, 8)
   assert shapes["decoder"]["layers_0"]["mlp"]["wi_1"] == (16, 32)
   assert "encoder_decoder_attention" not in shapes["encoder"]["layers_0"]
-  assert sorted(shapes["decoder"]) == ["final_norm", "layers_0", "layers_1", "relpos_bias"]
+  assert sorted(shapes["decoder"]) == ["final_norm", "layers_0", "relpos_bias"]
 
 
+@pytest.mark.slow
 def test_t5_init_statistics():
   cfg = tiny(emb_dim=64, mlp_dim=256, num_heads=4, head_dim=16, vocab_size=512)
   p = nn.meta.unbox(jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(1), simple_batch(cfg))["params"])
@@ -179,10 +180,10 @@ BATCHES["packing"] = packing_batch
 @pytest.mark.parametrize("cfg", [
     tiny(mask_type="prefix_lm", position_encoding="t5_relative"),
     tiny(mask_type="prefix_lm", position_encoding="rope"),
-    tiny(mask_type="prefix_lm", position_encoding="alibi"),
+    pytest.param(tiny(mask_type="prefix_lm", position_encoding="alibi"), marks=pytest.mark.slow),
     tiny(mask_type="causal", position_encoding="learned", max_length=16),
-    tiny(mask_type="causal", position_encoding="sinusoidal"),
-    tiny(mask_type="causal", position_encoding="none"),
+    pytest.param(tiny(mask_type="causal", position_encoding="sinusoidal"), marks=pytest.mark.slow),
+    pytest.param(tiny(mask_type="causal", position_encoding="none"), marks=pytest.mark.slow),
     tiny(mask_type="encoder_decoder"),
 ], ids=["prefix_lm-relative", "prefix_lm-rope", "prefix_lm-alibi", "causal-learned",
         "causal-sinusoidal", "causal-none", "enc_dec-relative"])
@@ -196,7 +197,7 @@ def test_packing_isolation_and_padding(cfg):
 
 # ------------------------------------------------------------------------- scan, shared
 
-@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("shared", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_scan_matches_unscanned(shared):
   cfg = tiny(shared_encoder_decoder=shared, num_encoder_layers=2, num_decoder_layers=2)
   cfg_scan = cfg.replace(scan_layers=True)
@@ -240,7 +241,8 @@ def test_tied_embeddings_t5_1_0():
 
 @pytest.mark.parametrize("kw", [
     dict(norm_type="layernorm", norm_position="post", mlp_activation="gelu", head_dim=None),
-    dict(mask_type="causal", mlp_activation="swiglu", head_dim=12, position_encoding="rope"),
+    pytest.param(dict(mask_type="causal", mlp_activation="swiglu", head_dim=12, position_encoding="rope"),
+                 marks=pytest.mark.slow),
 ])
 def test_variants_run(kw):
   cfg = tiny(**kw)
@@ -255,6 +257,7 @@ def test_variants_run(kw):
     assert layer["self_attention"]["query"].shape == (16, 2, 12)
 
 
+@pytest.mark.slow
 def test_remat_same_logits_and_grads():
   cfg = tiny()
   params = init(cfg, "simple")

@@ -1,0 +1,90 @@
+"""Param counts of the presets (T5_NOTES §3.2) and the FLOPs formula."""
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+from lm.model import accounting
+from lm.model.presets import MODEL_PRESETS, make_config
+from lm.model.transformer import Transformer, TransformerConfig
+
+
+@pytest.mark.parametrize("name,want", [
+    ("t5_1_1_small", 77.0e6), ("t5_1_1_base", 247.6e6), ("t5_1_1_large", 783.2e6),
+    ("t5_1_1_xl", 2.85e9), ("t5_1_1_xxl", 11.1e9), ("t5_1_0_base", 222.9e6),
+])
+def test_t5_param_counts(name, want):
+  got = accounting.count_params(make_config(name))
+  tol = 0.001 if want < 1e9 else 0.005  # xl/xxl are quoted with 3 significant digits
+  assert abs(got - want) / want < tol, (name, got)
+
+
+def test_t5_1_1_small_exact_hand_count():
+  d, f, n, h, v, layers = 512, 1024, 6, 64, 32128, 8
+  attn, mlp = 4 * d * n * h, 3 * d * f
+  want = (v * d * 2 + layers * (attn + mlp + 2 * d) + layers * (2 * attn + mlp + 3 * d)
+          + 2 * d + 2 * n * 32)
+  assert accounting.count_params(make_config("t5_1_1_small")) == want
+
+
+def test_shared_has_half_the_layer_params():
+  full = accounting.param_breakdown(make_config("t5_1_0_base"))
+  shared = accounting.param_breakdown(make_config("t5_1_0_base_shared"))
+  assert "encoder/layers" not in shared
+  assert shared["decoder/layers"] == full["decoder/layers"]
+  ratio = shared["decoder/layers"] / (full["encoder/layers"] + full["decoder/layers"])
+  assert 0.5 <= ratio < 0.6  # the decoder's cross-attention is the only non-shared part
+  # Table 2: "Enc-dec, shared" and decoder-only have ~P params, enc-dec 2P.
+  lm = accounting.count_params(make_config("t5_1_0_lm_base"))
+  assert abs(accounting.count_params(make_config("t5_1_0_base_6layers")) - lm) / lm < 0.25
+
+
+def test_gpt3_param_counts():
+  # Paper sizes; our models have no dense biases, so allow a few percent.
+  for name, want in [("gpt3_125m", 125e6), ("gpt3_350m", 350e6), ("gpt3_1_3b", 1.3e9),
+                     ("gpt3_6_7b", 6.7e9), ("gpt3_175b", 175e9)]:
+    got = accounting.count_params(make_config(name))
+    assert abs(got - want) / want < 0.06, (name, got)
+
+
+def test_every_preset_builds():
+  for name in MODEL_PRESETS:
+    assert isinstance(make_config(name), TransformerConfig)
+  with pytest.raises(ValueError, match="unknown model preset"):
+    make_config("t5_1_1_medium")
+  with pytest.raises(ValueError, match="unknown TransformerConfig field"):
+    make_config("tiny", emb_size=3)
+  assert make_config("tiny", dropout_rate=0.1).dropout_rate == 0.1
+
+
+def test_flops_hand_derived():
+  cfg = TransformerConfig(vocab_size=100, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                          num_encoder_layers=2, num_decoder_layers=3)
+  li, lt = 10, 6
+  # encoder layer: 2*10*(4*8*8 + 3*8*16) + 4*10*10*8 = 2*10*640 + 3200 = 16000
+  # decoder layer: 2*6*640 + 4*6*6*8 + 2*6*2*8*8 + 2*10*2*8*8 + 4*6*10*8 = 7680+1152+1536+2560+1920 = 14848
+  # logits: 2*6*8*100 = 9600
+  f = accounting.forward_flops(cfg, li, lt)
+  assert f == {"encoder": 32000, "decoder": 44544, "logits": 9600, "total": 86144}
+  assert accounting.training_flops(cfg, li, lt, batch_size=4) == 3 * 86144 * 4
+  assert accounting.flops_per_token(cfg, li, lt) == 3 * 86144 / 16
+  dec = cfg.replace(mask_type="causal", num_encoder_layers=0, mlp_activation="relu")
+  # L = 16: per layer 2*16*(256 + 2*128) + 4*256*8 = 16384 + 8192; logits 2*16*8*100
+  assert accounting.forward_flops(dec, li, lt)["total"] == 3 * (16384 + 8192) + 25600
+
+
+def test_flops_match_xla_cost_analysis():
+  """Matmuls dominate a wide model, so XLA's count should be close to the formula."""
+  cfg = TransformerConfig(vocab_size=512, emb_dim=256, num_heads=4, head_dim=64, mlp_dim=1024,
+                          num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
+  li, lt, b = 32, 16, 2
+  batch = {"encoder_input_tokens": jnp.ones((b, li), jnp.int32),
+           "decoder_input_tokens": jnp.ones((b, lt), jnp.int32)}
+  model = Transformer(cfg)
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)["params"]
+  compiled = jax.jit(lambda p: model.apply({"params": p}, batch)).lower(params).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  want = accounting.forward_flops(cfg, li, lt)["total"] * b
+  assert abs(cost["flops"] - want) / want < 0.1, (cost["flops"], want)
