@@ -23,10 +23,25 @@ def tiny(**kw):
   return TransformerConfig(**base)
 
 
+def random_params(cfg, batch, seed=0):
+  """Boxed params with random values, built from eval_shape (no init compile, fast)."""
+  abstract = jax.eval_shape(Transformer(cfg).init, jax.random.PRNGKey(0), batch)["params"]
+  rng = np.random.default_rng(seed)
+
+  def fill(path, leaf):
+    name = jax.tree_util.keystr(path)
+    if "scale" in name:
+      value = 1.0 + 0.1 * rng.normal(size=leaf.value.shape)
+    else:
+      value = 0.3 * rng.normal(size=leaf.value.shape)
+    return leaf.replace(value=jnp.asarray(value, jnp.float32))
+  return jax.tree_util.tree_map_with_path(fill, abstract,
+                                          is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+
+
 @functools.lru_cache(maxsize=None)
 def init(cfg, batch_key):
-  batch = BATCHES[batch_key](cfg)
-  return jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(0), batch)["params"]
+  return random_params(cfg, BATCHES[batch_key](cfg))
 
 
 @functools.lru_cache(maxsize=None)
@@ -180,10 +195,10 @@ BATCHES["packing"] = packing_batch
 @pytest.mark.parametrize("cfg", [
     tiny(mask_type="prefix_lm", position_encoding="t5_relative"),
     tiny(mask_type="prefix_lm", position_encoding="rope"),
-    pytest.param(tiny(mask_type="prefix_lm", position_encoding="alibi"), marks=pytest.mark.slow),
+    tiny(mask_type="prefix_lm", position_encoding="alibi"),
     tiny(mask_type="causal", position_encoding="learned", max_length=16),
-    pytest.param(tiny(mask_type="causal", position_encoding="sinusoidal"), marks=pytest.mark.slow),
-    pytest.param(tiny(mask_type="causal", position_encoding="none"), marks=pytest.mark.slow),
+    tiny(mask_type="causal", position_encoding="sinusoidal"),
+    tiny(mask_type="causal", position_encoding="none"),
     tiny(mask_type="encoder_decoder"),
 ], ids=["prefix_lm-relative", "prefix_lm-rope", "prefix_lm-alibi", "causal-learned",
         "causal-sinusoidal", "causal-none", "enc_dec-relative"])
@@ -216,7 +231,7 @@ def test_scan_matches_unscanned(shared):
 
 def test_shared_encoder_decoder_params():
   cfg = tiny(shared_encoder_decoder=True, num_encoder_layers=2, num_decoder_layers=2)
-  shapes = nn.meta.unbox(init(cfg, "simple"))
+  shapes = nn.meta.unbox(jax.eval_shape(Transformer(cfg).init, jax.random.PRNGKey(0), simple_batch(cfg))["params"])
   assert "encoder" not in shapes
   assert "encoder_decoder_attention" in shapes["decoder"]["layers_0"]
   scanned = nn.meta.unbox(jax.eval_shape(Transformer(cfg.replace(scan_layers=True)).init,
@@ -241,8 +256,7 @@ def test_tied_embeddings_t5_1_0():
 
 @pytest.mark.parametrize("kw", [
     dict(norm_type="layernorm", norm_position="post", mlp_activation="gelu", head_dim=None),
-    pytest.param(dict(mask_type="causal", mlp_activation="swiglu", head_dim=12, position_encoding="rope"),
-                 marks=pytest.mark.slow),
+    dict(mask_type="causal", mlp_activation="swiglu", head_dim=12, position_encoding="rope"),
 ])
 def test_variants_run(kw):
   cfg = tiny(**kw)
@@ -272,7 +286,7 @@ def test_remat_same_logits_and_grads():
 
 
 def test_dropout():
-  cfg = tiny(dropout_rate=0.3)
+  cfg = tiny(dropout_rate=0.3, mask_type="causal")
   params = init(cfg, "simple")
   batch = simple_batch(cfg)
   model = Transformer(cfg)
