@@ -1,0 +1,81 @@
+r"""Command-line entry point: train (or resume) one run.
+
+  python -m lm.main --config=configs/t5.py:runlocal --workdir=runs/t5_local
+  python -m lm.main --config=configs/t5.py:arch=prefix_lm,objective=span_corruption,size=base \
+      --config.optim.name=adamw --config.schedule.base_lr=3e-4 --workdir=/data/runs/plm_base
+
+The config file's `get_config(arg)` takes the text after ':' (see configs/t5.py for the
+keys); `--config.<field>=<value>` overrides any field, and a misspelt field stops the run
+at start-up with its name. Running the same command on an existing workdir resumes it.
+
+Multi-process (several hosts, or several CPU processes on one machine):
+  TPU pods and SLURM are detected by jax.distributed.initialize() itself (--distributed);
+  otherwise pass --coordinator_address=host:port --num_processes=N --process_id=i.
+
+This is the only module that defines flags or calls jax.config.update.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file, e.g. configs/t5.py:runlocal (get_config's arg after ':').",
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (config, checkpoints, metrics). "
+                               "An existing run there is resumed.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Call jax.distributed.initialize() with auto-detection (TPU pod, "
+    "SLURM). Implied by --coordinator_address.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None,
+                                   "host:port of process 0 for a multi-process run.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_CPU_COLLECTIVES = flags.DEFINE_enum(
+    "cpu_collectives", "gloo", ["gloo", "mpi", "none"],
+    "Collectives implementation for multi-process CPU runs.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _initialize_distributed() -> None:
+  import jax  # pylint: disable=g-import-not-at-top
+  if not (_DISTRIBUTED.value or _COORDINATOR.value):
+    return
+  if _CPU_COLLECTIVES.value != "none":
+    jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
+  kwargs = {}
+  if _COORDINATOR.value:
+    if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
+      raise app.UsageError("--coordinator_address needs --num_processes and --process_id.")
+    kwargs = dict(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+                  process_id=_PROCESS_ID.value)
+  jax.distributed.initialize(**kwargs)
+
+
+def main(argv) -> int:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.getLogger().setLevel(logging.INFO)
+  for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  _initialize_distributed()
+  from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
+  try:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (ValueError, FileNotFoundError) as e:
+    # Bad input (config, data, checkpoint): one clear message, nonzero exit, no traceback.
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def run() -> None:
+  """Console-script entry (`lm-train`)."""
+  app.run(main)
+
+
+if __name__ == "__main__":
+  run()

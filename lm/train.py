@@ -1,0 +1,273 @@
+"""The training loop: config -> data, model, sharded state -> steps, evals, checkpoints.
+
+    result = train_and_evaluate(config, workdir)
+
+Everything pure lives elsewhere (lm/steps.py, lm/losses.py, lm/model, lm/data/objectives.py);
+this module wires the pieces together and owns the side effects of a run:
+
+  <workdir>/config.json         the resolved config (process 0)
+  <workdir>/checkpoints/<step>/ orbax: train state, data-iterator states, signature
+  <workdir>/metrics.jsonl       one JSON line per log / eval step (process 0)
+  <workdir>/wandb_run_id.txt    so a resumed run continues the same wandb run
+  <workdir>/wandb/              wandb's offline files (when offline)
+
+A run started again with the same command on the same workdir resumes from the newest
+complete checkpoint: same parameters, optimizer state, RNG and data position, so the
+resumed run sees exactly the batches of an uninterrupted one (bit-identical on CPU).
+SIGTERM (preemption) saves a checkpoint at the next step boundary and returns cleanly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from configs import common
+from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
+from lm.data import packing
+from lm.data import pipeline as pipeline_lib
+from lm.data import tokenizer as tokenizer_lib
+from lm.model import accounting
+from lm.model.transformer import Transformer, TransformerConfig
+
+CONFIG_FILE = "config.json"
+
+
+class Preemption:
+  """Turns SIGTERM into a flag the loop checks at step boundaries (agreed by all hosts)."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    try:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+      self._previous = None
+    return self
+
+  def _handle(self, signum, frame):  # pylint: disable=unused-argument
+    logging.warning("SIGTERM received: saving a checkpoint at the next step, then exiting.")
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def should_stop(self) -> bool:
+    """True on every process once any process was asked to stop."""
+    if jax.process_count() == 1:
+      return self.requested
+    flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
+    return bool(np.asarray(flags).any())
+
+
+def dummy_batch(architecture: str, inputs_length: int, targets_length: int,
+                batch_size: int = 1) -> dict[str, np.ndarray]:
+  """All-zero features with the training shapes (for init and abstract shapes).
+
+  Returns:
+    dict of int32[batch_size, L] arrays (float32 for decoder_loss_weights), with the
+    keys the pipeline produces for `architecture`.
+  """
+  lengths = packing.feature_lengths(architecture, inputs_length, targets_length)
+  keys = pipeline_lib._feature_keys(architecture)  # pylint: disable=protected-access
+  out = {}
+  for key in keys + [f"{s}_{k}" for s in lengths for k in ("segment_ids", "positions")]:
+    dtype = np.float32 if key == "decoder_loss_weights" else np.int32
+    out[key] = np.zeros((batch_size, lengths[packing.stack_of(key)]), dtype)
+  return out
+
+
+def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Writes the resolved config as JSON (process 0), secrets filtered."""
+  if jax.process_index() != 0:
+    return
+  os.makedirs(workdir, exist_ok=True)
+  text = json.dumps(writers.filter_secrets(config.to_dict()), indent=2, sort_keys=True,
+                    default=str)
+  tmp = os.path.join(workdir, CONFIG_FILE + ".tmp")
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text + "\n")
+  os.replace(tmp, os.path.join(workdir, CONFIG_FILE))
+
+
+def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
+  """Every process's iterator state (JSON), so each one restores its own position."""
+  if jax.process_count() == 1:
+    return {"process_count": 1, "states": [state]}
+  raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.array([raw.size], np.int64)))
+  padded = np.zeros(int(sizes.max()), np.uint8)
+  padded[:raw.size] = raw
+  rows = np.asarray(multihost_utils.process_allgather(padded))
+  states = [json.loads(rows[i, :int(sizes.reshape(-1)[i])].tobytes().decode())
+            for i in range(rows.shape[0])]
+  return {"process_count": jax.process_count(), "states": states}
+
+
+def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:
+  if not saved:
+    return
+  if saved.get("process_count") != jax.process_count():
+    raise checkpoint.IncompatibleCheckpointError(
+        f"the checkpoint's data position was saved by {saved.get('process_count')} processes "
+        f"but this run has {jax.process_count()}; resume with the same number of processes "
+        "(the train state itself restores onto any mesh: use ckpt.init_from to start a new "
+        "run from its parameters).")
+  iterator.set_state(saved["states"][jax.process_index()])
+
+
+def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfig) -> None:
+  tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
+
+
+def _peak_flops() -> tuple[float, str]:
+  """Total peak FLOP/s of the devices in the run and where the figure comes from."""
+  per_device = metrics_lib.peak_flops_per_device()
+  if per_device:
+    return per_device * jax.device_count(), "table"
+  # CPU: measured matmul throughput of the whole host (all devices share its cores).
+  return metrics_lib.measure_matmul_flops() * jax.process_count(), "measured"
+
+
+def evaluate(eval_fn, params, data: pipeline_lib.DataPipeline, mesh, num_batches: int | None
+             ) -> dict[str, float]:
+  """Loss / accuracy over the held-out split (same objective as training)."""
+  acc = None
+  for batch in data.eval_iterator(num_batches=num_batches):
+    m = eval_fn(params, partitioning.make_global_batch(batch, mesh))
+    acc = metrics_lib.merge(acc, jax.device_get(m))
+  if acc is None:
+    return {}
+  return {f"eval_{k}": v for k, v in metrics_lib.compute(acc).items()
+          if k in ("loss", "cross_entropy", "accuracy", "z_loss")}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+  """Trains (or resumes) the run described by `config` in `workdir`.
+
+  Returns:
+    the last logged train metrics and eval metrics (floats), for tests and sweeps.
+  """
+  common.validate(config, num_devices=jax.device_count())
+  workdir = os.path.abspath(workdir)
+  write_config(config, workdir)
+
+  model_config = common.model_config(config)
+  model = Transformer(model_config)
+  data = pipeline_lib.DataPipeline(common.data_spec(config), process_index=jax.process_index(),
+                                   process_count=jax.process_count())
+  _vocab_check(data, model_config)
+
+  schedule = optim.make_schedule(config.schedule)
+  tx = optim.make_optimizer(config.optim, schedule)
+  mesh = partitioning.make_mesh(config.mesh.shape)
+  rules = partitioning.rules_from_config(config.logical_axis_rules)
+  d = config.data
+  global_batch = dummy_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size)
+  rng = jax.random.key(config.train.seed)
+
+  abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
+      d.architecture, d.inputs_length, d.targets_length), model=model, tx=tx)
+  state_sh = partitioning.state_shardings(abstract, boxed, mesh, rules)
+  batch_sh = partitioning.batch_shardings(global_batch, mesh)
+  with partitioning.axis_rules(mesh, rules):  # the model's activation constraints need them
+    train_fn = jax.jit(
+        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
+                          **common.train_step_kwargs(config)),
+        in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(steps.eval_step, model=model,
+                                        **common.eval_step_kwargs(config)),
+                      in_shardings=(state_sh.params, batch_sh))
+
+    ckpt = checkpoint.CheckpointManager(
+        os.path.join(workdir, "checkpoints"), every_steps=config.ckpt.every_steps,
+        keep=config.ckpt.keep, keep_best=config.ckpt.keep_best,
+        best_metric=config.ckpt.best_metric, async_save=config.ckpt.async_save,
+        signature=checkpoint.run_signature(dataclasses.asdict(model_config), abstract))
+    iterator = data.train_iterator()
+    restored = ckpt.restore_or_none(abstract, state_sh)
+    if restored is not None:
+      state, data_state = restored
+      _restore_data_state(iterator, data_state)
+      logging.info("resumed from step %d", int(state.step))
+    else:
+      state = jax.jit(functools.partial(steps.create_train_state, model=model, tx=tx),
+                      out_shardings=state_sh)(rng, dummy_batch(
+                          d.architecture, d.inputs_length, d.targets_length))
+      if config.ckpt.init_from:
+        params = checkpoint.restore_params(config.ckpt.init_from, abstract.params,
+                                           state_sh.params)
+        state = state.replace(params=params)
+        logging.info("initialised parameters from %s", config.ckpt.init_from)
+
+    start = int(state.step)
+    num_steps = int(config.train.num_steps)
+    flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
+    peak, _ = _peak_flops()
+    writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start)
+    static = {"noise_density": d.objective_params.get("noise_density", float("nan")),
+              "mean_noise_span_length": d.objective_params.get("mean_noise_span_length",
+                                                               float("nan")),
+              "inputs_length": d.inputs_length, "targets_length": d.targets_length}
+    last: dict[str, float] = {}
+    acc, pending, packing_eff = None, [], []
+    t_last, tokens_since = time.perf_counter(), 0.0
+    step = start
+    with Preemption() as preemption:
+      try:
+        while step < num_steps:
+          local = next(iterator)
+          packing_eff.append(iterator.packing_efficiency)
+          state, m = train_fn(state, partitioning.make_global_batch(local, mesh))
+          pending.append(m)
+          step += 1
+          stop = preemption.should_stop()
+          if step % config.train.log_every == 0 or step == num_steps or stop:
+            for item in jax.device_get(pending):
+              acc = metrics_lib.merge(acc, item)
+            pending.clear()
+            now = time.perf_counter()
+            values = metrics_lib.compute(acc)
+            tokens = metrics_lib.totals(acc)["tokens"]
+            tokens_since += tokens
+            tok_s = tokens_since / max(now - t_last, 1e-9)
+            values.update(static)
+            values["tokens_per_second"] = tok_s
+            values["mfu"] = metrics_lib.mfu(flops_per_token, tok_s, peak)
+            values["packing_efficiency"] = float(np.mean(packing_eff))
+            writer.write(step, values)
+            last = dict(values)
+            acc, packing_eff, t_last, tokens_since = None, [], now, 0.0
+          eval_metrics = {}
+          if config.train.eval_every and (step % config.train.eval_every == 0
+                                          or step == num_steps):
+            eval_metrics = evaluate(eval_fn, state.params, data, mesh,
+                                    config.train.eval_steps or None)
+            writer.write(step, eval_metrics, prefix_console="eval")
+            last.update(eval_metrics)
+          force = step == num_steps or stop
+          if force or ckpt.should_save(step):
+            ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state()),
+                      metrics=eval_metrics or None, force=force)
+          if stop:
+            logging.warning("stopped at step %d after SIGTERM; checkpoint saved.", step)
+            break
+      finally:
+        ckpt.close()
+        writer.close()
+        iterator.close()
+  return last
