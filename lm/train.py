@@ -179,6 +179,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   d = config.data
   global_batch = dummy_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size)
   rng = jax.random.key(config.train.seed)
+  peak, _ = _peak_flops()  # before the mesh context: the CPU measurement runs on one device
 
   abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
       d.architecture, d.inputs_length, d.targets_length), model=model, tx=tx)
@@ -217,7 +218,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     start = int(state.step)
     num_steps = int(config.train.num_steps)
     flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
-    peak, _ = _peak_flops()
     writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start)
     static = {"noise_density": d.objective_params.get("noise_density", float("nan")),
               "mean_noise_span_length": d.objective_params.get("mean_noise_span_length",

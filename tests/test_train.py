@@ -1,0 +1,150 @@
+"""The training loop end to end: main job, resume (also after SIGKILL), errors, multi-process."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from configs import t5
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(steps=4, **overrides):
+  config = t5.get_config("runlocal")
+  config.train.num_steps = steps
+  config.train.log_every = 2
+  config.train.eval_every = 4
+  config.train.eval_steps = 1
+  config.ckpt.every_steps = 2
+  config.ckpt.async_save = False
+  config.wandb.mode = "disabled"
+  for key, value in overrides.items():
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return config
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    return [json.loads(line) for line in f]
+
+
+def _train_losses(workdir):
+  return {m["step"]: m["loss"] for m in _metrics(workdir) if "loss" in m}
+
+
+def test_train_resume_and_config_written(tmp_path):
+  from lm import train
+  workdir = str(tmp_path / "run")
+  first = train.train_and_evaluate(_config(steps=4), workdir)
+  assert np.isfinite(first["loss"]) and "eval_loss" in first
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+    assert json.load(f)["train"]["num_steps"] == 4
+  # Same workdir, more steps: resumes at 4 (logs only steps 6 and 8 afterwards).
+  train.train_and_evaluate(_config(steps=8), workdir)
+  steps = [m["step"] for m in _metrics(workdir) if "loss" in m]
+  assert steps == [2, 4, 6, 8], steps
+
+
+def test_resumed_run_equals_uninterrupted(tmp_path):
+  """Stop at step 4 (as if preempted), resume to 8: same losses as one run of 8 steps."""
+  from lm import train
+  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
+  train.train_and_evaluate(_config(steps=8), whole)
+  train.train_and_evaluate(_config(steps=4), split)
+  train.train_and_evaluate(_config(steps=8), split)
+  assert _train_losses(whole) == _train_losses(split)
+
+
+def test_foreign_checkpoint_is_refused(tmp_path):
+  from lm import checkpoint, train
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(_config(steps=2), workdir)
+  with pytest.raises(checkpoint.IncompatibleCheckpointError, match="emb_dim|shape"):
+    train.train_and_evaluate(_config(steps=4, **{"model.emb_dim": 96}), workdir)
+
+
+def _main(args, env=None, **kwargs):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **(env or {})}
+  return subprocess.run([sys.executable, "-m", "lm.main", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_typo_in_config_field_fails_with_its_name(tmp_path):
+  out = _main(["--config=configs/t5.py:runlocal", "--config.train.num_stepz=3",
+               f"--workdir={tmp_path}"])
+  assert out.returncode != 0
+  assert "num_stepz" in out.stderr
+
+
+def test_mesh_that_does_not_fit_is_a_clear_error(tmp_path):
+  out = _main(["--config=configs/t5.py:runlocal", "--config.mesh.shape=(3,1,1)",
+               f"--workdir={tmp_path}"], env={"XLA_FLAGS": ""})
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert "mesh" in out.stderr and "Traceback" not in out.stderr
+  assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+
+
+@pytest.mark.slow
+def test_sigkill_then_restart_matches_uninterrupted_run(tmp_path):
+  """A run killed with SIGKILL and started again ends exactly like an uninterrupted one."""
+  common = ["--config=configs/t5.py:runlocal", "--config.train.num_steps=40",
+            "--config.train.log_every=5", "--config.train.eval_every=0",
+            "--config.ckpt.every_steps=10", "--config.ckpt.async_save=False"]
+  whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
+  env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+  assert _main(common + [f"--workdir={whole}"], env=env).returncode == 0
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "lm.main", *common, f"--workdir={killed}"], cwd=REPO,
+      env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **env},
+      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  ckpt10 = os.path.join(killed, "checkpoints", "10")
+  deadline = time.time() + 300
+  while not os.path.exists(ckpt10) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert os.path.exists(ckpt10)
+  out = _main(common + [f"--workdir={killed}"], env=env)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert _train_losses(whole) == _train_losses(killed)
+
+  import orbax.checkpoint as ocp  # the final parameters are bit-identical
+  a = ocp.PyTreeCheckpointer().restore(os.path.join(whole, "checkpoints", "40", "state"))
+  b = ocp.PyTreeCheckpointer().restore(os.path.join(killed, "checkpoints", "40", "state"))
+  for x, y in zip(jax_leaves(a["params"]), jax_leaves(b["params"])):
+    np.testing.assert_array_equal(x, y)
+
+
+def jax_leaves(tree):
+  import jax
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+  workdir = str(tmp_path / "run")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "lm.main", "--config=configs/t5.py:runlocal",
+       "--config.train.num_steps=100000", "--config.ckpt.every_steps=100000",
+       f"--workdir={workdir}"], cwd=REPO,
+      env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"},
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + 300
+  while not os.path.exists(metrics) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == 0, err[-3000:]
+  saved = os.listdir(os.path.join(workdir, "checkpoints"))
+  assert len(saved) == 1 and int(saved[0]) >= 20, saved
