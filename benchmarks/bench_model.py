@@ -104,8 +104,9 @@ def peak_flops(device, dtype: str) -> tuple[float, str]:
   spec = metrics.peak_flops_per_device(device)
   if spec is not None:
     return spec, f"spec sheet ({device.device_kind}, dense bf16)"
-  measured = metrics.measure_matmul_flops(n=2048, dtype=jnp.float32, repeats=5, device=device)
-  return measured, f"measured 2048^3 float32 matmul on {device.device_kind}"
+  measured = max(metrics.measure_matmul_flops(n=n, dtype=jnp.float32, repeats=10, device=device)
+                 for n in (1024, 2048))
+  return measured, f"best float32 matmul (1024^3, 2048^3) measured on {device.device_kind}"
 
 
 def bench_lm(config: TransformerConfig, batch, steps: int, device):
@@ -176,6 +177,7 @@ def main(argv=None) -> None:
   peak, peak_src = peak_flops(device, args.dtype)
   print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})")
   li, lt = args.inputs_length, args.targets_length
+  rows = []
   for name in args.presets.split(","):
     overrides = dict(dropout_rate=0.0, scan_layers=args.scan_layers, remat_policy=args.remat_policy)
     if args.dtype != "preset":
@@ -192,6 +194,7 @@ def main(argv=None) -> None:
           f"XLA {r['xla_flops'] / 1e9:8.1f} GFLOP  {flops / t / 1e9:7.1f} GFLOP/s  "
           f"MFU {flops / t / peak:6.1%}  (compile {r['compile_s']:.1f} s, loss {r['loss']:.2f})",
           flush=True)
+    rows.append((name, flops, t, None))
     if args.compare_hf:
       if not config.is_encoder_decoder:
         print(f"  [hf] skipped: {name} is decoder-only (no HF T5 counterpart)")
@@ -203,6 +206,17 @@ def main(argv=None) -> None:
               f"({h['threads']} threads) float32: step {th * 1e3:.1f} ms (min {min(h['times']) * 1e3:.1f}), "
               f"{tokens / th:.0f} tok/s, MFU {flops / th / peak:.1%};  lm/hf speed {th / t:.2f}x",
               flush=True)
+        rows[-1] = (name, flops, t, th)
+  if "measured" in peak_src:
+    # A busy machine depresses the first measurement; the best of two is the fairer peak.
+    again, _ = peak_flops(device, args.dtype)
+    peak = max(peak, again)
+    print(f"\nSummary with the best measured peak {peak / 1e9:.1f} GFLOP/s:")
+  else:
+    print("\nSummary:")
+  for name, flops, t, th in rows:
+    hf = "" if th is None else f"  HF {flops / th / peak:6.1%} MFU, lm/hf {th / t:.2f}x"
+    print(f"  {name:20s} {args.batch * (li + lt) / t:9.0f} tok/s  MFU {flops / t / peak:6.1%}{hf}")
 
 
 if __name__ == "__main__":

@@ -141,7 +141,8 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   metrics = os.path.join(workdir, "metrics.jsonl")
   deadline = time.time() + 300
-  while not os.path.exists(metrics) and proc.poll() is None and time.time() < deadline:
+  while proc.poll() is None and time.time() < deadline and not (
+      os.path.exists(metrics) and os.path.getsize(metrics) > 0):  # the loop is running
     time.sleep(0.1)
   proc.send_signal(signal.SIGTERM)
   _, err = proc.communicate(timeout=300)

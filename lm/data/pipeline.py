@@ -1,42 +1,75 @@
 """The grain input pipeline: documents -> fixed-shape feature batches (the impure part).
 
-Train pipeline, per process (grain dataset API):
+Virtual data shards. The documents are split into a FIXED number S of virtual
+shards (`DataSpec.num_shards`, default 8): shard k reads documents k::S and runs its
+own deterministic sub-pipeline, which yields `batch_size // S` rows per batch. The
+GLOBAL batch is the concatenation of all shards' rows in shard order. Process p of
+P owns shards [p*S/P, (p+1)*S/P) and yields the concatenation of its shards' rows,
+so the processes' local batches, in process order, make up exactly that global
+batch. Hence:
+
+  * the global batch sequence does not depend on the process count: a 2-process x
+    4-device run sees the same batches (and losses) as a 1-process x 8-device run;
+  * the iterator state is a position PER SHARD, so a checkpointed data position
+    restores onto a different process count (each process takes its shards from
+    the merged state of all processes, see `merge_states`).
+
+Sharding documents by process instead (documents p::P) would tie both the batches
+and the saved positions to P. Why S = 8 by default: it divides the usual batch
+sizes (powers of two >= 8) and allows 1, 2, 4 or 8 data-loading processes; more
+shards cost more packers (fewer rows per packer, a little more padding) and more
+per-shard bookkeeping. Raise it (to a multiple of the process count that divides
+the batch size) for runs over more than 8 hosts.
+
+Sub-pipeline of virtual shard k (train; grain dataset API):
 
   source (documents)                                   sources.py
-  -> shard: documents process_index::process_count     disjoint; together: everything
-  -> shuffle(seed), repeat(num_epochs)                 a different order every epoch
-  -> tokenize (+EOS per document for full_lm)          MapDataset, read by num_threads threads
+  -> documents k::num_shards                           disjoint; together: everything
+  -> shuffle(seed(seed, k)), repeat(num_epochs)        a different order every epoch
+  -> tokenize (+EOS per document for full_lm)          read ahead on a shared thread pool
   -> concatenate documents, split into raw chunks      grain ConcatThenSplitIterDataset
      of objectives.raw_length(...) tokens              (T5 reduce_concat_tokens + split_tokens)
-  -> objective(chunk, rng(seed, process, chunk index)) objectives.py, seeded per example
+  -> objective(chunk, rng(seed, k, chunk index))       objectives.py, seeded per example
   -> converters.convert(architecture, lengths)          EOS, trimming, decoder layout
   -> pack (grain FirstFitPackIterDataset) or pad        packing.py names
-  -> batch [B, L]                                       B = batch_size / process_count
-  -> thread prefetch                                    overlaps with the train step
+  -> batch [batch_size // num_shards, L]
+then: concatenate the owned shards' batches in shard order -> [batch_size // P, L],
+and one background thread prefetches those batches (overlaps with the train step).
 
-Everything after tokenization runs in one thread in a fixed order, and the random
-generator of example i is derived from (seed, process_index, i), so batches depend
-only on the spec and the process, not on thread counts. The iterator's state
-(`get_state()`: a small JSON-serialisable dict) restores the exact position:
-batches after `set_state` are the ones an uninterrupted run would have produced.
+Determinism: every step after tokenization runs in one thread in a fixed order and
+the random generator of example i of shard k is derived from (seed, k, i), never
+from the process, so batches depend only on the spec. Tokenization is a pure
+function of the document, so reading it ahead on `num_threads` threads (one pool
+shared by all shards; SentencePiece releases the GIL) changes nothing but speed.
+The iterator's state (`get_state()`: a small JSON-serialisable dict) restores the
+exact position: batches after `set_state` are the ones an uninterrupted run would
+have produced.
 
 Why threads and not grain's `mp_prefetch`: mp_prefetch slices the dataset per
 worker BEFORE the stateful concatenate/pack steps, so its output would change with
-the worker count; SentencePiece releases the GIL, so tokenization (the costly
-step) scales over threads anyway, and the rest is vectorised NumPy.
+the worker count; the rest of the pipeline is vectorised NumPy.
+
+Eval: the same sub-pipelines over the validation documents (fixed seed, no
+shuffling, one epoch); eval batch i is the concatenation of every shard's i-th
+block of `eval_batch_size // num_shards` rows, a shard that has run out giving
+all-zero rows (loss weight 0). It ends when every shard has run out, so every
+process yields the same number of batches and the global eval batches do not
+depend on the process count either.
 
 Public API (what the trainer calls):
 
   spec = DataSpec(format="jsonl", paths=("data/*.jsonl",), tokenizer="spm.model",
                   objective="span_corruption", inputs_length=512, targets_length=114,
-                  batch_size=128, seed=0)
+                  batch_size=128, num_shards=8, seed=0)
   data = DataPipeline(spec, process_index=jax.process_index(),
                       process_count=jax.process_count())
   it = data.train_iterator()          # infinite (num_epochs=None)
   batch = next(it)                    # dict of np arrays [batch_size // process_count, L]
-  state = it.get_state()              # JSON-serialisable dict; save with the checkpoint
-  it.set_state(state)                 # on restore, before the first next()
+  state = it.get_state()              # JSON-serialisable dict of this process's shards
+  merged = merge_states(all_states)   # every process's get_state(): save this one
+  it.set_state(merged)                # on restore (any process count), before next()
   it.packing_efficiency               # non-padding share of the last batch (log it)
+  it.close()                          # stops the prefetch thread and the tokenizer pool
   for batch in data.eval_iterator(num_batches=N): ...   # finite, same every call
   data.tokenizer, data.stats()        # Tokenizer; source statistics dict
 
@@ -48,8 +81,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
 from typing import Any
 
 import grain
@@ -59,7 +94,10 @@ from grain import experimental as grain_experimental
 from lm.data import converters, objectives, packing, sources
 from lm.data import tokenizer as tokenizer_lib
 
-_STATE_VERSION = 1
+_STATE_VERSION = 2
+DEFAULT_NUM_SHARDS = 8
+# Documents tokenized per read-ahead task, and tasks in flight per shard per thread.
+_TOKENIZE_BLOCK = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,13 +125,17 @@ class DataSpec:
       inputs_length + targets_length long).
     batch_size: GLOBAL batch size; each process yields batch_size // process_count.
     eval_batch_size: global eval batch size (default batch_size).
+    num_shards: virtual data shards (module docstring). Must divide batch_size and
+      eval_batch_size, and be divisible by the process count. Changing it changes
+      the batches (and makes saved data positions unusable).
     pack: pack several examples per row (else pad one example per row).
-    num_packing_bins: rows the packer fills at once (default: per-process batch).
+    num_packing_bins: rows each shard's packer fills at once (default:
+      max(batch_size // num_shards, 16)).
     document_eos: append EOS after each document before concatenation (None =
       only for full_lm, as T5).
     seed: shuffle and objective seed. num_epochs: None = repeat forever.
-    num_threads: tokenization threads. prefetch_batches: batches prefetched by a
-      background thread (0 = none).
+    num_threads: tokenization threads (one pool for all shards).
+    prefetch_batches: batches prefetched by one background thread (0 = none).
   """
   format: str = "default"
   paths: tuple[str, ...] = ()
@@ -117,6 +159,7 @@ class DataSpec:
   targets_length: int = 114
   batch_size: int = 128
   eval_batch_size: int | None = None
+  num_shards: int = DEFAULT_NUM_SHARDS
   pack: bool = True
   num_packing_bins: int | None = None
   document_eos: bool | None = None
@@ -139,11 +182,21 @@ class DataSpec:
     if self.objective not in objectives.OBJECTIVES:
       raise ValueError(f"Unknown objective {self.objective!r}; expected one of "
                        f"{sorted(objectives.OBJECTIVES)}.")
-    for name in ("batch_size", "inputs_length", "targets_length", "num_threads"):
+    for name in ("batch_size", "inputs_length", "targets_length", "num_threads",
+                 "num_shards"):
       if getattr(self, name) <= 0:
         raise ValueError(f"DataSpec.{name} must be positive, got {getattr(self, name)}.")
+    if self.eval_batch_size is not None and self.eval_batch_size <= 0:
+      raise ValueError(f"DataSpec.eval_batch_size must be positive, got {self.eval_batch_size}.")
     if self.num_epochs is not None and self.num_epochs <= 0:
       raise ValueError(f"DataSpec.num_epochs must be positive or None, got {self.num_epochs}.")
+    for name in ("batch_size", "eval_batch_size"):
+      b = getattr(self, name)
+      if b is not None and b % self.num_shards:
+        raise ValueError(
+            f"DataSpec.{name}={b} is not divisible by num_shards={self.num_shards} (each "
+            f"virtual data shard yields {name} / num_shards rows); set num_shards to a "
+            f"divisor of it (e.g. {math.gcd(b, self.num_shards)}) or change {name}.")
 
   def fingerprint(self) -> str:
     """Digest of the fields that change which batches are produced."""
@@ -177,6 +230,70 @@ def _tokenize_fn(tok: tokenizer_lib.Tokenizer, document_eos: bool):
     ids = tok.encode(doc)
     return {"tokens": np.concatenate([ids, eos]) if document_eos else ids.astype(np.int32)}
   return tokenize
+
+
+class _ThreadPool:
+  """One lazily started thread pool shared by all shards of an iterator."""
+
+  def __init__(self, num_threads: int):
+    self.num_threads = num_threads
+    self._executor: futures.ThreadPoolExecutor | None = None
+
+  def submit(self, fn: Callable[..., Any], *args) -> futures.Future:
+    if self._executor is None:
+      self._executor = futures.ThreadPoolExecutor(self.num_threads,
+                                                  thread_name_prefix="lm-tokenize")
+    return self._executor.submit(fn, *args)
+
+  def close(self) -> None:
+    if self._executor is not None:
+      self._executor.shutdown(wait=True, cancel_futures=True)
+      self._executor = None
+
+
+class _TokenizedDocs(grain.MapDataset):
+  """documents -> {"tokens": int32[n]}, tokenized ahead in blocks on a shared pool.
+
+  Element i depends only on the parent's element i (tokenization is pure), so the
+  read-ahead changes no result; it only overlaps tokenization with the rest of the
+  pipeline. Must be read by one thread at a time (the pipeline's thread).
+  """
+
+  def __init__(self, parent: grain.MapDataset, tokenize: Callable[[str], dict],
+               pool: _ThreadPool):
+    super().__init__(parent)
+    self._tokenize = tokenize
+    self._pool = pool
+    self._depth = pool.num_threads + 1  # blocks in flight ahead of the reader
+    self._blocks: dict[int, futures.Future] = {}
+
+  def __len__(self) -> int:
+    return len(self._parent)
+
+  def __str__(self) -> str:
+    return f"_TokenizedDocs(block={_TOKENIZE_BLOCK})"
+
+  def _tokenize_block(self, start: int, stop: int) -> list[dict[str, np.ndarray] | None]:
+    out = []
+    for i in range(start, stop):
+      doc = self._parent[i]
+      out.append(None if doc is None else self._tokenize(doc))
+    return out
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    block = index // _TOKENIZE_BLOCK
+    last = (len(self) - 1) // _TOKENIZE_BLOCK
+    wanted = range(block, min(block + self._depth, last + 1))
+    for b in [b for b in self._blocks if b not in wanted]:  # after a jump (set_state)
+      self._blocks.pop(b).cancel()
+    for b in wanted:
+      if b not in self._blocks:
+        self._blocks[b] = self._pool.submit(
+            self._tokenize_block, b * _TOKENIZE_BLOCK,
+            min((b + 1) * _TOKENIZE_BLOCK, len(self)))
+    return self._blocks[block].result()[index - block * _TOKENIZE_BLOCK]
 
 
 class _ObjectiveAndConvert:
@@ -217,6 +334,11 @@ def _mix(words: np.ndarray) -> np.ndarray:
   return np.frombuffer(digest, np.uint64)
 
 
+def _shuffle_seed(seed: int, shard: int) -> int:
+  """grain's 32-bit shuffle seed of one virtual shard."""
+  return int(_mix(np.array([seed, shard, 0x5348554646], np.uint64))[0] >> np.uint64(32))
+
+
 def _feature_keys(architecture: str) -> list[str]:
   dummy = converters.convert({"inputs": np.array([3], np.int32),
                               "targets": np.array([3], np.int32)}, architecture)
@@ -232,6 +354,11 @@ def _pad_batch(rows: Mapping[str, np.ndarray], batch_size: int) -> dict[str, np.
   return out
 
 
+def _concat(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """Shard batches [r, L] (in shard order) -> one batch [len(parts) * r, L]."""
+  return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
 def _tuplify_slices(state: Any) -> Any:
   """JSON turns grain ConcatThenSplit's (start, stop) tuples into lists; undo that."""
   if isinstance(state, dict):
@@ -242,18 +369,136 @@ def _tuplify_slices(state: Any) -> Any:
   return state
 
 
+def _json_normal(state: Any) -> Any:
+  return json.loads(json.dumps(state))
+
+
+class _ShardBatchesIterDataset(grain.IterDataset):
+  """Batches of several shards' row datasets, concatenated in shard order."""
+
+  def __init__(self, shards: Mapping[int, grain.IterDataset]):
+    super().__init__(list(shards.values()))
+    self._shard_ids = list(shards)
+
+  def __iter__(self) -> _ShardBatchesIterator:
+    return _ShardBatchesIterator({k: iter(ds) for k, ds in zip(self._shard_ids, self.parents)})
+
+  def __str__(self) -> str:
+    return f"_ShardBatchesIterDataset(shards={self._shard_ids})"
+
+
+class _ShardBatchesIterator(grain.DatasetIterator):
+  """next(): every shard's next batch [r, L], concatenated; ends when one shard ends."""
+
+  def __init__(self, iterators: Mapping[int, grain.DatasetIterator]):
+    super().__init__(list(iterators.values()))
+    self._iterators = dict(iterators)
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    return _concat([next(it) for it in self._iterators.values()])
+
+  def get_state(self) -> dict[str, Any]:
+    return {"shards": {str(k): it.get_state() for k, it in self._iterators.items()}}
+
+  def set_state(self, state: Mapping[str, Any]) -> None:
+    for k, it in self._iterators.items():
+      it.set_state(state["shards"][str(k)])
+
+
+def _check_state_header(state: Mapping[str, Any], fingerprint: str | None,
+                        num_shards: int | None) -> None:
+  if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
+    version = state.get("version") if isinstance(state, Mapping) else None
+    raise ValueError(f"Data iterator state version {version} is not {_STATE_VERSION}; it was "
+                     "saved by another lm version (start the data from scratch).")
+  if fingerprint is not None and state["fingerprint"] != fingerprint:
+    raise ValueError(
+        "Data iterator state was saved with a different data spec (fingerprint "
+        f"{state['fingerprint']} != {fingerprint}); restore with the same data "
+        "config, or start the data from scratch.")
+  if num_shards is not None and state["num_shards"] != num_shards:
+    raise ValueError(f"Data iterator state has {state['num_shards']} virtual shards, this "
+                     f"pipeline {num_shards}; restore with the same data.num_shards.")
+
+
+def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """Merges every process's `TrainIterator.get_state()` into one restorable state.
+
+  The trainer gathers the states of all processes, saves the merged dict with the
+  checkpoint, and on restore passes it to every process's `set_state` (with any
+  process count): each process takes the shards it owns.
+
+  Args:
+    states: get_state() dicts (JSON round trips are fine), any order.
+
+  Returns:
+    {"version", "fingerprint", "num_shards", "batches", "shards": {str(k): state_k}}
+    holding the union of the shards, sorted by shard.
+
+  Raises:
+    ValueError: no states, states of different specs or positions, or one shard
+      with two different positions.
+  """
+  if not states:
+    raise ValueError("merge_states needs at least one iterator state.")
+  first = states[0]
+  _check_state_header(first, None, None)
+  shards: dict[str, Any] = {}
+  for state in states:
+    _check_state_header(state, first["fingerprint"], first["num_shards"])
+    if state["batches"] != first["batches"]:
+      raise ValueError(f"Cannot merge data iterator states at different positions "
+                       f"({state['batches']} != {first['batches']} batches); gather them "
+                       "at the same step.")
+    for k, shard_state in state["shards"].items():
+      shard_state = _json_normal(shard_state)
+      if k in shards and shards[k] != shard_state:
+        raise ValueError(f"Virtual data shard {k} has two different positions in the "
+                         "states to merge.")
+      shards[k] = shard_state
+  return {"version": _STATE_VERSION, "fingerprint": first["fingerprint"],
+          "num_shards": first["num_shards"], "batches": first["batches"],
+          "shards": dict(sorted(shards.items(), key=lambda kv: int(kv[0])))}
+
+
+class _Closed:
+  """Stands in for a closed iterator."""
+
+  def __next__(self):
+    raise ValueError("The data iterator is closed.")
+
+  def get_state(self):
+    raise ValueError("The data iterator is closed.")
+
+  set_state = get_state
+
+  def close(self):
+    pass
+
+
+_CLOSED = _Closed()
+
+
 class TrainIterator(Iterator[dict]):
-  """Infinite (or num_epochs-long) iterator of per-process batches.
+  """Infinite (or num_epochs-long) iterator of this process's batches.
+
+  With a finite num_epochs it ends at the first batch for which one of its shards
+  has run out (shards end at slightly different points; multi-process runs should
+  stop by step count instead).
 
   Attributes:
+    shards: the virtual shards this process owns (range).
     packing_efficiency: non-padding share of the last batch (float in (0, 1]).
     batches: batches produced since the start (restored by set_state).
   """
 
-  def __init__(self, dataset: grain.IterDataset, fingerprint: str):
-    self._dataset = dataset
-    self._it = iter(dataset)
+  def __init__(self, iterator: grain.DatasetIterator, pool: _ThreadPool, *,
+               fingerprint: str, num_shards: int, shards: range):
+    self._it = iterator
+    self._pool = pool
     self._fingerprint = fingerprint
+    self._num_shards = num_shards
+    self.shards = shards
     self.packing_efficiency = float("nan")
     self.batches = 0
 
@@ -264,27 +509,37 @@ class TrainIterator(Iterator[dict]):
     return batch
 
   def get_state(self) -> dict[str, Any]:
-    """A JSON-serialisable dict of plain ints/strings/lists."""
+    """A JSON-serialisable dict: this process's shards' positions (see merge_states)."""
+    inner = self._it.get_state()
     return {"version": _STATE_VERSION, "fingerprint": self._fingerprint,
-            "batches": self.batches, "grain": self._it.get_state()}
+            "num_shards": self._num_shards, "batches": self.batches,
+            "shards": inner["shards"]}
 
   def set_state(self, state: Mapping[str, Any]) -> None:
-    """Restores a state from get_state (also after a JSON round trip)."""
-    if state.get("version") != _STATE_VERSION:
-      raise ValueError(f"Data iterator state version {state.get('version')} is not "
-                       f"{_STATE_VERSION}; it was saved by another lm version.")
-    if state["fingerprint"] != self._fingerprint:
+    """Restores get_state() of this process or merge_states() of all (any process count).
+
+    Raises:
+      ValueError: another state version, data spec or num_shards, or a shard this
+        process owns is missing from the state.
+    """
+    _check_state_header(state, self._fingerprint, self._num_shards)
+    missing = [k for k in self.shards if str(k) not in state["shards"]]
+    if missing:
       raise ValueError(
-          "Data iterator state was saved with a different data spec (fingerprint "
-          f"{state['fingerprint']} != {self._fingerprint}); restore with the same data "
-          "config, or start the data from scratch.")
-    self._it.set_state(_tuplify_slices(state["grain"]))
+          f"Data iterator state has no position for virtual shard(s) {missing} owned by "
+          f"this process (shards {list(self.shards)}); pass merge_states() of every "
+          "process's get_state().")
+    self._it.set_state({"shards": {str(k): _tuplify_slices(state["shards"][str(k)])
+                                   for k in self.shards}})
     self.batches = int(state["batches"])
 
   def close(self) -> None:
-    close = getattr(self._it, "close", None)
-    if close:
-      close()
+    """Stops the prefetch thread and the tokenizer threads (idempotent)."""
+    # Drop the grain iterator now: its __del__ closes it again, which fails when
+    # that happens at interpreter exit.
+    it, self._it = self._it, _CLOSED
+    it.close()
+    self._pool.close()
 
 
 class DataPipeline:
@@ -292,24 +547,35 @@ class DataPipeline:
 
   Args:
     spec: DataSpec.
-    process_index, process_count: this process's shard (jax.process_index() /
-      jax.process_count() in a multi-process job; 0 / 1 otherwise).
+    process_index, process_count: this process (jax.process_index() /
+      jax.process_count() in a multi-process job; 0 / 1 otherwise). It owns virtual
+      shards [index * S / count, (index + 1) * S / count).
     tokenizer: use this Tokenizer instead of loading spec.tokenizer.
+
+  Attributes:
+    shards: owned virtual shards (range). rows_per_shard, eval_rows_per_shard:
+    rows each shard adds to a (eval) batch. batch_size, eval_batch_size: this
+    process's rows per batch.
   """
 
   def __init__(self, spec: DataSpec, *, process_index: int = 0, process_count: int = 1,
                tokenizer: tokenizer_lib.Tokenizer | None = None):
     if not 0 <= process_index < process_count:
       raise ValueError(f"process_index {process_index} not in [0, {process_count}).")
-    for name, b in (("batch_size", spec.batch_size),
-                    ("eval_batch_size", spec.eval_batch_size or spec.batch_size)):
-      if b % process_count:
-        raise ValueError(f"DataSpec.{name}={b} is not divisible by process_count="
-                         f"{process_count}.")
+    if spec.num_shards % process_count:
+      raise ValueError(
+          f"DataSpec.num_shards={spec.num_shards} is not divisible by process_count="
+          f"{process_count} (every process owns the same number of virtual data shards); "
+          f"set num_shards to a multiple of {process_count} that divides the batch size.")
     self.spec = spec
     self.process_index, self.process_count = process_index, process_count
-    self.batch_size = spec.batch_size // process_count
-    self.eval_batch_size = (spec.eval_batch_size or spec.batch_size) // process_count
+    self.num_shards = spec.num_shards
+    per_process = spec.num_shards // process_count
+    self.shards = range(process_index * per_process, (process_index + 1) * per_process)
+    self.rows_per_shard = spec.batch_size // spec.num_shards
+    self.eval_rows_per_shard = (spec.eval_batch_size or spec.batch_size) // spec.num_shards
+    self.batch_size = self.rows_per_shard * per_process
+    self.eval_batch_size = self.eval_rows_per_shard * per_process
     if tokenizer is None:
       tokenizer = (tokenizer_lib.load_tokenizer(spec.tokenizer, extra_ids=spec.extra_ids)
                    if spec.tokenizer else
@@ -327,6 +593,11 @@ class DataPipeline:
     objectives.make_objective(spec.objective, vocab_size=tokenizer.vocab_size,
                               num_extra_ids=spec.extra_ids, **_objective_params(spec))
     self.train_source, self.eval_source = self._build_sources()
+    if len(self.train_source) < self.num_shards:
+      raise ValueError(f"{len(self.train_source)} train documents cannot fill "
+                       f"num_shards={self.num_shards} virtual data shards; lower "
+                       "DataSpec.num_shards or add documents.")
+    self._eval_total_batches: int | None = None
 
   def _build_sources(self):
     spec = self.spec
@@ -347,89 +618,140 @@ class DataPipeline:
       return {"documents": len(src), **getattr(base, "stats", sources.SourceStats()).as_dict()}
     out = {"train": source_stats(self.train_source), "raw_length": self.raw_length,
            "vocab_size": self.tokenizer.vocab_size,
-           "embedding_size": tokenizer_lib.padded_vocab_size(self.tokenizer.vocab_size)}
+           "embedding_size": tokenizer_lib.padded_vocab_size(self.tokenizer.vocab_size),
+           "num_shards": self.num_shards, "shards": list(self.shards)}
     if self.eval_source is not None:
       out["eval"] = {"documents": len(self.eval_source)}
     return out
 
-  def _examples(self, source, *, shuffle: bool, num_epochs: int | None,
-                seed: int) -> grain.IterDataset:
-    """Shard -> (shuffle, repeat) -> tokenize -> concat/split -> objective -> convert."""
+  def _shard_rows(self, source, shard: int, pool: _ThreadPool, *, shuffle: bool,
+                  num_epochs: int | None, seed: int) -> grain.IterDataset | None:
+    """Rows of one virtual shard (module docstring); None if it has no documents."""
     spec = self.spec
-    ds = grain.MapDataset.source(source)
-    ds = ds[self.process_index::self.process_count]
+    ds = grain.MapDataset.source(source)[shard::self.num_shards]
     if len(ds) == 0:
-      raise ValueError(f"Process {self.process_index} of {self.process_count} has no "
-                       f"documents ({len(source)} in total); use fewer processes or more data.")
+      return None
     if shuffle:
-      ds = ds.shuffle(seed=seed)
+      ds = ds.shuffle(seed=_shuffle_seed(seed, shard))
     if num_epochs != 1:
       ds = ds.repeat(num_epochs)
     document_eos = spec.document_eos if spec.document_eos is not None else (
         spec.objective == "full_lm")
-    ds = ds.map(_tokenize_fn(self.tokenizer, document_eos))
-    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=spec.num_threads,
-                                              prefetch_buffer_size=64 * spec.num_threads))
+    ds = _TokenizedDocs(ds, _tokenize_fn(self.tokenizer, document_eos), pool)
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
     it = it.filter(lambda x: x["tokens"].size > 0)
     it = grain_experimental.ConcatThenSplitIterDataset(
         it, length_struct={"tokens": self.raw_length})
-    return it.map_with_index(_ObjectiveAndConvert(
-        spec, self.tokenizer.vocab_size, (seed, self.process_index)))
-
-  def _rows(self, examples: grain.IterDataset, batch_size: int) -> grain.IterDataset:
-    spec = self.spec
+    examples = it.map_with_index(_ObjectiveAndConvert(
+        spec, self.tokenizer.vocab_size, (seed, shard)))
     if not spec.pack:
       return examples.map(lambda ex: packing.pad_example(ex, self.lengths))
     length_struct = {k: self.lengths[packing.stack_of(k)] for k in self._keys}
     packed = grain_experimental.FirstFitPackIterDataset(
         examples, length_struct=length_struct,
-        num_packing_bins=spec.num_packing_bins or batch_size, shuffle_bins=False)
+        num_packing_bins=spec.num_packing_bins or max(self.rows_per_shard, 16),
+        shuffle_bins=False)
     return packed.map(packing.rename_packed)
 
   def train_iterator(self) -> TrainIterator:
     """The training iterator of this process (see the module docstring)."""
     spec = self.spec
-    rows = self._rows(self._examples(self.train_source, shuffle=True,
-                                     num_epochs=spec.num_epochs, seed=spec.seed),
-                      self.batch_size)
-    ds = rows.batch(self.batch_size, drop_remainder=True)
+    pool = _ThreadPool(spec.num_threads)
+    shards = {}
+    for k in self.shards:
+      rows = self._shard_rows(self.train_source, k, pool, shuffle=True,
+                              num_epochs=spec.num_epochs, seed=spec.seed)
+      assert rows is not None  # __init__ checked that every shard has documents.
+      shards[k] = rows.batch(self.rows_per_shard, drop_remainder=True)
+    ds = _ShardBatchesIterDataset(shards)
     if spec.prefetch_batches:
       ds = grain_experimental.ThreadPrefetchIterDataset(
           ds, prefetch_buffer_size=spec.prefetch_batches)
-    return TrainIterator(ds, f"{spec.fingerprint()}:{self.process_index}/{self.process_count}")
+    return TrainIterator(iter(ds), pool, fingerprint=spec.fingerprint(),
+                         num_shards=self.num_shards, shards=self.shards)
 
-  def eval_iterator(self, num_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """A fresh finite iterator over this process's validation shard.
+  def _zero_rows(self, rows: int) -> dict[str, np.ndarray]:
+    """All-zero rows [rows, L] with the batch's features and dtypes (loss weight 0)."""
+    dummy = converters.convert({"inputs": np.array([3], np.int32),
+                                "targets": np.array([3], np.int32)}, self.spec.architecture)
+    row = packing.pad_example(dummy, self.lengths)
+    return {k: np.zeros((rows, *v.shape), v.dtype) for k, v in row.items()}
 
-    Same objective and layout as training, fixed seed, no shuffling, so every call
-    yields the same batches. The last batch is padded with all-zero rows (weight 0).
+  def _eval_shard_batches(self, shards: Sequence[int], pool: _ThreadPool
+                          ) -> dict[int, Iterator[dict[str, np.ndarray]] | None]:
+    out = {}
+    for k in shards:
+      rows = self._shard_rows(self.eval_source, k, pool, shuffle=False, num_epochs=1,
+                              seed=self.spec.seed + 1)
+      out[k] = None if rows is None else iter(
+          rows.batch(self.eval_rows_per_shard, drop_remainder=False))
+    return out
 
-    Args:
-      num_batches: if given, exactly this many batches (all-zero padding batches
-        after the data ends, truncation before), so that every process of a
-        multi-process job runs the same number of eval steps.
+  def eval_num_batches(self) -> int:
+    """Global eval batches of one pass: the longest shard's (computed once, cached).
+
+    Every process computes it over all shards, so all agree without communication.
     """
     if self.eval_source is None:
       raise ValueError("No validation data: set DataSpec.eval_paths or validation_fraction > 0.")
-    rows = self._rows(self._examples(self.eval_source, shuffle=False, num_epochs=1,
-                                     seed=self.spec.seed + 1), self.eval_batch_size)
-    batches = rows.batch(self.eval_batch_size, drop_remainder=False)
-    b = self.eval_batch_size
+    if self._eval_total_batches is None:
+      pool = _ThreadPool(self.spec.num_threads)
+      try:
+        counts = [0 if it is None else sum(1 for _ in it)
+                  for it in self._eval_shard_batches(range(self.num_shards), pool).values()]
+      finally:
+        pool.close()
+      self._eval_total_batches = max(counts)
+    return self._eval_total_batches
+
+  def eval_iterator(self, num_batches: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """A fresh finite iterator over this process's part of the validation batches.
+
+    Same objective and layout as training, fixed seed, no shuffling, so every call
+    yields the same batches; for any process count the processes' batches make up
+    the same global batches. Rows of shards that have run out are all-zero
+    (loss weight 0).
+
+    Args:
+      num_batches: if given, exactly this many batches (all-zero batches after the
+        data ends, truncation before). If None, one full pass: every shard's rows
+        until the longest shard ends (`eval_num_batches()`; with several processes
+        that count costs one extra pass over all shards, so pass num_batches).
+    """
+    if self.eval_source is None:
+      raise ValueError("No validation data: set DataSpec.eval_paths or validation_fraction > 0.")
+    owns_all = len(self.shards) == self.num_shards
+    total = num_batches
+    if total is None and not owns_all:
+      total = self.eval_num_batches()
+    r = self.eval_rows_per_shard
+    zeros = self._zero_rows(r)
 
     def generate():
-      produced, template = 0, None
-      for batch in batches:
-        if num_batches is not None and produced >= num_batches:
-          return
-        template = batch = _pad_batch(batch, b)
-        produced += 1
-        yield batch
-      if num_batches is not None and produced < num_batches:
-        if template is None:
-          raise ValueError(f"Process {self.process_index} has no validation examples.")
-        zeros = {k: np.zeros_like(v) for k, v in template.items()}
-        for _ in range(num_batches - produced):
-          yield dict(zeros)
+      pool = _ThreadPool(self.spec.num_threads)
+      try:
+        its = self._eval_shard_batches(self.shards, pool)
+        if owns_all and not any(its.values()):
+          raise ValueError("No validation examples: every validation shard is empty.")
+        produced = 0
+        while total is None or produced < total:
+          parts, live = [], False
+          for k in self.shards:
+            part = None if its[k] is None else next(its[k], None)
+            if part is None:
+              its[k] = None
+              parts.append(zeros)
+            else:
+              live = True
+              parts.append(_pad_batch(part, r))
+          if total is None and not live:
+            if produced == 0:
+              raise ValueError("No validation examples: the validation documents yield no rows.")
+            return
+          yield _concat(parts)
+          produced += 1
+      finally:
+        pool.close()
     return generate()
 
 
