@@ -225,6 +225,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
       errors.append(f"config.data.batch_size={d.batch_size} / grad_accum_steps={k} = {micro} "
                     f"rows per microbatch is not divisible by the {shards} batch shards "
                     f"(data x fsdp of mesh {shape}).")
+  # Checked after the mesh (which runs on an error-free config only): independent of it.
+  if not d.num_shards > 0:
+    errors.append(f"config.data.num_shards must be positive, got {d.num_shards}.")
+  else:
+    for name in ("batch_size", "eval_batch_size"):
+      if d[name] is not None and d[name] > 0 and d[name] % d.num_shards:
+        errors.append(f"config.data.{name}={d[name]} is not divisible by config.data.num_shards="
+                      f"{d.num_shards} (virtual data shards); set num_shards to a divisor of "
+                      "it (a multiple of the process count).")
 
   # loop, checkpoints, wandb
   t = config.train

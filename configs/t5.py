@@ -191,6 +191,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.targets_length = int(targets_length)
   d.batch_size = arg.batch if arg.batch > 0 else (16 if arg.runlocal else 128)  # GLOBAL
   d.eval_batch_size = config_dict.placeholder(int)
+  # Virtual data shards: the global batch is the same for any number of processes and
+  # the data position restores onto another process count; must divide batch_size and
+  # be divisible by the process count (raise it, e.g. to 64, for runs over > 8 hosts).
+  d.num_shards = 8
   d.pack = True
   d.num_packing_bins = config_dict.placeholder(int)
   d.document_eos = config_dict.placeholder(bool)

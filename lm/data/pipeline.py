@@ -411,14 +411,14 @@ def _check_state_header(state: Mapping[str, Any], fingerprint: str | None,
     version = state.get("version") if isinstance(state, Mapping) else None
     raise ValueError(f"Data iterator state version {version} is not {_STATE_VERSION}; it was "
                      "saved by another lm version (start the data from scratch).")
+  if num_shards is not None and state["num_shards"] != num_shards:
+    raise ValueError(f"Data iterator state has {state['num_shards']} virtual shards, this "
+                     f"pipeline {num_shards}; restore with the same data.num_shards.")
   if fingerprint is not None and state["fingerprint"] != fingerprint:
     raise ValueError(
         "Data iterator state was saved with a different data spec (fingerprint "
         f"{state['fingerprint']} != {fingerprint}); restore with the same data "
         "config, or start the data from scratch.")
-  if num_shards is not None and state["num_shards"] != num_shards:
-    raise ValueError(f"Data iterator state has {state['num_shards']} virtual shards, this "
-                     f"pipeline {num_shards}; restore with the same data.num_shards.")
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def tok():
 
 def _spec(path, **kw):
   base = dict(format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=12,
-              batch_size=4, seed=7, num_threads=2, validation_fraction=0.1,
+              batch_size=4, num_shards=4, seed=7, num_threads=2, validation_fraction=0.1,
               objective="span_corruption")
   base.update(kw)
   return pipeline.DataSpec(**base)
@@ -85,35 +85,107 @@ def test_checkpoint_resume_mid_epoch_json(corpus_file, tok):
   other.close()
 
 
-def _doc_ids(batches, tok):
-  """doc<i> markers seen in decoded targets+inputs (full_lm keeps every token)."""
-  seen = []
-  for b in batches:
-    for row, seg in zip(b["decoder_target_tokens"], b["decoder_segment_ids"]):
-      for s in np.unique(seg[seg > 0]):
-        seen.append(row[seg == s])
-  return seen
+def _doc_markers(batches, tok):
+  """doc<i> numbers in one stream of unpadded rows (full_lm keeps every token, in order)."""
+  tokens = [b["decoder_target_tokens"][i][b["decoder_segment_ids"][i] > 0]
+            for b in batches for i in range(len(b["decoder_target_tokens"]))]
+  text = tok.decode(np.concatenate([t[t != 1] for t in tokens]))
+  return {int(w[3:]) for w in text.replace(".", " ").split() if w[3:].isdigit()}
 
 
-def test_process_shards_disjoint_and_cover_one_epoch(corpus_file, tok):
+def test_virtual_shards_disjoint_and_cover_one_epoch(corpus_file, tok):
+  # One process per shard, one row per batch: each process's batches are its shard's stream.
   spec = _spec(corpus_file, objective="full_lm", architecture="causal", num_epochs=1,
-               batch_size=2, pack=False, validation_fraction=0.0, document_eos=True)
-  tokens = {}
-  for p in range(2):
-    data = pipeline.DataPipeline(spec, process_index=p, process_count=2, tokenizer=tok)
-    it = data.train_iterator()
-    rows = [r for b in it for r in _doc_ids([b], tok)]
-    text = tok.decode(np.concatenate([r[r != 1] for r in rows]))
-    tokens[p] = {w for w in text.replace(".", " ").split() if w.startswith("doc")}
-  assert tokens[0].isdisjoint(tokens[1])
-  # drop_remainder can lose at most one partial batch per process at the epoch's end.
-  assert len(tokens[0] | tokens[1]) >= 400 - 2 * 2 * 3
-  assert abs(len(tokens[0]) - len(tokens[1])) < 40
+               batch_size=4, num_shards=4, pack=False, validation_fraction=0.0,
+               document_eos=True)
+  for p in range(4):
+    data = pipeline.DataPipeline(spec, process_index=p, process_count=4, tokenizer=tok)
+    assert list(data.shards) == [p]
+    # Shard k reads documents k::num_shards (one document per line here).
+    assert _doc_markers(list(data.train_iterator()), tok) == set(range(p, 400, 4))
+
+
+def _global(per_process):
+  """Per-process lists of batches -> global batches (processes in order)."""
+  return [{k: np.concatenate([b[k] for b in step]) for k in step[0]}
+          for step in zip(*per_process)]
+
+
+@pytest.mark.parametrize("process_count", [2, 4])
+def test_global_batches_independent_of_process_count(corpus_file, tok, process_count):
+  spec = _spec(corpus_file, batch_size=8, eval_batch_size=4)
+  one = pipeline.DataPipeline(spec, tokenizer=tok)
+  assert (one.batch_size, one.eval_batch_size) == (8, 4)
+  want_train = _take(one.train_iterator(), 4)
+  want_eval = list(one.eval_iterator())
+  assert len(want_eval) == one.eval_num_batches() > 2
+  many = [pipeline.DataPipeline(spec, process_index=p, process_count=process_count, tokenizer=tok)
+          for p in range(process_count)]
+  assert [d.batch_size for d in many] == [8 // process_count] * process_count
+  assert _equal(_global([_take(d.train_iterator(), 4) for d in many]), want_train)
+  evals = [list(d.eval_iterator()) for d in many]
+  assert {len(e) for e in evals} == {len(want_eval)}  # every process: same number of steps
+  assert _equal(_global(evals), want_eval)
+  n = len(want_eval) + 1
+  assert _equal(_global([list(d.eval_iterator(num_batches=n)) for d in many]),
+                list(one.eval_iterator(num_batches=n)))
+
+
+@pytest.mark.parametrize("before,after", [(1, 2), (2, 1), (4, 2)])
+def test_state_restores_across_process_counts(corpus_file, tok, before, after):
+  spec = _spec(corpus_file, batch_size=8)
+  reference = pipeline.DataPipeline(spec, tokenizer=tok).train_iterator()
+  for _ in range(5):
+    next(reference)
+  expected = _take(reference, 3)
+  states = []
+  for p in range(before):
+    it = pipeline.DataPipeline(spec, process_index=p, process_count=before,
+                               tokenizer=tok).train_iterator()
+    for _ in range(5):
+      next(it)
+    states.append(json.loads(json.dumps(it.get_state())))
+    it.close()
+  merged = json.loads(json.dumps(pipeline.merge_states(states[::-1])))
+  assert sorted(merged["shards"], key=int) == [str(k) for k in range(4)]
+  resumed = []
+  for p in range(after):
+    it = pipeline.DataPipeline(spec, process_index=p, process_count=after,
+                               tokenizer=tok).train_iterator()
+    it.set_state(merged)
+    assert it.batches == 5
+    resumed.append(_take(it, 3))
+  assert _equal(_global(resumed), expected)
+
+
+def test_state_errors(corpus_file, tok):
+  spec = _spec(corpus_file, batch_size=8)
+  its = [pipeline.DataPipeline(spec, process_index=p, process_count=2, tokenizer=tok)
+         .train_iterator() for p in range(2)]
+  next(its[0])
+  states = [it.get_state() for it in its]
+  for it in its:
+    it.close()
+  with pytest.raises(ValueError, match="different positions"):
+    pipeline.merge_states(states)
+  with pytest.raises(ValueError, match="at least one"):
+    pipeline.merge_states([])
+  whole = pipeline.DataPipeline(spec, tokenizer=tok).train_iterator()
+  with pytest.raises(ValueError, match=r"no position for virtual shard\(s\) \[2, 3\]"):
+    whole.set_state(states[0])  # process 0 of 2 holds shards 0 and 1 only
+  with pytest.raises(ValueError, match="version"):
+    whole.set_state({**states[0], "version": 1})
+  whole.close()
+  other = pipeline.DataPipeline(_spec(corpus_file, batch_size=8, num_shards=2),
+                                tokenizer=tok).train_iterator()
+  with pytest.raises(ValueError, match="has 4 virtual shards, this pipeline 2"):
+    other.set_state(states[0])
+  other.close()
 
 
 def test_epochs_reshuffle(corpus_file, tok):
   spec = _spec(corpus_file, objective="full_lm", architecture="causal", pack=False,
-               validation_fraction=0.0, batch_size=1, prefetch_batches=0)
+               validation_fraction=0.0, batch_size=1, num_shards=1, prefetch_batches=0)
   data = pipeline.DataPipeline(spec, tokenizer=tok)
   epoch_tokens = sum(len(tok.encode(d)) for d in _docs(400))
   per_row = data.raw_length
@@ -166,5 +238,15 @@ def test_bad_inputs(tmp_path, corpus_file, tok):
   bad.write_bytes(b"\xff\xfe\xfd\n")
   with pytest.raises(ValueError, match="No documents found"):
     pipeline.DataPipeline(_spec(str(bad), on_decode_error="skip"), tokenizer=tok)
-  with pytest.raises(ValueError, match="not divisible"):
-    pipeline.DataPipeline(_spec(corpus_file, batch_size=3), process_count=2, tokenizer=tok)
+  with pytest.raises(ValueError, match="batch_size=6 is not divisible by num_shards=4.*e.g. 2"):
+    _spec(corpus_file, batch_size=6)
+  with pytest.raises(ValueError, match="eval_batch_size=2 is not divisible by num_shards=4"):
+    _spec(corpus_file, eval_batch_size=2)
+  with pytest.raises(ValueError, match="num_shards must be positive"):
+    _spec(corpus_file, num_shards=0)
+  with pytest.raises(ValueError, match="num_shards=4 is not divisible by process_count=3"):
+    pipeline.DataPipeline(_spec(corpus_file), process_count=3, tokenizer=tok)
+  few = tmp_path / "few.txt"
+  few.write_text("one doc\ntwo doc\n")
+  with pytest.raises(ValueError, match="2 train documents cannot fill num_shards=4"):
+    pipeline.DataPipeline(_spec(str(few), validation_fraction=0.0), tokenizer=tok)
