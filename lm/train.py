@@ -105,29 +105,27 @@ def write_config(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
-  """Every process's iterator state (JSON), so each one restores its own position."""
+  """Every process's data-shard positions merged into one JSON dict (all shards).
+
+  The pipeline's virtual shards make the merged position restorable under any process
+  count that divides data.num_shards (lm/data/pipeline.py).
+  """
   if jax.process_count() == 1:
-    return {"process_count": 1, "states": [state]}
+    return pipeline_lib.merge_states([state])
   raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
   sizes = np.asarray(multihost_utils.process_allgather(np.array([raw.size], np.int64)))
+  sizes = sizes.reshape(-1)
   padded = np.zeros(int(sizes.max()), np.uint8)
   padded[:raw.size] = raw
   rows = np.asarray(multihost_utils.process_allgather(padded))
-  states = [json.loads(rows[i, :int(sizes.reshape(-1)[i])].tobytes().decode())
+  states = [json.loads(rows[i, :int(sizes[i])].tobytes().decode())
             for i in range(rows.shape[0])]
-  return {"process_count": jax.process_count(), "states": states}
+  return pipeline_lib.merge_states(states)
 
 
 def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:
-  if not saved:
-    return
-  if saved.get("process_count") != jax.process_count():
-    raise checkpoint.IncompatibleCheckpointError(
-        f"the checkpoint's data position was saved by {saved.get('process_count')} processes "
-        f"but this run has {jax.process_count()}; resume with the same number of processes "
-        "(the train state itself restores onto any mesh: use ckpt.init_from to start a new "
-        "run from its parameters).")
-  iterator.set_state(saved["states"][jax.process_index()])
+  if saved:
+    iterator.set_state(saved)  # takes the shards this process owns
 
 
 def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfig) -> None:

@@ -149,3 +149,43 @@ def test_sigterm_saves_and_exits_cleanly(tmp_path):
   assert proc.returncode == 0, err[-3000:]
   saved = os.listdir(os.path.join(workdir, "checkpoints"))
   assert len(saved) == 1 and int(saved[0]) >= 20, saved
+
+
+def _free_port():
+  import socket
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _two_processes(args, workdir):
+  """Runs lm.main as 2 processes x 4 CPU devices (jax.distributed, gloo)."""
+  port = _free_port()
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled",
+         "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+  procs = [subprocess.Popen(
+      [sys.executable, "-m", "lm.main", *args, f"--workdir={workdir}",
+       f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
+      cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+      for i in range(2)]
+  errs = [p.communicate(timeout=600)[1] for p in procs]
+  for p, err in zip(procs, errs):
+    assert p.returncode == 0, err[-3000:]
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process_and_resume_across_process_counts(tmp_path):
+  """2 processes x 4 devices == 1 process x 8 devices; the data position survives 2 -> 1."""
+  common = ["--config=configs/t5.py:runlocal", "--config.train.log_every=2",
+            "--config.train.eval_every=0", "--config.ckpt.every_steps=4",
+            "--config.ckpt.async_save=False"]
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  eight = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+  out = _main(common + ["--config.train.num_steps=8", f"--workdir={one}"], env=eight)
+  assert out.returncode == 0, out.stderr[-3000:]
+  _two_processes(common + ["--config.train.num_steps=4"], two)
+  out = _main(common + ["--config.train.num_steps=8", f"--workdir={two}"], env=eight)
+  assert out.returncode == 0, out.stderr[-3000:]
+  a, b = _train_losses(one), _train_losses(two)
+  assert sorted(a) == sorted(b) == [2, 4, 6, 8]
+  np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=2e-5)
