@@ -84,7 +84,13 @@ def test_dropout_rng_is_folded_with_step():
   assert float(m_a["loss"][0]) != float(m_c["loss"][0])  # next step -> new masks
 
 
-def test_sharded_step_matches_single_device():
+@pytest.mark.parametrize("mesh_shape,q_split", [
+    ((8, 1, 1), (1, 1, 1)),   # pure data parallel: params replicated
+    ((1, 8, 1), (8, 1, 1)),   # FSDP: params' embed dim split over fsdp
+    ((2, 2, 2), (2, 2, 1)),   # data x fsdp x tensor: embed over fsdp, heads over tensor
+])
+def test_sharded_steps_match_single_device(mesh_shape, q_split):
+  """Three steps on 8 devices under each mesh == three steps on one device."""
   model, tx, _ = _setup()
   batch = _batch(b=8)
   rng = jax.random.key(0)
@@ -92,24 +98,33 @@ def test_sharded_step_matches_single_device():
   step_fn = functools.partial(steps.train_step, model=model, tx=tx, z_loss=1e-4)
 
   ref_state = jax.jit(init)(rng, batch)
-  ref_state, ref_m = jax.jit(step_fn)(ref_state, batch)
+  ref_losses = []
+  for _ in range(3):
+    ref_state, ref_m = jax.jit(step_fn)(ref_state, batch)
+    ref_losses.append(float(ref_m["loss"][0]))
 
-  mesh = partitioning.make_mesh((2, 2, 2))
+  mesh = partitioning.make_mesh(mesh_shape)
   abstract, boxed = steps.abstract_train_state(rng, batch, model=model, tx=tx)
   shardings = partitioning.state_shardings(abstract, boxed, mesh)
   emb = shardings.params["token_embedder"]["embedding"]
-  assert emb.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
+  assert emb.spec == jax.sharding.PartitionSpec("tensor", "fsdp")  # (vocab, embed) rules
   q = shardings.params["encoder"]["layers_0"]["self_attention"]["query"]
-  assert q.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)
+  assert q.spec == jax.sharding.PartitionSpec("fsdp", "tensor", None)  # (embed, heads, kv)
   batch_sh = partitioning.batch_shardings(batch, mesh)
   gbatch = partitioning.make_global_batch(batch, mesh)
+  losses = []
   with partitioning.axis_rules(mesh):
     state = jax.jit(init, out_shardings=shardings)(rng, batch)
     jstep = jax.jit(step_fn, in_shardings=(shardings, batch_sh),
                     out_shardings=(shardings, None), donate_argnums=0)
-    state, m = jstep(state, gbatch)
-  leaf = jax.tree.leaves(state.params)[0]
-  assert len(leaf.sharding.device_set) == 8
+    for _ in range(3):
+      state, m = jstep(state, gbatch)
+      losses.append(float(m["loss"][0]))
+  # The parameters really are laid out as the rules say.
+  q_arr = state.params["encoder"]["layers_0"]["self_attention"]["query"]
+  assert len(q_arr.sharding.device_set) == 8
+  shard = q_arr.addressable_shards[0].data.shape
+  assert shard == tuple(n // k for n, k in zip(q_arr.shape, q_split)), (shard, q_arr.shape)
   for a, b in zip(jax.tree.leaves(ref_state.params), jax.tree.leaves(state.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
-  np.testing.assert_allclose(m["loss"][0], ref_m["loss"][0], rtol=1e-5)
+  np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
