@@ -38,7 +38,7 @@ from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, w
 from lm.data import packing
 from lm.data import pipeline as pipeline_lib
 from lm.data import tokenizer as tokenizer_lib
-from lm.model import accounting
+from lm.model import accounting, hf_t5
 from lm.model.transformer import Transformer, TransformerConfig
 
 CONFIG_FILE = "config.json"
@@ -128,6 +128,40 @@ def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:
     iterator.set_state(saved)  # takes the shards this process owns
 
 
+def init_params_from(path: str, model_config: TransformerConfig, abstract_params: Any,
+                     shardings: Any) -> Any:
+  """Parameters to start a new run from (config.ckpt.init_from, e.g. fine-tuning).
+
+  Args:
+    path: another run's `<workdir>/checkpoints` (or its workdir), or a Hugging Face T5
+      `save_pretrained` directory (config.json + model.safetensors).
+    model_config: this run's model; an HF checkpoint must describe the same shapes.
+    abstract_params: this run's params structure (ShapeDtypeStructs).
+    shardings: NamedShardings for the params.
+
+  Returns:
+    the params tree placed on `shardings`.
+  """
+  if os.path.exists(os.path.join(path, hf_t5.CONFIG_NAME)) and not os.path.isdir(
+      os.path.join(path, "checkpoints")):
+    hf_config, params = hf_t5.load_hf_t5(path, scan_layers=model_config.scan_layers,
+                                         dtype=model_config.dtype)
+    theirs, ours = checkpoint.param_shapes(params), checkpoint.param_shapes(abstract_params)
+    if theirs != ours:
+      diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+      fields = [f"{f.name}={getattr(hf_config, f.name)!r}"
+                for f in dataclasses.fields(TransformerConfig)
+                if getattr(hf_config, f.name) != getattr(model_config, f.name)]
+      raise checkpoint.IncompatibleCheckpointError(
+          f"ckpt.init_from: the Hugging Face checkpoint {path} does not fit this model "
+          f"({diff[0]}: {theirs.get(diff[0])} there vs {ours.get(diff[0])} here); set "
+          f"config.model to its values: {', '.join(fields) or 'see config.json'}.")
+    return jax.device_put(params, shardings)
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    path = os.path.join(path, "checkpoints")
+  return checkpoint.restore_params(path, abstract_params, shardings)
+
+
 def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfig) -> None:
   tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
 
@@ -208,8 +242,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                       out_shardings=state_sh)(rng, dummy_batch(
                           d.architecture, d.inputs_length, d.targets_length))
       if config.ckpt.init_from:
-        params = checkpoint.restore_params(config.ckpt.init_from, abstract.params,
-                                           state_sh.params)
+        params = init_params_from(config.ckpt.init_from, model_config, abstract.params,
+                                  state_sh.params)
         state = state.replace(params=params)
         logging.info("initialised parameters from %s", config.ckpt.init_from)
 

@@ -189,3 +189,45 @@ def test_two_processes_match_one_process_and_resume_across_process_counts(tmp_pa
   a, b = _train_losses(one), _train_losses(two)
   assert sorted(a) == sorted(b) == [2, 4, 6, 8]
   np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=2e-5)
+
+
+def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
+  import dataclasses
+
+  import flax.linen as nn
+  import jax
+
+  from configs import common
+  from lm import checkpoint, optim, partitioning, steps, train
+  from lm.model import Transformer, hf_t5
+
+  config = _config(steps=2)
+  model_config = common.model_config(config)
+  model = Transformer(model_config)
+  d = config.data
+  batch = train.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
+  params = nn.unbox(model.init(jax.random.key(7), batch)["params"])
+  hf_dir = str(tmp_path / "hf")
+  hf_t5.save_hf_t5(hf_dir, model_config, params)
+
+  tx = optim.make_optimizer(config.optim, optim.make_schedule(config.schedule))
+  abstract, boxed = steps.abstract_train_state(jax.random.key(0), batch, model=model, tx=tx)
+  mesh = partitioning.make_mesh(config.mesh.shape)
+  shardings = partitioning.state_shardings(abstract, boxed, mesh)
+  got = train.init_params_from(hf_dir, model_config, abstract.params, shardings.params)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+  wider = dataclasses.replace(model_config, emb_dim=96)
+  abstract_w, _ = steps.abstract_train_state(jax.random.key(0), batch, model=Transformer(wider),
+                                             tx=tx)
+  with pytest.raises(checkpoint.IncompatibleCheckpointError, match="emb_dim=64"):
+    train.init_params_from(hf_dir, wider, abstract_w.params, None)
+
+  # Fine-tuning-style start from another run's workdir and from the HF directory.
+  base = str(tmp_path / "base")
+  train.train_and_evaluate(_config(steps=2), base)
+  for source in (base, hf_dir):
+    out = train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": source}),
+                                   str(tmp_path / f"ft_{os.path.basename(source)}"))
+    assert np.isfinite(out["loss"])
