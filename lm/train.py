@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -250,7 +251,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     start = int(state.step)
     num_steps = int(config.train.num_steps)
     flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
-    writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start)
+    writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start,
+                                  progress_bar=sys.stderr.isatty())  # no bar in log files
     static = {"noise_density": d.objective_params.get("noise_density", float("nan")),
               "mean_noise_span_length": d.objective_params.get("mean_noise_span_length",
                                                                float("nan")),
@@ -278,7 +280,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
             tokens_since += tokens
             tok_s = tokens_since / max(now - t_last, 1e-9)
             values.update(static)
-            values["tokens_per_second"] = tok_s
+            values["tokens_per_s"] = tok_s
             values["mfu"] = metrics_lib.mfu(flops_per_token, tok_s, peak)
             values["packing_efficiency"] = float(np.mean(packing_eff))
             writer.write(step, values)
