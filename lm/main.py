@@ -9,7 +9,8 @@ keys); `--config.<field>=<value>` overrides any field, and a misspelt field stop
 at start-up with its name. Running the same command on an existing workdir resumes it.
 
 Multi-process (several hosts, or several CPU processes on one machine):
-  TPU pods and SLURM are detected by jax.distributed.initialize() itself (--distributed);
+  TPU pods and SLURM jobs (srun with several tasks) are detected from the environment and
+  jax.distributed.initialize() reads the rest (--distributed forces it elsewhere);
   otherwise pass --coordinator_address=host:port --num_processes=N --process_id=i.
 
 This is the only module that defines flags or calls jax.config.update.
@@ -17,6 +18,7 @@ This is the only module that defines flags or calls jax.config.update.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from absl import app, flags
@@ -40,9 +42,21 @@ _CPU_COLLECTIVES = flags.DEFINE_enum(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def multi_host_environment(env=None) -> bool:
+  """True when the environment describes a multi-process job jax can auto-detect.
+
+  SLURM (`srun` with more than one task) and multi-host TPU VMs (several worker
+  hostnames) are initialised without flags; jax.distributed.initialize() reads the rest.
+  """
+  env = os.environ if env is None else env
+  if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in env:
+    return True
+  return len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
+
+
 def _initialize_distributed() -> None:
   import jax  # pylint: disable=g-import-not-at-top
-  if not (_DISTRIBUTED.value or _COORDINATOR.value):
+  if not (_DISTRIBUTED.value or _COORDINATOR.value or multi_host_environment()):
     return
   if _CPU_COLLECTIVES.value != "none":
     jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
