@@ -1,0 +1,86 @@
+r"""T5 Table 2: architectures x {denoising, LM} objectives (Raffel et al. 2020, §3.2).
+
+  python -m launch.local experiments/t5_architectures.py --root=runs/table2 [--runlocal]
+
+Every point is the paper's T5.1.0 base model (ReLU MLP, tied embeddings, dropout 0.1;
+P = params of one 12-layer BERT-base-sized stack, M = FLOPs of the 12+12 enc-dec) trained
+for 2^19 steps of 128 x 512 tokens, then fine-tuned per task (T5_NOTES §1.1):
+
+| Architecture      | Objective | Params | Cost | GLUE  | CNNDM | SQuAD | SGLUE | EnDe  | EnFr  | EnRo  |
+|-------------------|-----------|--------|------|-------|-------|-------|-------|-------|-------|-------|
+| ★ Encoder-decoder | Denoising | 2P     | M    | 83.28 | 19.24 | 80.88 | 71.36 | 26.98 | 39.82 | 27.65 |
+| Enc-dec, shared   | Denoising | P      | M    | 82.81 | 18.78 | 80.63 | 70.73 | 26.72 | 39.03 | 27.46 |
+| Enc-dec, 6 layers | Denoising | P      | M/2  | 80.88 | 18.97 | 77.59 | 68.42 | 26.38 | 38.40 | 26.95 |
+| Language model    | Denoising | P      | M    | 74.70 | 17.93 | 61.14 | 55.02 | 25.09 | 35.28 | 25.86 |
+| Prefix LM         | Denoising | P      | M    | 81.82 | 18.61 | 78.94 | 68.11 | 26.43 | 37.98 | 27.39 |
+| Encoder-decoder   | LM        | 2P     | M    | 79.56 | 18.59 | 76.02 | 64.29 | 26.27 | 39.17 | 26.86 |
+| Enc-dec, shared   | LM        | P      | M    | 79.60 | 18.13 | 76.35 | 63.50 | 26.62 | 39.17 | 27.05 |
+| Enc-dec, 6 layers | LM        | P      | M/2  | 78.67 | 18.26 | 75.32 | 64.06 | 26.13 | 38.42 | 26.89 |
+| Language model    | LM        | P      | M    | 73.78 | 17.54 | 53.81 | 56.51 | 25.23 | 34.31 | 25.38 |
+| Prefix LM         | LM        | P      | M    | 79.68 | 17.84 | 76.87 | 64.86 | 26.28 | 37.51 | 26.76 |
+
+How the rows map onto configs/t5.py (T5_NOTES §1.3):
+- Denoising = the baseline objective, i.i.d. 15 % replace-spans (`iid_replace_spans`). On
+  the decoder-only architectures inputs and targets are concatenated (lm.data.converters);
+  the loss is on the targets part (config.data.loss_on_inputs=False).
+- LM = `prefix_lm` for every architecture with an input (a span split at a random point
+  into prefix -> input and rest -> target); the plain language model has no input and
+  predicts the whole span (`full_lm`).
+- shared = arch=shared (preset t5_1_0_base_shared: one stack's parameters for both sides);
+  6 layers = 6+6 layers of the base shape (the t5_1_0_base_6layers shape, set through
+  model.num_{encoder,decoder}_layers; runlocal halves the tiny model's 2+2 to 1+1);
+  Language model = arch=causal (t5_1_0_lm_base, 12 layers), Prefix LM = arch=prefix_lm
+  (t5_1_0_prefix_lm_base, 12 layers, bidirectional over the input part).
+
+Our runs report pre-training losses; the paper reports only downstream scores after
+fine-tuning, and losses of different objectives (or of decoder-only models that see the
+input as part of the sequence) are not comparable with each other.
+"""
+from __future__ import annotations
+
+from experiments import common
+from experiments.common import BASELINE, scores
+
+_SIX_LAYERS = {"model.num_encoder_layers": 6, "model.num_decoder_layers": 6}
+_SIX_LAYERS_RUNLOCAL = {"model.num_encoder_layers": 1, "model.num_decoder_layers": 1}
+
+# (name, arch, 6-layer override, reference) for the denoising and the LM halves.
+_DENOISING = (
+    ("encdec_denoising", "encoder_decoder", False, BASELINE),
+    ("shared_denoising", "shared", False,
+     scores(82.81, 18.78, 80.63, 70.73, 26.72, 39.03, 27.46)),
+    ("encdec6_denoising", "encoder_decoder", True,
+     scores(80.88, 18.97, 77.59, 68.42, 26.38, 38.40, 26.95)),
+    ("lm_denoising", "causal", False,
+     scores(74.70, 17.93, 61.14, 55.02, 25.09, 35.28, 25.86)),
+    ("prefixlm_denoising", "prefix_lm", False,
+     scores(81.82, 18.61, 78.94, 68.11, 26.43, 37.98, 27.39)),
+)
+_LM = (
+    ("encdec_lm", "encoder_decoder", False,
+     scores(79.56, 18.59, 76.02, 64.29, 26.27, 39.17, 26.86)),
+    ("shared_lm", "shared", False,
+     scores(79.60, 18.13, 76.35, 63.50, 26.62, 39.17, 27.05)),
+    ("encdec6_lm", "encoder_decoder", True,
+     scores(78.67, 18.26, 75.32, 64.06, 26.13, 38.42, 26.89)),
+    ("lm_lm", "causal", False,
+     scores(73.78, 17.54, 53.81, 56.51, 25.23, 34.31, 25.38)),
+    ("prefixlm_lm", "prefix_lm", False,
+     scores(79.68, 17.84, 76.87, 64.86, 26.28, 37.51, 26.76)),
+)
+
+
+def sweep(add):
+  """Adds the ten rows of Table 2 (see the module docstring)."""
+  for rows, kind in ((_DENOISING, "denoising"), (_LM, "lm")):
+    for name, arch, six_layers, reference in rows:
+      if kind == "denoising":
+        objective = "iid_replace_spans"
+      else:
+        objective = "full_lm" if arch == "causal" else "prefix_lm"
+      add(name=name,
+          config=common.config(f"arch={arch},family=t5_1_0,objective={objective}"),
+          overrides=dict(_SIX_LAYERS) if six_layers else {},
+          runlocal_overrides=dict(_SIX_LAYERS_RUNLOCAL) if six_layers else {},
+          reference=reference,
+          baseline=name == "encdec_denoising")

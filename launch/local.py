@@ -1,0 +1,472 @@
+r"""Runs an experiment's sweep on this machine, one `python -m lm.main` process per point.
+
+  python -m launch.local experiments/t5_corruption_rate.py --root=runs/table6
+  python -m launch.local experiments/t5_corruption_rate.py --root=runs/table6_cpu --runlocal \
+      --only=noise_10,noise_15 --extra=--config.train.num_steps=200
+  python -m launch.local experiments/t5_architectures.py --root=runs/table2 --dry_run
+  python -m launch.local experiments/t5_corruption_rate.py --root=runs/table6 --report_only
+
+An experiment file defines `sweep(add)`; each `add(name=..., config=..., overrides=...,
+reference=...)` is one point, run sequentially in `<root>/<name>` (an existing workdir
+resumes, since lm.main resumes; a finished one exits at once). `--runlocal` appends
+`runlocal` to every config arg (and applies the point's `runlocal_overrides`) so a whole
+table runs on a laptop. Every point's config is built and validated before the first
+run, so a typo stops the sweep at once rather than after hours of training.
+
+Afterwards `<root>/report.md` puts each point's final train / eval loss (from its
+metrics.jsonl) beside the paper's reference scores, and `<root>/eval_loss.png` plots eval
+loss against step. Each run's output goes to `<root>/<name>/launch.log`, and
+`<root>/launch.jsonl` records every run's command, exit code and duration.
+
+This module holds no hyperparameters: they live in configs/ and experiments/.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import functools
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import time
+from typing import Any, Sequence
+
+from experiments.common import COLUMNS  # the paper tables' score columns
+_ADD_KEYS = ("name", "config", "overrides", "runlocal_overrides", "reference", "baseline")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One run of a sweep.
+
+  Attributes:
+    name: unique within the experiment; the workdir is `<root>/<name>`.
+    config: lm.main's --config value, `configs/t5.py:<arg>`.
+    overrides: {"dotted.field": value} -> `--config.dotted.field=value`.
+    reference: the paper's row, {column: score} over COLUMNS.
+    baseline: the paper's ★ row.
+  """
+  name: str
+  config: str
+  overrides: dict[str, Any]
+  reference: dict[str, float]
+  baseline: bool = False
+
+
+def _runlocal_arg(config: str) -> str:
+  path, sep, arg = config.partition(":")
+  items = [a for a in arg.split(",") if a.strip()] if sep else []
+  if not any(a.strip().partition("=")[0] == "runlocal" for a in items):
+    items.append("runlocal")
+  return f"{path}:{','.join(items)}"
+
+
+def collect(experiment: str, runlocal: bool = False) -> list[Point]:
+  """Imports an experiment file and returns its points, in `add` order.
+
+  Args:
+    experiment: path of a Python file defining `sweep(add)` (or a module name such as
+      `experiments.t5_span_length`).
+    runlocal: append `runlocal` to every config arg and apply `runlocal_overrides`.
+
+  Returns:
+    The points.
+
+  Raises:
+    ValueError: no `sweep`, a duplicate or unsafe name, an unknown `add` keyword, a
+      config without a file, or a reference whose columns are not exactly COLUMNS.
+  """
+  module = _import(experiment)
+  if not callable(getattr(module, "sweep", None)):
+    raise ValueError(f"{experiment} defines no sweep(add) function.")
+  points: list[Point] = []
+
+  def add(**kwargs) -> None:
+    unknown = sorted(set(kwargs) - set(_ADD_KEYS))
+    if unknown:
+      raise ValueError(f"{experiment}: add() got unknown keyword(s) {unknown}; "
+                       f"known: {_ADD_KEYS}.")
+    name, config = kwargs.get("name"), kwargs.get("config")
+    if not name or not isinstance(name, str) or not all(c.isalnum() or c in "_-." for c in name):
+      raise ValueError(f"{experiment}: point name {name!r} must be a non-empty "
+                       "[A-Za-z0-9_.-] string (it names the workdir).")
+    if any(p.name == name for p in points):
+      raise ValueError(f"{experiment}: point name {name!r} is used twice.")
+    if not isinstance(config, str) or not config.partition(":")[0].endswith(".py"):
+      raise ValueError(f"{experiment}: point {name!r}: config {config!r} should look like "
+                       "'configs/t5.py:<arg>'.")
+    reference = dict(kwargs.get("reference") or {})
+    if set(reference) != set(COLUMNS):
+      raise ValueError(f"{experiment}: point {name!r}: reference columns {sorted(reference)} "
+                       f"are not {list(COLUMNS)}.")
+    overrides = dict(kwargs.get("overrides") or {})
+    if runlocal:
+      config = _runlocal_arg(config)
+      overrides.update(kwargs.get("runlocal_overrides") or {})
+    points.append(Point(name=name, config=config, overrides=overrides,
+                        reference={c: float(reference[c]) for c in COLUMNS},
+                        baseline=bool(kwargs.get("baseline", False))))
+
+  module.sweep(add)
+  if not points:
+    raise ValueError(f"{experiment}: sweep(add) added no points.")
+  return points
+
+
+def _import(experiment: str):
+  if experiment.endswith(".py"):
+    path = pathlib.Path(experiment)
+    if not path.is_file():
+      raise ValueError(f"experiment file {experiment} does not exist.")
+    spec = importlib.util.spec_from_file_location(f"_experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+  return importlib.import_module(experiment)
+
+
+def build_config(point: Point):
+  """The point's ConfigDict: `get_config(arg)` of its config file plus its overrides.
+
+  Mirrors what lm.main does with `--config=<file>:<arg> --config.<field>=<value>`.
+
+  Raises:
+    ValueError: the config file is missing, or an override names no existing field or
+      has the wrong type.
+  """
+  path, _, arg = point.config.partition(":")
+  if not os.path.isfile(path):
+    raise ValueError(f"point {point.name!r}: config file {path} does not exist.")
+  spec = importlib.util.spec_from_file_location(f"_config_{pathlib.Path(path).stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(arg or None)
+  for key, value in point.overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    try:
+      for part in parents:
+        node = node[part]
+      if leaf not in node:
+        raise KeyError(leaf)
+      node[leaf] = value
+    except (KeyError, AttributeError, TypeError) as e:
+      raise ValueError(f"point {point.name!r}: override {key}={value!r} failed: {e!r}") from None
+  return config
+
+
+def validate(points: Sequence[Point]) -> None:
+  """Builds and validates every point's config (configs.common.validate).
+
+  Raises:
+    ValueError: naming the point, with validate's list of problems.
+  """
+  from configs import common  # pylint: disable=g-import-not-at-top
+  for point in points:
+    try:
+      common.validate(build_config(point))
+    except ValueError as e:
+      raise ValueError(f"point {point.name!r} ({point.config}): {e}") from None
+
+
+def _format_value(value: Any) -> str:
+  if isinstance(value, str):
+    return value
+  return repr(value)  # bools as True/False, tuples as Python literals (config_flags parses)
+
+
+def command(point: Point, root: str, *, extra: Sequence[str] = (),
+            wandb_group: str | None = None) -> list[str]:
+  """The `python -m lm.main ...` argv of a point (workdir `<root>/<name>`)."""
+  argv = [sys.executable, "-m", "lm.main", f"--config={point.config}",
+          f"--workdir={os.path.join(root, point.name)}"]
+  argv += [f"--config.{k}={_format_value(v)}" for k, v in point.overrides.items()]
+  if wandb_group:
+    argv += [f"--config.wandb.group={wandb_group}", f"--config.wandb.name={point.name}"]
+  return argv + list(extra)
+
+
+# ----------------------------------------------------------------------------------------
+# Report.
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """The records of `<workdir>/metrics.jsonl` ([] if absent); a torn last line is skipped."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue  # a run killed mid-write
+  return records
+
+
+def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+  """(step, value) sorted by step; a resumed run's repeated steps keep the newest value."""
+  by_step = {}
+  for r in records:
+    if key in r and "step" in r and r[key] is not None and math.isfinite(r[key]):
+      by_step[int(r["step"])] = float(r[key])
+  return sorted(by_step.items())
+
+
+def _num_steps(workdir: str) -> int | None:
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      return int(json.load(f)["train"]["num_steps"])
+  except (OSError, KeyError, TypeError, ValueError):
+    return None
+
+
+def summarize(workdir: str) -> dict[str, Any]:
+  """Final train / eval loss, last step and status of one run directory."""
+  records = read_metrics(workdir)
+  train, evals = _series(records, "loss"), _series(records, "eval_loss")
+  last_step = max([s for s, _ in train + evals], default=None)
+  total = _num_steps(workdir)
+  if last_step is None:
+    status = "not started" if not os.path.isdir(workdir) else "no metrics"
+  elif total is not None and last_step >= total:
+    status = "finished"
+  else:
+    status = f"partial ({last_step}/{total if total is not None else '?'})"
+  return dict(status=status, step=last_step, num_steps=total,
+              train_loss=train[-1][1] if train else None,
+              eval_loss=evals[-1][1] if evals else None, eval_series=evals)
+
+
+def _launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
+  outcomes = {}
+  path = os.path.join(root, "launch.jsonl")
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+          outcomes[record["name"]] = record
+        except (json.JSONDecodeError, KeyError):
+          continue
+  return outcomes
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+  return "—" if x is None else f"{x:.{digits}f}"
+
+
+def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
+                 commands: Sequence[Sequence[str]] | None = None,
+                 wandb_group: str | None = None) -> str:
+  """Writes `<root>/report.md` and `<root>/eval_loss.png`; returns the markdown.
+
+  Args:
+    root: directory holding one workdir per point (`<root>/<name>/metrics.jsonl`).
+    points: the sweep's points (names, configs, paper references).
+    experiment: the experiment file, for the header.
+    commands: each point's argv, listed in the report (same order as points).
+    wandb_group: the wandb group the runs were logged under, for the header.
+  """
+  os.makedirs(root, exist_ok=True)
+  summaries = {p.name: summarize(os.path.join(root, p.name)) for p in points}
+  outcomes = _launch_outcomes(root)
+  lines = [f"# Sweep report: {experiment or root}", ""]
+  lines.append(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} from "
+               f"`{root}/<point>/metrics.jsonl`"
+               + (f"; wandb group `{wandb_group}`" if wandb_group else "") + ".")
+  lines += [
+      "",
+      "**Not comparable one to one.** *train loss* and *eval loss* are **our pre-training "
+      "losses** (per-target-token cross-entropy + z-loss at the last logged step; eval on the "
+      "held-out split). The GLUE ... EnRo columns are **the paper's downstream scores** "
+      "(Raffel et al. 2020, after fine-tuning each pre-trained model; ★ = the paper's "
+      "baseline). Losses of points whose objectives predict different targets (a different "
+      "corruption rate, span length or objective, or a decoder-only model) measure different "
+      "tasks too, so neither column set ranks the points on its own.",
+      "",
+  ]
+  header = (["point", "status", "step", "train loss", "eval loss"]
+            + [f"paper {c}" for c in COLUMNS])
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
+  for p in points:
+    s = summaries[p.name]
+    status = s["status"]
+    outcome = outcomes.get(p.name)
+    if outcome is not None and outcome.get("returncode") not in (0, None):
+      status += f", last run exit {outcome['returncode']}"
+    row = [("★ " if p.baseline else "") + p.name, status,
+           "—" if s["step"] is None else str(s["step"]), _fmt(s["train_loss"]),
+           _fmt(s["eval_loss"])] + [f"{p.reference[c]:.2f}" for c in COLUMNS]
+    lines.append("| " + " | ".join(row) + " |")
+  lines += ["", "![eval loss vs step](eval_loss.png)", "", "## Points", ""]
+  for i, p in enumerate(points):
+    overrides = " ".join(f"--config.{k}={_format_value(v)}" for k, v in p.overrides.items())
+    lines.append(f"- `{p.name}`: `{p.config}`" + (f" `{overrides}`" if overrides else ""))
+    if commands is not None:
+      lines.append(f"  - command: `{shlex.join(commands[i])}`")
+    outcome = outcomes.get(p.name)
+    if outcome is not None:
+      lines.append(f"  - last launch: exit {outcome.get('returncode')} after "
+                   f"{outcome.get('seconds', float('nan')):.0f} s ({outcome.get('time', '?')})")
+  text = "\n".join(lines) + "\n"
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write(text)
+  plot_eval_loss(os.path.join(root, "eval_loss.png"),
+                 {p.name: summaries[p.name]["eval_series"] for p in points},
+                 title=experiment or root)
+  return text
+
+
+def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
+                   title: str = "") -> None:
+  """Saves a PNG of eval loss against step, one line per point (empty points noted)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(7, 4.5), dpi=100)
+  FigureCanvasAgg(fig)
+  ax = fig.subplots()
+  plotted = 0
+  for name, points in series.items():
+    if points:
+      steps, values = zip(*points)
+      ax.plot(steps, values, marker="o", markersize=3, label=name)
+      plotted += 1
+  if plotted:
+    ax.legend(fontsize=8)
+  else:
+    ax.text(0.5, 0.5, "no eval_loss recorded yet", ha="center", va="center",
+            transform=ax.transAxes)
+  ax.set_xlabel("step")
+  ax.set_ylabel("eval loss (our pre-training loss)")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path)
+
+
+# ----------------------------------------------------------------------------------------
+# Running.
+
+
+def run_points(points: Sequence[Point], commands: Sequence[Sequence[str]], root: str) -> int:
+  """Runs the commands one after another; returns how many failed.
+
+  Each run's stdout/stderr go to `<root>/<name>/launch.log` (appended); one progress line
+  per point goes to stdout, and the log's tail to stderr when a run fails.
+  """
+  failed = 0
+  for i, (point, argv) in enumerate(zip(points, commands), 1):
+    workdir = os.path.join(root, point.name)
+    os.makedirs(workdir, exist_ok=True)
+    log_path = os.path.join(workdir, "launch.log")
+    before = summarize(workdir)
+    resume = f", resuming at step {before['step']}" if before["step"] is not None else ""
+    print(f"[{i}/{len(points)}] {point.name}: running{resume} (log: {log_path})", flush=True)
+    start = time.time()
+    with open(log_path, "a") as log:
+      log.write(f"\n$ {shlex.join(argv)}\n")
+      log.flush()
+      returncode = subprocess.call(argv, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.time() - start
+    with open(os.path.join(root, "launch.jsonl"), "a") as f:
+      f.write(json.dumps(dict(name=point.name, returncode=returncode, seconds=seconds,
+                              time=datetime.datetime.now().isoformat(timespec="seconds"),
+                              command=list(argv))) + "\n")
+    s = summarize(workdir)
+    result = (f"{s['status']}, train loss {_fmt(s['train_loss'])}, "
+              f"eval loss {_fmt(s['eval_loss'])}")
+    if returncode == 0:
+      print(f"[{i}/{len(points)}] {point.name}: done in {seconds:.0f} s: {result}", flush=True)
+    else:
+      failed += 1
+      print(f"[{i}/{len(points)}] {point.name}: FAILED (exit {returncode}) after "
+            f"{seconds:.0f} s: {result}; last lines of {log_path}:", flush=True)
+      with open(log_path) as log:
+        sys.stderr.write("".join(log.readlines()[-15:]))
+  return failed
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(
+      prog="python -m launch.local", description=__doc__.split("\n\n")[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
+  parser.add_argument("--root", required=True, help="sweep directory; one workdir per point")
+  parser.add_argument("--runlocal", action="store_true",
+                      help="append `runlocal` to every config arg (CPU-sized runs)")
+  parser.add_argument("--only", default="",
+                      help="comma-separated point names to run (default: all)")
+  parser.add_argument("--extra", action="append", default=[],
+                      help="argument passed to every lm.main run, e.g. "
+                           "--extra=--config.train.num_steps=200 (repeatable)")
+  parser.add_argument("--wandb_group", default=None,
+                      help="wandb group of the runs (default: the experiment file's name); "
+                           "'' to leave it unset")
+  parser.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+  parser.add_argument("--report_only", action="store_true",
+                      help="rebuild report.md / eval_loss.png from existing workdirs")
+  parser.add_argument("--no_validate", action="store_true",
+                      help="skip building and validating every config before running")
+  return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    points = collect(args.experiment, runlocal=args.runlocal)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+  if wanted:
+    unknown = [n for n in wanted if n not in {p.name for p in points}]
+    if unknown:
+      print(f"error: --only names unknown point(s) {unknown}; points: "
+            f"{[p.name for p in points]}", file=sys.stderr)
+      return 2
+  selected = [p for p in points if not wanted or p.name in wanted]
+  group = args.wandb_group
+  if group is None:
+    group = pathlib.Path(args.experiment).stem.rsplit(".", 1)[-1]
+    group += "_runlocal" if args.runlocal else ""
+  # The report always covers the whole sweep (points left out by --only show as not run).
+  commands = {p.name: command(p, args.root, extra=args.extra, wandb_group=group or None)
+              for p in points}
+  report = functools.partial(write_report, args.root, points, experiment=args.experiment,
+                             commands=[commands[p.name] for p in points],
+                             wandb_group=group or None)
+  if args.report_only:
+    report()
+    print(f"wrote {os.path.join(args.root, 'report.md')} and eval_loss.png")
+    return 0
+  if not args.no_validate:
+    try:
+      validate(selected)
+    except ValueError as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+  if args.dry_run:
+    for p in selected:
+      print(shlex.join(commands[p.name]))
+    return 0
+  failed = run_points(selected, [commands[p.name] for p in selected], args.root)
+  report()
+  print(f"{len(selected) - failed}/{len(selected)} points ran cleanly; report: "
+        f"{os.path.join(args.root, 'report.md')}")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

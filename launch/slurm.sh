@@ -1,0 +1,48 @@
+#!/bin/bash
+# Runs one lm.main training run as a SLURM job: one task (process) per GPU on every node.
+#
+# Usage (from the repository root, on a shared filesystem; arguments go to lm.main):
+#   sbatch --nodes=2 launch/slurm.sh \
+#       --config=configs/t5.py:family=t5_1_0,objective=iid_replace_spans \
+#       --workdir=/shared/runs/table6/noise_15
+#   sbatch --nodes=1 --gpus-per-node=4 --ntasks-per-node=4 launch/slurm.sh --config=... --workdir=...
+# One point of an experiment: print its commands and submit each one's arguments:
+#   python -m launch.local experiments/t5_corruption_rate.py --root=/shared/runs/table6 --dry_run
+#   sbatch launch/slurm.sh <the arguments after "-m lm.main" of one line>
+# Environment: LM_VENV (default .venv) is activated if it exists; extra sbatch options
+# (--partition, --account, --time, ...) go on the sbatch command line.
+#
+# How the processes meet: srun starts SLURM_NTASKS copies of `python -m lm.main`; lm.main
+# sees SLURM_NTASKS > 1 and SLURM_JOB_ID and calls jax.distributed.initialize(), which reads
+# the coordinator (first node of SLURM_STEP_NODELIST), process count and id from SLURM and
+# gives each process the GPU numbered SLURM_LOCALID. So every task must see all of its
+# node's GPUs: request --gpus-per-node, not --gpus-per-task (that would hide the others).
+# Resubmitting the same command resumes from the workdir's newest checkpoint; SIGTERM
+# (sent by SLURM before the time limit, see --signal below) saves one and exits cleanly.
+#
+#SBATCH --job-name=lm
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=8
+#SBATCH --gpus-per-node=8
+#SBATCH --cpus-per-task=8
+#SBATCH --signal=TERM@300
+#SBATCH --output=slurm-%j.out
+
+set -euo pipefail
+
+if [[ $# -eq 0 ]]; then
+  echo "usage: sbatch [sbatch options] launch/slurm.sh --config=configs/t5.py:<arg> --workdir=<dir> [--config.<field>=<value> ...]" >&2
+  exit 2
+fi
+
+cd "${SLURM_SUBMIT_DIR:-.}"
+venv="${LM_VENV:-.venv}"
+if [[ -f "${venv}/bin/activate" ]]; then
+  # shellcheck disable=SC1091
+  source "${venv}/bin/activate"
+fi
+
+echo "job ${SLURM_JOB_ID:-?}: ${SLURM_NTASKS:-1} tasks on ${SLURM_JOB_NODELIST:-localhost}"
+# --kill-on-bad-exit: one failed process ends the step instead of leaving the rest hanging
+# in a collective.
+exec srun --kill-on-bad-exit=1 python -m lm.main "$@"

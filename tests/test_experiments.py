@@ -1,0 +1,307 @@
+"""Tests for experiments/*.py and launch/: sweeps build valid configs, commands, reports.
+
+No training except the slow-marked end-to-end test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import stat
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# experiments/ and launch/ are not in pyproject's installed packages (lm*, configs*); they
+# are run from the repository root (`python -m launch.local ...`), so import them from there.
+if str(REPO) not in sys.path:
+  sys.path.insert(0, str(REPO))
+
+from configs import common as config_common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from experiments import common  # pylint: disable=wrong-import-position
+from launch import local  # pylint: disable=wrong-import-position
+
+EXPERIMENTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("t5_*.py"))
+# Rows per paper table (T5_NOTES §1): Table 2 = 10, Tables 4+5 = 6 (BERT-style once),
+# Table 6 = 4, Table 7 = 5.
+EXPECTED_ROWS = {"experiments/t5_architectures.py": 10, "experiments/t5_objectives.py": 6,
+                 "experiments/t5_corruption_rate.py": 4, "experiments/t5_span_length.py": 5}
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+  monkeypatch.chdir(REPO)  # config paths in the sweeps are relative to the repository
+
+
+def test_every_experiment_is_covered():
+  assert sorted(EXPECTED_ROWS) == EXPERIMENTS
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+@pytest.mark.parametrize("runlocal", [False, True])
+def test_points_build_valid_configs(experiment, runlocal):
+  points = local.collect(experiment, runlocal=runlocal)
+  assert len(points) == EXPECTED_ROWS[experiment]
+  names = [p.name for p in points]
+  assert len(set(names)) == len(names)
+  assert sum(p.baseline for p in points) == 1
+  for p in points:
+    assert tuple(p.reference) == common.COLUMNS
+    assert all(isinstance(v, float) and 0 < v < 100 for v in p.reference.values())
+    config = local.build_config(p)
+    config_common.validate(config)
+    assert config.arg.runlocal == runlocal
+    for key, value in p.overrides.items():
+      node = config
+      for part in key.split("."):
+        node = node[part]
+      assert node == value, (p.name, key)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_baseline_is_the_papers(experiment):
+  (baseline,) = [p for p in local.collect(experiment) if p.baseline]
+  assert baseline.reference == common.BASELINE
+  config = local.build_config(baseline)
+  assert config.model.preset == "t5_1_0_base"
+  assert config.data.objective == "iid_replace_spans"
+  assert config.data.objective_params.noise_density == 0.15
+  assert config.train.num_steps == 2 ** 19 and config.data.batch_size == 128
+  assert config.data.inputs_length == 512
+
+
+def test_architecture_rows():
+  points = {p.name: local.build_config(p) for p in local.collect("experiments/t5_architectures.py")}
+  # Denoising half: the baseline objective on every architecture; LM half: prefix_lm, and
+  # full_lm for the plain language model (T5_NOTES §1.3).
+  for name, config in points.items():
+    arch_objective = (config.arg.arch, config.data.objective)
+    if name.endswith("_denoising"):
+      assert config.data.objective == "iid_replace_spans", name
+    elif name.startswith("lm_"):
+      assert arch_objective == ("causal", "full_lm")
+    else:
+      assert config.data.objective == "prefix_lm", name
+  assert points["shared_denoising"].model.preset == "t5_1_0_base_shared"
+  assert points["lm_lm"].model.preset == "t5_1_0_lm_base"
+  assert points["prefixlm_denoising"].model.preset == "t5_1_0_prefix_lm_base"
+  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
+  six = MODEL_PRESETS["t5_1_0_base_6layers"]
+  for name in ("encdec6_denoising", "encdec6_lm"):
+    model = points[name].model
+    for field in ("num_encoder_layers", "num_decoder_layers", "emb_dim", "mlp_dim", "num_heads",
+                  "head_dim", "mlp_activation", "tie_embeddings", "dropout_rate"):
+      assert model[field] == six[field], (name, field)
+  # runlocal halves the tiny model's layers instead of growing it to 6+6.
+  tiny = {p.name: local.build_config(p)
+          for p in local.collect("experiments/t5_architectures.py", runlocal=True)}
+  assert tiny["encdec6_lm"].model.num_encoder_layers == 1
+  assert tiny["encdec_lm"].model.num_encoder_layers == 2
+
+
+def test_sweep_parameters():
+  rates = [local.build_config(p).data.objective_params.noise_density
+           for p in local.collect("experiments/t5_corruption_rate.py")]
+  assert rates == [0.10, 0.15, 0.25, 0.50]
+  spans = [local.build_config(p) for p in local.collect("experiments/t5_span_length.py")]
+  assert [c.data.objective for c in spans] == ["iid_replace_spans"] + ["span_corruption"] * 4
+  assert [c.data.objective_params.mean_noise_span_length for c in spans[1:]] == [2, 3, 5, 10]
+  objectives = [local.build_config(p).data.objective
+                for p in local.collect("experiments/t5_objectives.py")]
+  assert objectives == ["prefix_lm", "bert", "deshuffle", "mass", "iid_replace_spans",
+                        "drop_tokens"]
+
+
+def _write_experiment(tmp_path, body):
+  path = tmp_path / "exp.py"
+  path.write_text("def sweep(add):\n" + body)
+  return str(path)
+
+
+REF = "dict(GLUE=1, CNNDM=2, SQuAD=3, SGLUE=4, EnDe=5, EnFr=6, EnRo=7)"
+
+
+@pytest.mark.parametrize("body, message", [
+    (f"  add(name='a', config='configs/t5.py:runlocal', reference={REF})\n"
+     f"  add(name='a', config='configs/t5.py:runlocal', reference={REF})\n", "used twice"),
+    ("  add(name='a', config='configs/t5.py:runlocal', reference=dict(GLUE=1))\n",
+     "reference columns"),
+    (f"  add(name='a', config='configs/t5.py', reference={REF}, lr=1)\n", "unknown keyword"),
+    (f"  add(name='a b', config='configs/t5.py', reference={REF})\n", "name"),
+    (f"  add(name='a', config='t5', reference={REF})\n", "configs/t5.py"),
+    ("  pass\n", "no points"),
+])
+def test_collect_errors(tmp_path, body, message):
+  with pytest.raises(ValueError, match=message):
+    local.collect(_write_experiment(tmp_path, body))
+
+
+def test_bad_override_fails_validation(tmp_path):
+  experiment = _write_experiment(
+      tmp_path, f"  add(name='a', config='configs/t5.py:runlocal', reference={REF},\n"
+      "      overrides={'model.num_layerz': 3})\n")
+  with pytest.raises(ValueError, match="num_layerz"):
+    local.validate(local.collect(experiment))
+  result = subprocess.run([sys.executable, "-m", "launch.local", experiment, "--root=unused",
+                           "--dry_run"], capture_output=True, text=True, cwd=REPO, check=False)
+  assert result.returncode == 2 and "num_layerz" in result.stderr
+
+
+def test_runlocal_arg():
+  assert local._runlocal_arg("configs/t5.py") == "configs/t5.py:runlocal"
+  assert local._runlocal_arg("configs/t5.py:arch=causal") == "configs/t5.py:arch=causal,runlocal"
+  assert local._runlocal_arg("configs/t5.py:runlocal") == "configs/t5.py:runlocal"
+
+
+def test_dry_run_prints_one_command_per_point(tmp_path):
+  experiment = "experiments/t5_architectures.py"
+  root = str(tmp_path / "table2")
+  result = subprocess.run(
+      [sys.executable, "-m", "launch.local", experiment, f"--root={root}", "--dry_run",
+       "--runlocal", "--extra=--config.train.num_steps=7"],
+      capture_output=True, text=True, cwd=REPO, check=True)
+  lines = result.stdout.strip().splitlines()
+  points = local.collect(experiment, runlocal=True)
+  assert len(lines) == len(points)
+  for line, point in zip(lines, points):
+    argv = shlex.split(line)
+    assert argv[1:3] == ["-m", "lm.main"]
+    assert f"--config={point.config}" in argv and point.config.endswith(",runlocal")
+    assert f"--workdir={os.path.join(root, point.name)}" in argv
+    assert argv[-1] == "--config.train.num_steps=7"
+    assert "--config.wandb.group=t5_architectures_runlocal" in argv
+  assert "--config.model.num_encoder_layers=1" in lines[2]
+  assert not os.path.exists(root)  # a dry run writes nothing
+
+  only = subprocess.run(
+      [sys.executable, "-m", "launch.local", experiment, f"--root={root}", "--dry_run",
+       "--only=lm_lm,encdec_lm", "--no_validate"],
+      capture_output=True, text=True, cwd=REPO, check=True).stdout.strip().splitlines()
+  assert [shlex.split(l)[4].rsplit("/", 1)[-1] for l in only] == ["encdec_lm", "lm_lm"]
+  bad = subprocess.run([sys.executable, "-m", "launch.local", experiment, f"--root={root}",
+                        "--dry_run", "--only=nope"], capture_output=True, text=True, cwd=REPO,
+                       check=False)
+  assert bad.returncode == 2 and "nope" in bad.stderr
+
+
+def _write_metrics(workdir, records, num_steps):
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for r in records:
+      f.write(json.dumps(r) + "\n")
+    f.write('{"step": 9')  # torn last line of a killed run: skipped
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump({"train": {"num_steps": num_steps}}, f)
+
+
+def test_report_from_fake_root(tmp_path):
+  points = local.collect("experiments/t5_corruption_rate.py")
+  root = str(tmp_path / "table6")
+  _write_metrics(os.path.join(root, "noise_10"), [
+      {"step": 2, "loss": 5.0}, {"step": 2, "eval_loss": 4.5},
+      {"step": 4, "loss": 4.0}, {"step": 4, "eval_loss": 3.5},
+      {"step": 4, "loss": 3.9}, {"step": 4, "eval_loss": 3.25},  # resumed: newest wins
+  ], num_steps=4)
+  _write_metrics(os.path.join(root, "noise_15"), [
+      {"step": 2, "loss": 6.0}, {"step": 2, "eval_loss": 5.75}], num_steps=4)
+  os.makedirs(os.path.join(root, "noise_25"))  # started, nothing logged yet
+  with open(os.path.join(root, "launch.jsonl"), "w") as f:
+    f.write(json.dumps(dict(name="noise_25", returncode=1, seconds=3.0, time="t")) + "\n")
+
+  text = local.write_report(root, points, experiment="experiments/t5_corruption_rate.py",
+                            commands=[["python", "-m", "lm.main", p.name] for p in points])
+  assert text == open(os.path.join(root, "report.md")).read()
+  rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+          for line in text.splitlines() if line.startswith("| noise") or line.startswith("| ★")}
+  assert rows["noise_10"][:4] == ["finished", "4", "3.900", "3.250"]
+  assert rows["noise_10"][4:] == ["82.82", "19.00", "80.38", "69.55", "26.87", "39.28", "27.44"]
+  assert rows["★ noise_15"][:4] == ["partial (2/4)", "2", "6.000", "5.750"]
+  assert rows["★ noise_15"][4] == "83.28"
+  assert rows["noise_25"][:4] == ["no metrics, last run exit 1", "—", "—", "—"]
+  assert rows["noise_50"][:4] == ["not started", "—", "—", "—"]
+  assert "pre-training losses" in text and "downstream scores" in text
+  assert "`python -m lm.main noise_50`" in text
+  png = os.path.join(root, "eval_loss.png")
+  with open(png, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  assert os.path.getsize(png) > 5000
+
+  # --report_only rebuilds the same table from the workdirs.
+  os.remove(png)
+  subprocess.run([sys.executable, "-m", "launch.local", "experiments/t5_corruption_rate.py",
+                  f"--root={root}", "--report_only"], check=True, cwd=REPO,
+                 capture_output=True)
+  assert os.path.exists(png)
+  assert "| noise_10 | finished | 4 | 3.900 | 3.250 |" in open(os.path.join(root, "report.md")).read()
+
+
+@pytest.mark.parametrize("script", ["launch/slurm.sh", "launch/tpu_vm.sh"])
+def test_shell_scripts_parse(script):
+  subprocess.run(["bash", "-n", script], check=True, cwd=REPO)
+
+
+def _fake_bin(tmp_path, name):
+  """An executable `name` on PATH that prints its arguments, one per line."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir(exist_ok=True)
+  path = bin_dir / name
+  path.write_text('#!/bin/bash\nfor a in "$@"; do echo "ARG:$a"; done\n')
+  path.chmod(path.stat().st_mode | stat.S_IEXEC)
+  return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_slurm_script_runs_lm_main_under_srun(tmp_path):
+  env = _fake_bin(tmp_path, "srun")
+  env.update(LM_VENV=str(tmp_path / "none"), SLURM_SUBMIT_DIR=str(REPO))
+  out = subprocess.run(["bash", "launch/slurm.sh", "--config=configs/t5.py:a=1,b", "--workdir=w"],
+                       capture_output=True, text=True, cwd=REPO, env=env, check=True).stdout
+  args = [l[4:] for l in out.splitlines() if l.startswith("ARG:")]
+  assert args == ["--kill-on-bad-exit=1", "python", "-m", "lm.main",
+                  "--config=configs/t5.py:a=1,b", "--workdir=w"]
+  usage = subprocess.run(["bash", "launch/slurm.sh"], capture_output=True, text=True, cwd=REPO,
+                         env=env, check=False)
+  assert usage.returncode == 2 and "usage" in usage.stderr
+
+
+def test_tpu_vm_script_runs_lm_main_on_every_worker(tmp_path):
+  env = _fake_bin(tmp_path, "gcloud")
+  env.update(ZONE="us-central2-b")
+  out = subprocess.run(["bash", "launch/tpu_vm.sh", "my-tpu", "--config=configs/t5.py:a=1,b",
+                        "--workdir=gs://b/r"], capture_output=True, text=True, cwd=REPO, env=env,
+                       check=True).stdout
+  args = [l[4:] for l in out.splitlines() if l.startswith("ARG:")]
+  assert args[:6] == ["compute", "tpus", "tpu-vm", "ssh", "my-tpu", "--worker=all"]
+  assert "--zone=us-central2-b" in args
+  remote = args[args.index("--command") + 1]
+  assert remote.startswith("cd lm && ")
+  assert shlex.split(remote.split("python -m lm.main", 1)[1]) == [
+      "--config=configs/t5.py:a=1,b", "--workdir=gs://b/r"]
+
+
+@pytest.mark.slow
+def test_runlocal_sweep_end_to_end(tmp_path):
+  """Two points of Table 6 at runlocal size for 4 steps, then the report (~1 min on 2 cores)."""
+  root = str(tmp_path / "table6")
+  argv = [sys.executable, "-m", "launch.local", "experiments/t5_corruption_rate.py",
+          f"--root={root}", "--runlocal", "--only=noise_10,noise_15",
+          "--extra=--config.train.num_steps=4", "--wandb_group="]
+  env = {**os.environ, "WANDB_MODE": "disabled"}
+  result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, check=False)
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert "[2/2] noise_15: done" in result.stdout
+  text = open(os.path.join(root, "report.md")).read()
+  for name in ("noise_10", "★ noise_15"):
+    (row,) = [l for l in text.splitlines() if l.startswith(f"| {name} |")]
+    cells = [c.strip() for c in row.split("|")[2:-1]]
+    assert cells[:2] == ["finished", "4"], row
+    assert 0 < float(cells[2]) < 20 and 0 < float(cells[3]) < 20, row
+  assert "| noise_25 | not started |" in text  # listed, not run
+  assert os.path.getsize(os.path.join(root, "eval_loss.png")) > 5000
+  # Running again resumes the finished points (lm.main restores and stops at once).
+  again = subprocess.run(argv + ["--only=noise_10"], capture_output=True, text=True, cwd=REPO,
+                         env=env, check=False)
+  assert again.returncode == 0, again.stdout + again.stderr
+  assert "resuming at step 4" in again.stdout
