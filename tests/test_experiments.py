@@ -15,10 +15,6 @@ import sys
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# experiments/ and launch/ are not in pyproject's installed packages (lm*, configs*); they
-# are run from the repository root (`python -m launch.local ...`), so import them from there.
-if str(REPO) not in sys.path:
-  sys.path.insert(0, str(REPO))
 
 from configs import common as config_common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments import common  # pylint: disable=wrong-import-position

@@ -41,27 +41,19 @@ def _train_losses(workdir):
   return {m["step"]: m["loss"] for m in _metrics(workdir) if "loss" in m}
 
 
-def test_train_resume_and_config_written(tmp_path):
-  from lm import train
-  workdir = str(tmp_path / "run")
-  first = train.train_and_evaluate(_config(steps=4), workdir)
-  assert np.isfinite(first["loss"]) and "eval_loss" in first
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
-  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-    assert json.load(f)["train"]["num_steps"] == 4
-  # Same workdir, more steps: resumes at 4 (logs only steps 6 and 8 afterwards).
-  train.train_and_evaluate(_config(steps=8), workdir)
-  steps = [m["step"] for m in _metrics(workdir) if "loss" in m]
-  assert steps == [2, 4, 6, 8], steps
-
-
 def test_resumed_run_equals_uninterrupted(tmp_path):
   """Stop at step 4 (as if preempted), resume to 8: same losses as one run of 8 steps."""
   from lm import train
   whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
   train.train_and_evaluate(_config(steps=8), whole)
-  train.train_and_evaluate(_config(steps=4), split)
+  first = train.train_and_evaluate(_config(steps=4), split)
+  assert np.isfinite(first["loss"]) and "eval_loss" in first
+  assert sorted(os.listdir(os.path.join(split, "checkpoints"))) == ["2", "4"]
+  with open(os.path.join(split, "config.json"), encoding="utf-8") as f:
+    assert json.load(f)["train"]["num_steps"] == 4
+  # Same workdir, more steps: resumes at 4 (logs only steps 6 and 8 afterwards).
   train.train_and_evaluate(_config(steps=8), split)
+  assert [m["step"] for m in _metrics(split) if "loss" in m] == [2, 4, 6, 8]
   assert _train_losses(whole) == _train_losses(split)
 
 
