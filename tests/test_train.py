@@ -67,6 +67,7 @@ def test_foreign_checkpoint_is_refused(tmp_path):
 
 def _main(args, env=None, **kwargs):
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", **(env or {})}
+  env = {k: v for k, v in env.items() if v is not None}  # None: leave the variable unset
   return subprocess.run([sys.executable, "-m", "lm.main", *args], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=600, **kwargs)
 
@@ -238,3 +239,30 @@ def test_help_explains_the_flags():
   out = _main(["--helpshort"])  # absl prints the help and exits (status 1, its convention)
   for flag in ("--config", "--workdir", "--coordinator_address"):
     assert flag in out.stdout
+
+
+def _readme_main_command():
+  """The `python -m lm.main ...` part of README.md's first command."""
+  with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+    text = f.read()
+  first_block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+  command = first_block.strip().split("&& python -m lm.main ", 1)[1]
+  return command.split()
+
+
+@pytest.mark.slow
+def test_readme_main_job_runs(tmp_path):
+  """README's main job, exactly as written (but in a temporary workdir), end to end."""
+  args = [a for a in _readme_main_command() if not a.startswith("--workdir=")]
+  workdir = str(tmp_path / "t5_local")
+  out = _main(args + [f"--workdir={workdir}"], env={"WANDB_MODE": None, "WANDB_API_KEY": None})
+  assert out.returncode == 0, out.stderr[-3000:]
+  losses = _train_losses(workdir)
+  steps = sorted(losses)
+  assert steps[-1] == 1000
+  assert losses[steps[-1]] < losses[steps[0]] - 1.0, losses  # visibly learning
+  evals = [m for m in _metrics(workdir) if "eval_loss" in m]
+  assert evals and evals[-1]["step"] == 1000
+  assert "1000" in os.listdir(os.path.join(workdir, "checkpoints"))
+  wandb_dir = os.path.join(workdir, "wandb")
+  assert any(d.startswith("offline-run-") for d in os.listdir(wandb_dir))
