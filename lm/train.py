@@ -250,6 +250,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
     start = int(state.step)
     num_steps = int(config.train.num_steps)
+    if start >= num_steps:
+      logging.warning("%s is already at step %d (train.num_steps=%d): nothing to do; raise "
+                      "--config.train.num_steps to continue training.", workdir, start, num_steps)
     flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
     writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start,
                                   progress_bar=sys.stderr.isatty())  # no bar in log files
