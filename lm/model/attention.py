@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from lm.model import position
-from lm.model.layers import param_with_axes
+from lm.model.layers import dense, param_with_axes
 
 CACHE_MODES = (None, "prefill", "step")
 
@@ -119,7 +119,7 @@ class MultiHeadAttention(nn.Module):
 
     def project(name, x, init):
       kernel = param_with_axes(self, name, init, (d, n, h), ("embed", "heads", "kv"))
-      y = jnp.einsum("BLD,DNH->BLNH", jnp.asarray(x, self.dtype), kernel.astype(self.dtype))
+      y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N, H]
       return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
     query = project("query", inputs_q, query_init)
@@ -150,7 +150,7 @@ class MultiHeadAttention(nn.Module):
                                 dtype=self.dtype)
     out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
-    y = jnp.einsum("BLNH,NHD->BLD", out, out_kernel.astype(self.dtype))
+    y = dense(out, out_kernel.astype(self.dtype), num_contract=2)  # [B, L, D]
     return nn.with_logical_constraint(y, ("batch", "length", "embed"))
 
   def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):

@@ -77,7 +77,7 @@ from lm.model import masks as masks_lib
 from lm.model import position
 from lm.model.attention import MultiHeadAttention
 from lm.model.layers import (MLP_ACTIVATIONS, NORM_TYPES, Embed, MlpBlock, broadcast_dropout,
-                             make_norm, mlp_kernel_init, param_with_axes)
+                             dense, make_norm, mlp_kernel_init, param_with_axes)
 
 MASK_TYPES = ("encoder_decoder", "prefix_lm", "causal")
 NORM_POSITIONS = ("pre", "post")
@@ -361,6 +361,10 @@ class Stack(nn.Module):
           q_positions).astype(x.dtype)
     elif pe == "sinusoidal":
       x = x + position.sinusoidal_embedding(q_positions, cfg.emb_dim).astype(x.dtype)
+    if len(self_bias) > 1:
+      # One [B, N, L, S] sum shared by every layer: the position-bias gradient is then
+      # one batch reduction per stack, not one per layer (~10% of a t5_1_1_small step on CPU).
+      self_bias = (sum(self_bias[1:], self_bias[0]),)
     x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
     rope_positions = q_positions if pe == "rope" else None
@@ -399,7 +403,7 @@ class LogitsDense(nn.Module):
     """dtype[B, L, D] -> float32[B, L, V]."""
     kernel = param_with_axes(self, "kernel", mlp_kernel_init, (y.shape[-1], self.vocab_size),
                              ("embed", "vocab"))
-    return jnp.einsum("BLD,DV->BLV", y, kernel.astype(y.dtype), preferred_element_type=jnp.float32)
+    return dense(y, kernel.astype(y.dtype), preferred_element_type=jnp.float32)
 
 
 def _batch_array(batch: Mapping[str, Any], key: str, required: bool = True):
