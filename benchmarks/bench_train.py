@@ -1,0 +1,242 @@
+"""Training-step benchmark: the real lm.steps.train_step (model + loss + Adafactor update).
+
+    python benchmarks/bench_train.py                                  # all archs, tiny + small
+    python benchmarks/bench_train.py --archs encoder_decoder --sizes small --batch 4 --steps 3
+    python benchmarks/bench_train.py --mesh 2,2,2                     # e.g. 8 simulated devices
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python benchmarks/bench_train.py --sizes tiny
+
+For each (arch, size) the config is ``configs.t5.get_config("arch=...,size=...,batch=B,
+inputs_length=Li")`` (targets length from the span-corruption objective: 114 at 512),
+and the step is built exactly as lm/train.py builds it: ``lm.optim.make_schedule`` /
+``make_optimizer`` (Adafactor, T5 settings), ``functools.partial(lm.steps.train_step,
+**configs.common.train_step_kwargs(config))`` jitted with the state / batch shardings of
+``lm.partitioning`` over a mesh of all present devices (``--mesh``, default the config's
+(-1, 1, 1) data-parallel mesh), state donated. The batch is random tokens with every
+feature of the pipeline for that architecture (one segment per row, no padding), sharded
+with ``partitioning.make_global_batch``. After ``--warmup`` untimed steps, ``--steps``
+steps are timed one by one (each blocks on the new state); the median is reported.
+
+Columns: arch, size (model preset), batch B, lengths Li/Lt, params, tokens/s (B * (Li +
+Lt): every token of both stacks, the same for all architectures), step time (median;
+min in brackets), model FLOPs per step (``lm.model.accounting.training_flops``: matmuls,
+3x forward, no optimizer), MFU = model FLOPs / step time / peak of all devices, and
+memory per device: argument + output + temp - alias bytes of the compiled step
+(``compiled.memory_analysis()``; donated state buffers counted once), plus on GPU the
+allocator's ``peak_bytes_in_use`` from ``device.memory_stats()`` if it reports one.
+
+Peak: the spec-sheet dense bf16 figure per device (lm/metrics.py) times the device
+count on GPU/TPU; on CPU the best measured float32 matmul of the host (1024^3 and 2048^3,
+``lm.metrics.measure_matmul_flops``), which simulated CPU devices share. ``--dtype auto``
+runs float32 activations on CPU (what that peak measures; bfloat16 is not faster on
+CPU) and the config's dtype (bfloat16, T5.1.1) on accelerators.
+
+Prints figures only; asserts nothing. On a shared machine look at min vs median.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import common  # noqa: E402
+from configs import t5 as t5_config  # noqa: E402
+from lm import metrics, optim, partitioning, steps  # noqa: E402
+from lm.data import packing  # noqa: E402
+from lm.model import accounting  # noqa: E402
+from lm.model.transformer import Transformer  # noqa: E402
+from lm.train import dummy_batch  # noqa: E402
+
+ARCHS = ("encoder_decoder", "shared", "prefix_lm", "causal")
+SIZES = ("tiny", "small")
+
+
+def random_batch(architecture: str, inputs_length: int, targets_length: int, batch_size: int,
+                 vocab_size: int, seed: int = 0) -> dict[str, np.ndarray]:
+  """Random full rows with the pipeline's features for ``architecture`` (data architecture).
+
+  Args:
+    architecture: "encoder_decoder", "prefix_lm" or "causal" (``config.data.architecture``).
+    inputs_length, targets_length: Li, Lt (decoder-only rows are Li + Lt long).
+    batch_size: B.
+    vocab_size: token ids are drawn from [2, vocab_size).
+    seed: NumPy seed.
+  Returns:
+    dict of int32[B, L] features (float32 decoder_loss_weights): one segment per row
+    (segment ids 1, positions arange); decoder inputs are the targets shifted right;
+    prefix LM: decoder_causal_attention 1 on the first Li + 1 positions, loss weights 0
+    on the first Li.
+  """
+  rng = np.random.default_rng(seed)
+  shapes = dummy_batch(architecture, inputs_length, targets_length, batch_size)
+  out = {}
+  for key, zeros in shapes.items():
+    b, length = zeros.shape
+    if key.endswith("_segment_ids"):
+      out[key] = np.ones((b, length), np.int32)
+    elif key.endswith("_positions"):
+      out[key] = np.broadcast_to(np.arange(length, dtype=np.int32), (b, length)).copy()
+    elif key == "decoder_loss_weights":
+      w = np.ones((b, length), np.float32)
+      if architecture == "prefix_lm":
+        w[:, :inputs_length] = 0.0
+      out[key] = w
+    elif key == "decoder_causal_attention":
+      c = np.zeros((b, length), np.int32)
+      c[:, :inputs_length + 1] = 1
+      out[key] = c
+    elif key.endswith("_tokens"):
+      out[key] = rng.integers(2, vocab_size, (b, length), dtype=np.int32)
+    else:
+      raise ValueError(f"random_batch: no rule for feature {key!r}")
+  if "decoder_input_tokens" in out:
+    targets = out["decoder_target_tokens"]
+    out["decoder_input_tokens"] = np.concatenate(
+        [np.zeros((targets.shape[0], 1), np.int32), targets[:, :-1]], axis=1)
+  return out
+
+
+def peak_flops_total(devices) -> tuple[float, str]:
+  """(peak FLOP/s of all ``devices`` together, where the figure comes from)."""
+  per_device = metrics.peak_flops_per_device(devices[0])
+  if per_device is not None:
+    return per_device * len(devices), f"spec sheet dense bf16 x {len(devices)} ({devices[0].device_kind})"
+  measured = max(metrics.measure_matmul_flops(n=n, repeats=10, device=devices[0]) for n in (1024, 2048))
+  return measured, f"best float32 matmul (1024^3, 2048^3) measured on the host ({devices[0].device_kind})"
+
+
+def memory_per_device(compiled) -> tuple[float, float | None]:
+  """(compiled step's argument + output + temp - alias bytes, GPU allocator peak or None)."""
+  ma = compiled.memory_analysis()
+  if isinstance(ma, (list, tuple)):
+    ma = ma[0] if ma else None
+  static = float("nan")
+  if ma is not None:
+    static = float(ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+                   - getattr(ma, "alias_size_in_bytes", 0))
+  peak = None
+  device = jax.devices()[0]
+  if device.platform == "gpu":
+    try:
+      stats = device.memory_stats() or {}
+      peak = stats.get("peak_bytes_in_use")
+    except Exception:  # pylint: disable=broad-except  # some backends do not implement it
+      peak = None
+  return static, peak
+
+
+def bench_one(arch: str, size: str, args, mesh) -> dict:
+  """Builds the config, state and jitted train step for (arch, size); times it."""
+  config = t5_config.get_config(f"arch={arch},size={size},batch={args.batch},"
+                                f"inputs_length={args.inputs_length}")
+  config.unlock()
+  dtype = args.dtype
+  if dtype == "auto":
+    dtype = "float32" if jax.default_backend() == "cpu" else config.model.dtype
+  config.model.dtype = dtype
+  config.lock()
+  model_config = common.model_config(config)
+  model = Transformer(model_config)
+  d = config.data
+  li, lt, b = d.inputs_length, d.targets_length, d.batch_size
+
+  schedule = optim.make_schedule(config.schedule)
+  tx = optim.make_optimizer(config.optim, schedule)
+  rules = partitioning.rules_from_config(config.logical_axis_rules)
+  init_batch = dummy_batch(d.architecture, li, lt)
+  rng = jax.random.key(0)
+  abstract, boxed = steps.abstract_train_state(rng, init_batch, model=model, tx=tx)
+  state_sh = partitioning.state_shardings(abstract, boxed, mesh, rules)
+  local = random_batch(d.architecture, li, lt, b, model_config.vocab_size)
+  batch_sh = partitioning.batch_shardings(local, mesh)
+  with partitioning.axis_rules(mesh, rules):
+    state = jax.jit(functools.partial(steps.create_train_state, model=model, tx=tx),
+                    out_shardings=state_sh)(rng, init_batch)
+    batch = partitioning.make_global_batch(local, mesh)
+    step_fn = jax.jit(
+        functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
+                          **common.train_step_kwargs(config)),
+        in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=0)
+    t0 = time.perf_counter()
+    compiled = step_fn.lower(state, batch).compile()
+    compile_s = time.perf_counter() - t0
+  mem, gpu_peak = memory_per_device(compiled)
+
+  for _ in range(args.warmup):
+    state, m = compiled(state, batch)
+  jax.block_until_ready(state)
+  times = []
+  for _ in range(args.steps):
+    t0 = time.perf_counter()
+    state, m = compiled(state, batch)
+    jax.block_until_ready(state)
+    times.append(time.perf_counter() - t0)
+  loss = float(m["loss"][0]) / max(float(m["loss"][1]), 1.0)
+  if gpu_peak is None and jax.devices()[0].platform == "gpu":
+    gpu_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
+  feature_lengths = packing.feature_lengths(d.architecture, li, lt)
+  return {"arch": arch, "size": size, "preset": config.model.preset, "dtype": dtype,
+          "batch": b, "li": li, "lt": lt, "rows": feature_lengths,
+          "params": accounting.count_params(model_config),
+          "flops": accounting.training_flops(model_config, li, lt, b),
+          "times": times, "compile_s": compile_s, "mem": mem, "gpu_peak": gpu_peak, "loss": loss}
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--archs", default=",".join(ARCHS), help=f"comma-separated, of {ARCHS}")
+  parser.add_argument("--sizes", default=",".join(SIZES), help="comma-separated configs/t5.py sizes")
+  parser.add_argument("--batch", type=int, default=4, help="global batch size")
+  parser.add_argument("--inputs_length", type=int, default=512)
+  parser.add_argument("--steps", type=int, default=3, help="timed steps")
+  parser.add_argument("--warmup", type=int, default=1, help="untimed steps after compiling")
+  parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                      help="activation dtype; auto = float32 on CPU, the config's on accelerators")
+  parser.add_argument("--mesh", default="-1,1,1", help="(data, fsdp, tensor) mesh shape")
+  args = parser.parse_args(argv)
+
+  devices = jax.devices()
+  mesh = partitioning.make_mesh(args.mesh)
+  print(f"jax {jax.__version__}, backend {jax.default_backend()}, {len(devices)} x "
+        f"{devices[0].device_kind}, {os.cpu_count()} CPUs, mesh {dict(mesh.shape)}")
+  peak, peak_src = peak_flops_total(devices)
+  print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})", flush=True)
+
+  rows = []
+  header = (f"{'arch':16s} {'size':5s} {'preset':22s} {'dtype':8s} {'batch':>5s} {'Li/Lt':>8s} "
+            f"{'params':>8s} {'tokens/s':>9s} {'step ms (min)':>16s} {'GFLOP/step':>10s} "
+            f"{'MFU':>6s} {'mem/dev':>9s}")
+  for size in args.sizes.split(","):
+    for arch in args.archs.split(","):
+      r = bench_one(arch, size, args, mesh)
+      t = statistics.median(r["times"])
+      tokens = r["batch"] * (r["li"] + r["lt"])
+      mem = f"{r['mem'] / 2**20:7.0f}MiB"
+      if r["gpu_peak"] is not None:
+        mem += f" (peak {r['gpu_peak'] / 2**20:.0f}MiB)"
+      line = (f"{arch:16s} {size:5s} {r['preset']:22s} {r['dtype']:8s} {r['batch']:5d} "
+              f"{r['li']:>4d}/{r['lt']:<3d} {r['params'] / 1e6:7.1f}M {tokens / t:9.0f} "
+              f"{t * 1e3:8.1f} ({min(r['times']) * 1e3:6.1f}) {r['flops'] / 1e9:10.1f} "
+              f"{r['flops'] / t / peak:6.1%} {mem}")
+      rows.append(line)
+      print(f"  {line}   [compile {r['compile_s']:.1f} s, loss {r['loss']:.2f}]", flush=True)
+  if jax.default_backend() == "cpu":
+    # A busy host depresses one measurement; re-measure and report against the best.
+    again, _ = peak_flops_total(devices)
+    if again > peak:
+      print(f"(peak re-measured at {again / 1e9:.1f} GFLOP/s; MFU above is against "
+            f"{peak / 1e9:.1f}, i.e. x{peak / again:.2f} against the new figure)")
+  print("\n" + header)
+  for line in rows:
+    print(line)
+
+
+if __name__ == "__main__":
+  main()
