@@ -197,7 +197,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   """
   common.validate(config, num_devices=jax.device_count())
   workdir = os.path.abspath(workdir)
-  write_config(config, workdir)
 
   model_config = common.model_config(config)
   model = Transformer(model_config)
@@ -209,6 +208,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   tx = optim.make_optimizer(config.optim, schedule)
   mesh = partitioning.make_mesh(config.mesh.shape)
   rules = partitioning.rules_from_config(config.logical_axis_rules)
+  write_config(config, workdir)  # only once config, data and mesh are known to be good
   d = config.data
   global_batch = dummy_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size)
   rng = jax.random.key(config.train.seed)

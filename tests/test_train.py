@@ -84,7 +84,7 @@ def test_mesh_that_does_not_fit_is_a_clear_error(tmp_path):
                f"--workdir={tmp_path}"], env={"XLA_FLAGS": ""})
   assert out.returncode == 2, out.stderr[-2000:]
   assert "mesh" in out.stderr and "Traceback" not in out.stderr
-  assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))
+  assert os.listdir(tmp_path) == []  # nothing half-written
 
 
 @pytest.mark.slow
@@ -266,3 +266,17 @@ def test_readme_main_job_runs(tmp_path):
   assert "1000" in os.listdir(os.path.join(workdir, "checkpoints"))
   wandb_dir = os.path.join(workdir, "wandb")
   assert any(d.startswith("offline-run-") for d in os.listdir(wandb_dir))
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n", b"\xff\xfe\xfa\n\xc3\x28\n"])
+def test_empty_or_undecodable_corpus_is_a_clear_error(tmp_path, content):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_bytes(content)
+  workdir = tmp_path / "run"
+  out = _main(["--config=configs/t5.py:runlocal", "--config.data.format=text",
+               f"--config.data.paths=('{corpus}',)", "--config.data.on_decode_error=skip",
+               f"--workdir={workdir}"], env={"XLA_FLAGS": ""})
+  assert out.returncode == 2, out.stderr[-2000:]
+  assert "error:" in out.stderr and "Traceback" not in out.stderr
+  assert str(corpus) in out.stderr or "document" in out.stderr
+  assert not workdir.exists() or not any(workdir.iterdir())
