@@ -83,6 +83,9 @@ def main(argv) -> int:
     # Bad input (config, data, checkpoint): one clear message, nonzero exit, no traceback.
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except ImportError as e:  # an optional reader (parquet, array_record, hf datasets)
+    print(f"error: {e}; install the data extras: pip install -e '.[data]'", file=sys.stderr)
+    return 2
   return 0
 
 
