@@ -51,6 +51,19 @@ def param_shapes(params: Any) -> dict[str, list[int]]:
   return {_path_str(p): list(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
 
 
+def shape_mismatch(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
+  """The first difference between two `param_shapes` dicts, in words; None if equal."""
+  if theirs == ours:
+    return None
+  diff = [k for k in sorted(set(theirs) & set(ours)) if list(theirs[k]) != list(ours[k])]
+  if diff:
+    return f"param {diff[0]} has shape {list(theirs[diff[0]])} there vs {list(ours[diff[0]])} here"
+  only_theirs = sorted(set(theirs) - set(ours))
+  if only_theirs:
+    return f"param {only_theirs[0]} exists there but not here"
+  return f"param {sorted(set(ours) - set(theirs))[0]} exists here but not there"
+
+
 def config_hash(config: Mapping[str, Any]) -> str:
   """Short stable hash of a JSON-able dict (e.g. config.model.to_dict())."""
   text = json.dumps(config, sort_keys=True, default=str)
@@ -205,17 +218,8 @@ class CheckpointManager:
     theirs, ours = meta["signature"], self.signature
     if ours is None or theirs is None:
       return
-    t_shapes, o_shapes = theirs.get("param_shapes", {}), ours.get("param_shapes", {})
-    if t_shapes != o_shapes:
-      only_t = sorted(set(t_shapes) - set(o_shapes))
-      only_o = sorted(set(o_shapes) - set(t_shapes))
-      diff = [k for k in sorted(set(t_shapes) & set(o_shapes)) if t_shapes[k] != o_shapes[k]]
-      if diff:
-        what = f"param {diff[0]} has shape {t_shapes[diff[0]]} there vs {o_shapes[diff[0]]} here"
-      elif only_t:
-        what = f"param {only_t[0]} exists there but not here"
-      else:
-        what = f"param {only_o[0]} exists here but not there"
+    what = shape_mismatch(theirs.get("param_shapes", {}), ours.get("param_shapes", {}))
+    if what:
       raise IncompatibleCheckpointError(
           f"checkpoint {self.directory} step {step} is from a different model ({what}); use "
           "a fresh workdir, or ckpt.init_from to load params from it.")
@@ -295,13 +299,10 @@ def restore_params(directory: str | epath.Path, abstract_params: Any,
     tree = getattr(on_disk, "tree", on_disk)
     if not isinstance(tree, Mapping) or "params" not in tree:
       raise IncompatibleCheckpointError(f"ckpt.init_from: {directory} step {step} has no params.")
-    theirs, ours = param_shapes(tree["params"]), param_shapes(abstract_params)
-    if theirs != ours:
-      diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-      k = diff[0]
+    what = shape_mismatch(param_shapes(tree["params"]), param_shapes(abstract_params))
+    if what:
       raise IncompatibleCheckpointError(
-          f"ckpt.init_from: {directory} step {step} params differ from this model "
-          f"({k}: {theirs.get(k)} there vs {ours.get(k)} here).")
+          f"ckpt.init_from: {directory} step {step} params differ from this model ({what}).")
     target = {"params": _abstract_target(abstract_params, shardings)}
     args = ocp.args.Composite(state=ocp.args.PyTreeRestore(
         item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),

@@ -147,15 +147,15 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
       os.path.join(path, "checkpoints")):
     hf_config, params = hf_t5.load_hf_t5(path, scan_layers=model_config.scan_layers,
                                          dtype=model_config.dtype)
-    theirs, ours = checkpoint.param_shapes(params), checkpoint.param_shapes(abstract_params)
-    if theirs != ours:
-      diff = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+    what = checkpoint.shape_mismatch(checkpoint.param_shapes(params),
+                                     checkpoint.param_shapes(abstract_params))
+    if what:
       fields = [f"{f.name}={getattr(hf_config, f.name)!r}"
                 for f in dataclasses.fields(TransformerConfig)
                 if getattr(hf_config, f.name) != getattr(model_config, f.name)]
       raise checkpoint.IncompatibleCheckpointError(
           f"ckpt.init_from: the Hugging Face checkpoint {path} does not fit this model "
-          f"({diff[0]}: {theirs.get(diff[0])} there vs {ours.get(diff[0])} here); set "
+          f"({what}); set "
           f"config.model to its values: {', '.join(fields) or 'see config.json'}.")
     return jax.device_put(params, shardings)
   if os.path.isdir(os.path.join(path, "checkpoints")):
@@ -167,13 +167,13 @@ def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfi
   tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
 
 
-def _peak_flops() -> tuple[float, str]:
-  """Total peak FLOP/s of the devices in the run and where the figure comes from."""
+def _peak_flops() -> float:
+  """Total peak FLOP/s of the devices in the run (spec table, or measured on CPU)."""
   per_device = metrics_lib.peak_flops_per_device()
   if per_device:
-    return per_device * jax.device_count(), "table"
+    return per_device * jax.device_count()
   # CPU: measured matmul throughput of the whole host (all devices share its cores).
-  return metrics_lib.measure_matmul_flops() * jax.process_count(), "measured"
+  return metrics_lib.measure_matmul_flops() * jax.process_count()
 
 
 def evaluate(eval_fn, params, data: pipeline_lib.DataPipeline, mesh, num_batches: int | None
@@ -212,7 +212,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   d = config.data
   global_batch = dummy_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size)
   rng = jax.random.key(config.train.seed)
-  peak, _ = _peak_flops()  # before the mesh context: the CPU measurement runs on one device
+  peak = _peak_flops()  # before the mesh context: the CPU measurement runs on one device
 
   abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
       d.architecture, d.inputs_length, d.targets_length), model=model, tx=tx)
