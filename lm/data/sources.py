@@ -101,6 +101,23 @@ def expand_paths(paths: str | Sequence[str]) -> list[str]:
   return out
 
 
+def _line_spans(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Byte offsets of the lines of a file.
+
+  Args:
+    data: uint8[n] file contents (n > 0).
+  Returns:
+    (starts, ends): int64[lines] each; line i is data[starts[i]:ends[i]] without its
+    newline. A final newline does not open an empty last line.
+  """
+  newlines = np.flatnonzero(data == 10)
+  starts = np.concatenate([[0], newlines + 1])
+  ends = np.concatenate([newlines, [len(data)]])
+  if ends[-1] == starts[-1]:  # File ends with a newline: no last line.
+    starts, ends = starts[:-1], ends[:-1]
+  return starts, ends
+
+
 def _split_points(text: str, max_chars: int) -> list[tuple[int, int]]:
   """Cuts text into (start, end) pieces of at most max_chars, at whitespace if possible."""
   pieces, start, n = [], 0, len(text)
@@ -262,11 +279,7 @@ class TextSource(DocumentSource):
       b.stats.empty_files += 1
       return
     data = np.frombuffer(buf, dtype=np.uint8)
-    newlines = np.flatnonzero(data == 10)
-    starts = np.concatenate([[0], newlines + 1])
-    ends = np.concatenate([newlines, [len(data)]])
-    if ends[-1] == starts[-1]:  # File ends with a newline: no last line.
-      starts, ends = starts[:-1], ends[:-1]
+    starts, ends = _line_spans(data)
     # Non-whitespace bytes per line, via a cumulative count.
     cum = np.concatenate([[0], np.cumsum(~_WHITESPACE[data], dtype=np.int64)])
     nonblank = (cum[ends] - cum[starts]) > 0
@@ -380,10 +393,7 @@ class JsonLinesSource(DocumentSource):
       if not len(buf):
         b.stats.empty_files += 1
         continue
-      data = np.frombuffer(buf, dtype=np.uint8)
-      newlines = np.flatnonzero(data == 10)
-      starts = np.concatenate([[0], newlines + 1])
-      ends = np.concatenate([newlines, [len(data)]])
+      starts, ends = _line_spans(np.frombuffer(buf, dtype=np.uint8))
       for s, e in zip(starts.tolist(), ends.tolist()):
         raw = bytes(buf[s:e])
         if not raw.strip():
