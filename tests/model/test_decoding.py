@@ -2,31 +2,18 @@
 import numpy as np
 import pytest
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lm.model.transformer import Transformer, TransformerConfig
+from lm.model.transformer import Transformer
 
-V = 32
+from model_helpers import V, random_params
+from model_helpers import tiny as _tiny
 
 
 def tiny(**kw):
-  base = dict(vocab_size=V, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-              num_encoder_layers=1, num_decoder_layers=2, dtype="float32")
-  if kw.get("mask_type", "encoder_decoder") != "encoder_decoder":
-    base["num_encoder_layers"] = 0
-  base.update(kw)
-  return TransformerConfig(**base)
-
-
-def random_params(model, batch, seed=0):
-  """Boxed random params from eval_shape (no init compile)."""
-  abstract = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)["params"]
-  rng = np.random.default_rng(seed)
-  return jax.tree_util.tree_map(
-      lambda leaf: leaf.replace(value=jnp.asarray(0.3 * rng.normal(size=leaf.value.shape), jnp.float32)),
-      abstract, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  """Two decoder layers: the cache must be right in every layer, not only the first."""
+  return _tiny(**{"num_decoder_layers": 2, **kw})
 
 
 def check_cached_equals_full(cfg, lt=6, prefix=1, ragged=False):

@@ -11,37 +11,12 @@ import jax.numpy as jnp
 from lm.model.transformer import (Transformer, TransformerConfig, scan_to_unscanned,
                                   unscanned_to_scan)
 
-V = 32
-
-
-def tiny(**kw):
-  base = dict(vocab_size=V, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
-              num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
-  if kw.get("mask_type", "encoder_decoder") != "encoder_decoder":
-    base["num_encoder_layers"] = 0
-  base.update(kw)
-  return TransformerConfig(**base)
-
-
-def random_params(cfg, batch, seed=0):
-  """Boxed params with random values, built from eval_shape (no init compile, fast)."""
-  abstract = jax.eval_shape(Transformer(cfg).init, jax.random.PRNGKey(0), batch)["params"]
-  rng = np.random.default_rng(seed)
-
-  def fill(path, leaf):
-    name = jax.tree_util.keystr(path)
-    if "scale" in name:
-      value = 1.0 + 0.1 * rng.normal(size=leaf.value.shape)
-    else:
-      value = 0.3 * rng.normal(size=leaf.value.shape)
-    return leaf.replace(value=jnp.asarray(value, jnp.float32))
-  return jax.tree_util.tree_map_with_path(fill, abstract,
-                                          is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+from model_helpers import V, random_params, tiny
 
 
 @functools.lru_cache(maxsize=None)
 def init(cfg, batch_key):
-  return random_params(cfg, BATCHES[batch_key](cfg))
+  return random_params(Transformer(cfg), BATCHES[batch_key](cfg))
 
 
 @functools.lru_cache(maxsize=None)
