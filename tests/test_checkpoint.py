@@ -1,5 +1,4 @@
 """Checkpoint round trips, resharding, keep-K / best, foreign and incompatible directories."""
-import json
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,5 @@
 """configs/common.py parse_arg + validate, configs/t5.py presets (no training here)."""
 import jax
-import ml_collections
 import pytest
 
 from configs import common, t5

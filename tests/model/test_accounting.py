@@ -1,5 +1,4 @@
 """Param counts of the presets (T5_NOTES §3.2) and the FLOPs formula."""
-import numpy as np
 import pytest
 
 import jax
