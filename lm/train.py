@@ -84,7 +84,7 @@ def dummy_batch(architecture: str, inputs_length: int, targets_length: int,
     keys the pipeline produces for `architecture`.
   """
   lengths = packing.feature_lengths(architecture, inputs_length, targets_length)
-  keys = pipeline_lib._feature_keys(architecture)  # pylint: disable=protected-access
+  keys = pipeline_lib.feature_keys(architecture)
   out = {}
   for key in keys + [f"{s}_{k}" for s in lengths for k in ("segment_ids", "positions")]:
     dtype = np.float32 if key == "decoder_loss_weights" else np.int32

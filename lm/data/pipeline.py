@@ -339,7 +339,11 @@ def _shuffle_seed(seed: int, shard: int) -> int:
   return int(_mix(np.array([seed, shard, 0x5348554646], np.uint64))[0] >> np.uint64(32))
 
 
-def _feature_keys(architecture: str) -> list[str]:
+def feature_keys(architecture: str) -> list[str]:
+  """Feature names that `converters.convert` produces for `architecture`.
+
+  Packed or padded batches add `<stack>_segment_ids` and `<stack>_positions`.
+  """
   dummy = converters.convert({"inputs": np.array([3], np.int32),
                               "targets": np.array([3], np.int32)}, architecture)
   return list(dummy)
@@ -588,7 +592,7 @@ class DataPipeline:
         targets_length=spec.targets_length, **spec.objective_params)
     self.lengths = packing.feature_lengths(spec.architecture, spec.inputs_length,
                                            spec.targets_length)
-    self._keys = _feature_keys(spec.architecture)
+    self._keys = feature_keys(spec.architecture)
     # Fail now, not in a worker thread: an unknown objective parameter raises here.
     objectives.make_objective(spec.objective, vocab_size=tokenizer.vocab_size,
                               num_extra_ids=spec.extra_ids, **_objective_params(spec))
