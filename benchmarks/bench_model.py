@@ -41,7 +41,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lm import metrics  # noqa: E402
+import hf_reference  # noqa: E402  (benchmarks/)
+from lm import hostmem, metrics  # noqa: E402
 from lm.model import accounting  # noqa: E402
 from lm.model.presets import make_config  # noqa: E402
 from lm.model.transformer import Transformer, TransformerConfig  # noqa: E402
@@ -129,33 +130,6 @@ def bench_lm(config: TransformerConfig, batch, steps: int, device):
   return {"times": times, "compile_s": compile_s, "xla_flops": xla_flops, "loss": float(loss)}
 
 
-def bench_hf(config: TransformerConfig, batch, steps: int):
-  """Times HF T5ForConditionalGeneration forward + backward (float32, CPU); None if unavailable."""
-  try:
-    import torch
-    import transformers
-  except ImportError as e:  # pragma: no cover - optional
-    print(f"  [hf] skipped: {e}")
-    return None
-  from lm.model.hf_t5 import config_to_hf
-  hf_config = dict(config_to_hf(config), dropout_rate=0.0)
-  hf_config.pop("architectures")
-  model = transformers.T5ForConditionalGeneration(transformers.T5Config(**hf_config)).train()
-  torch.set_num_threads(os.cpu_count() or 1)
-  enc = torch.tensor(batch["encoder_input_tokens"], dtype=torch.long)
-  dec = torch.tensor(batch["decoder_input_tokens"], dtype=torch.long)
-  labels = torch.tensor(batch["decoder_target_tokens"], dtype=torch.long)
-
-  def step():
-    model.zero_grad(set_to_none=True)
-    out = model(input_ids=enc, decoder_input_ids=dec, labels=labels)
-    out.loss.backward()
-
-  step()  # warm-up
-  return {"times": time_calls(step, steps), "torch": torch.__version__,
-          "transformers": transformers.__version__, "threads": torch.get_num_threads()}
-
-
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--presets", default=DEFAULT_PRESETS, help="comma-separated MODEL_PRESETS names")
@@ -169,11 +143,16 @@ def main(argv=None) -> None:
   parser.add_argument("--remat_policy", default="none")
   parser.add_argument("--compare_hf", action="store_true",
                       help="also time HF PyTorch T5 (encoder-decoder presets; needs torch + transformers)")
+  parser.add_argument("--host_memory", default="retain", choices=["retain", "default"],
+                      help="retain: lm.hostmem.retain_freed_memory() first, as lm.main does (it "
+                      "applies to the HF comparison in this process too); default: glibc's own")
   args = parser.parse_args(argv)
+  retained = args.host_memory == "retain" and hostmem.retain_freed_memory()
 
   device = jax.devices()[0]
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind}, "
-        f"{os.cpu_count()} CPUs, batch {args.batch}, lengths {args.inputs_length}/{args.targets_length}")
+        f"{os.cpu_count()} CPUs, batch {args.batch}, lengths {args.inputs_length}/{args.targets_length}, "
+        f"host memory {'retained' if retained else 'glibc default'}")
   peak, peak_src = peak_flops(device, args.dtype)
   print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})")
   li, lt = args.inputs_length, args.targets_length
@@ -199,14 +178,16 @@ def main(argv=None) -> None:
       if not config.is_encoder_decoder:
         print(f"  [hf] skipped: {name} is decoder-only (no HF T5 counterpart)")
         continue
-      h = bench_hf(config, batch, args.steps)
-      if h is not None:
-        th = statistics.median(h["times"])
-        print(f"  [hf] T5ForConditionalGeneration torch {h['torch']} transformers {h['transformers']} "
-              f"({h['threads']} threads) float32: step {th * 1e3:.1f} ms (min {min(h['times']) * 1e3:.1f}), "
-              f"{tokens / th:.0f} tok/s, MFU {flops / th / peak:.1%};  lm/hf speed {th / t:.2f}x",
-              flush=True)
-        rows[-1] = (name, flops, t, th)
+      missing = hf_reference.available()
+      if missing:
+        print(f"  [hf] skipped: {missing}")
+        continue
+      times = hf_reference.time_hf_t5(config, batch, args.steps, optimizer_step=False)
+      th = statistics.median(times)
+      print(f"  [hf] T5ForConditionalGeneration {hf_reference.versions()} float32: step "
+            f"{th * 1e3:.1f} ms (min {min(times) * 1e3:.1f}), {tokens / th:.0f} tok/s, "
+            f"MFU {flops / th / peak:.1%};  lm/hf speed {th / t:.2f}x", flush=True)
+      rows[-1] = (name, flops, t, th)
   if "measured" in peak_src:
     # A busy machine depresses the first measurement; the best of two is the fairer peak.
     again, _ = peak_flops(device, args.dtype)

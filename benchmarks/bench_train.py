@@ -46,9 +46,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+import hf_reference  # noqa: E402  (benchmarks/)
 from configs import common  # noqa: E402
 from configs import t5 as t5_config  # noqa: E402
-from lm import metrics, optim, partitioning, steps  # noqa: E402
+from lm import hostmem, metrics, optim, partitioning, steps  # noqa: E402
 from lm.data import packing  # noqa: E402
 from lm.model import accounting  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
@@ -182,8 +183,12 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   if gpu_peak is None and jax.devices()[0].platform == "gpu":
     gpu_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
   feature_lengths = packing.feature_lengths(d.architecture, li, lt)
+  hf_times = None
+  if args.compare_hf and arch == "encoder_decoder" and dtype == "float32":
+    hf_times = hf_reference.time_hf_t5(model_config, local, args.steps, optimizer_step=True,
+                                       warmup=args.warmup)
   return {"arch": arch, "size": size, "preset": config.model.preset, "dtype": dtype,
-          "batch": b, "li": li, "lt": lt, "rows": feature_lengths,
+          "batch": b, "li": li, "lt": lt, "rows": feature_lengths, "hf_times": hf_times,
           "params": accounting.count_params(model_config),
           "flops": accounting.training_flops(model_config, li, lt, b),
           "times": times, "compile_s": compile_s, "mem": mem, "gpu_peak": gpu_peak, "loss": loss}
@@ -200,12 +205,23 @@ def main(argv=None) -> None:
   parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                       help="activation dtype; auto = float32 on CPU, the config's on accelerators")
   parser.add_argument("--mesh", default="-1,1,1", help="(data, fsdp, tensor) mesh shape")
+  parser.add_argument("--compare_hf", action="store_true",
+                      help="also time a HF PyTorch T5 training step (forward, backward, transformers' "
+                      "Adafactor) for encoder_decoder in float32; needs torch + transformers")
+  parser.add_argument("--host_memory", default="retain", choices=["retain", "default"],
+                      help="retain: lm.hostmem.retain_freed_memory() first, as lm.main does (it "
+                      "applies to the HF comparison in this process too); default: glibc's own")
   args = parser.parse_args(argv)
+  retained = args.host_memory == "retain" and hostmem.retain_freed_memory()
+  if args.compare_hf and hf_reference.available() is not None:
+    print(f"--compare_hf skipped: {hf_reference.available()}")
+    args.compare_hf = False
 
   devices = jax.devices()
   mesh = partitioning.make_mesh(args.mesh)
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {len(devices)} x "
-        f"{devices[0].device_kind}, {os.cpu_count()} CPUs, mesh {dict(mesh.shape)}")
+        f"{devices[0].device_kind}, {os.cpu_count()} CPUs, mesh {dict(mesh.shape)}, "
+        f"host memory {'retained' if retained else 'glibc default'}")
   peak, peak_src = peak_flops_total(devices)
   print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})", flush=True)
 
@@ -227,6 +243,14 @@ def main(argv=None) -> None:
               f"{r['flops'] / t / peak:6.1%} {mem}")
       rows.append(line)
       print(f"  {line}   [compile {r['compile_s']:.1f} s, loss {r['loss']:.2f}]", flush=True)
+      if r["hf_times"]:
+        th = statistics.median(r["hf_times"])
+        hf_line = (f"{'  HF T5 (torch)':16s} {size:5s} {'same config, Adafactor':22s} {'float32':8s} "
+                   f"{r['batch']:5d} {r['li']:>4d}/{r['lt']:<3d} {'':8s} {tokens / th:9.0f} "
+                   f"{th * 1e3:8.1f} ({min(r['hf_times']) * 1e3:6.1f}) {'':10s} "
+                   f"{r['flops'] / th / peak:6.1%}   lm/hf speed {th / t:.2f}x")
+        rows.append(hf_line)
+        print(f"  {hf_line}   [{hf_reference.versions()}]", flush=True)
   if jax.default_backend() == "cpu":
     # A busy host depresses one measurement; re-measure and report against the best.
     again, _ = peak_flops_total(devices)

@@ -39,6 +39,11 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
 _CPU_COLLECTIVES = flags.DEFINE_enum(
     "cpu_collectives", "gloo", ["gloo", "mpi", "none"],
     "Collectives implementation for multi-process CPU runs.")
+_RETAIN_HOST_MEMORY = flags.DEFINE_bool(
+    "retain_host_memory", True,
+    "Keep freed host memory in the process (glibc malloc settings, see lm/hostmem.py) so "
+    "XLA:CPU's per-step temporaries are not page-faulted in again every step (~10% faster "
+    "CPU training steps); --noretain_host_memory lets the process shrink between steps.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -75,6 +80,9 @@ def main(argv) -> int:
   logging.getLogger().setLevel(logging.INFO)
   for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
+  if _RETAIN_HOST_MEMORY.value:
+    from lm import hostmem  # pylint: disable=g-import-not-at-top
+    hostmem.retain_freed_memory()  # before JAX starts its threads
   _initialize_distributed()
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   try:

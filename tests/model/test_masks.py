@@ -167,3 +167,25 @@ def test_sinusoidal_embedding():
   assert emb.shape == (1, 2, 4)
   np.testing.assert_allclose(emb[0, 0], [0, 0, 1, 1])
   np.testing.assert_allclose(emb[0, 1], [np.sin(1), np.sin(1e-2), np.cos(1), np.cos(1e-2)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch_positions", [1, 3])
+def test_relative_position_bias_value_and_gradient(batch_positions):
+  """The bias is table[n, bucket(k - q)], and its hand-written gradient equals autodiff's."""
+  import flax.linen as nn
+  import jax
+  rng = np.random.default_rng(0)
+  n, l = 3, 9
+  module = position.RelativePositionBias(num_heads=n, num_buckets=8, max_distance=16)
+  pos = jnp.asarray(np.sort(rng.integers(0, 12, (batch_positions, l)), axis=1), jnp.int32)
+  params = nn.meta.unbox(module.init(jax.random.PRNGKey(0), pos, pos, bidirectional=True)["params"])
+  table = jnp.asarray(rng.normal(size=(n, 8)), jnp.float32)
+  apply = lambda t: module.apply({"params": {"rel_embedding": t}}, pos, pos, bidirectional=True)
+  buckets = position.relative_position_bucket(pos[:, None, :] - pos[:, :, None], bidirectional=True,
+                                              num_buckets=8, max_distance=16)
+  want_fn = lambda t: jnp.transpose(t.T[buckets], (0, 3, 1, 2))
+  bias, vjp = jax.vjp(apply, table)
+  assert bias.shape == (batch_positions, n, l, l) and params["rel_embedding"].shape == (n, 8)
+  np.testing.assert_array_equal(bias, want_fn(table))
+  d_bias = jnp.asarray(rng.normal(size=bias.shape), jnp.float32)
+  np.testing.assert_allclose(vjp(d_bias)[0], jax.vjp(want_fn, table)[1](d_bias)[0], rtol=1e-5, atol=1e-5)
