@@ -8,9 +8,11 @@ multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
 min_dim_size_to_factor=128) with lr = 1/sqrt(max(step, 10^4)). `optax.adafactor`
 implements the same algorithm: second-moment decay 1 - (t+1)^-0.8, update clipping
 by block RMS, update scaled by lr * max(RMS(param), 1e-3) (epsilon2 is optax's fixed
-`min_scale=1e-3`). One difference: t5x chooses which dims to factor from logical axis
-names (embed = row; vocab/mlp/heads/kv = column), optax factors the two largest dims;
-for the 2-D kernels of the T5 model the factorisation is the same.
+`min_scale=1e-3`). t5x chooses which dims to factor from logical axis names (embed =
+row; vocab/mlp/heads/kv = column), optax factors the two largest dims: the same for
+2-D kernels, but the 3-D attention kernels [D, N, H] / [N, H, D] (second-largest dim
+H = 64 < 128) would go unfactored. `as_t5_matrices` hands optax those kernels as the
+[D, N * H] / [N * H, D] matrices t5x (and Mesh TF's 2-D kernels) factor.
 
 Gradient accumulation is done in lm/steps.py (a lax.scan over microbatches inside one
 step) rather than optax.MultiSteps: the optimizer step, the schedule and the checkpoint
@@ -109,6 +111,55 @@ def _decay_mask(params: Any) -> Any:
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+_ATTENTION_IN = ("query", "key", "value")  # [..., D, N, H]: (embed, heads, kv)
+_ATTENTION_OUT = ("out",)                   # [..., N, H, D]: (heads, kv, embed)
+
+
+def t5_matrix_shape(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+  """The shape t5x's Adafactor factors a param as (heads and kv joined into one column).
+
+  Args:
+    path: the param's key path in the params tree, e.g. ("encoder", "layers_0",
+      "self_attention", "query").
+    shape: its shape; a leading scanned "layers" axis is kept as a batch axis.
+  Returns:
+    [..., D, N * H] for attention query/key/value kernels, [..., N * H, D] for the
+    attention output kernel, ``shape`` unchanged for every other param.
+  """
+  name = path[-1] if path else ""
+  if len(shape) >= 3 and path[-2:-1] != () and "attention" in path[-2]:
+    if name in _ATTENTION_IN:
+      return (*shape[:-2], shape[-2] * shape[-1])
+    if name in _ATTENTION_OUT:
+      return (*shape[:-3], shape[-3] * shape[-2], shape[-1])
+  return tuple(shape)
+
+
+def as_t5_matrices(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """Runs ``tx`` on the params reshaped by `t5_matrix_shape`, updates reshaped back.
+
+  Reshapes of contiguous arrays are free; the optimizer state holds the reshaped
+  statistics (for Adafactor: factored [D] and [N * H] vectors of each attention kernel).
+  """
+  def names(path):
+    return tuple(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in path)
+
+  def to_matrices(tree):
+    return jax.tree_util.tree_map_with_path(
+        lambda p, x: x.reshape(t5_matrix_shape(tuple(map(str, names(p))), x.shape)), tree)
+
+  def init(params):
+    return tx.init(to_matrices(params))
+
+  def update(updates, state, params=None):
+    shapes = jax.tree.map(jnp.shape, updates)
+    new, state = tx.update(to_matrices(updates), state,
+                           None if params is None else to_matrices(params))
+    return jax.tree.map(lambda u, shape: u.reshape(shape), new, shapes), state
+
+  return optax.GradientTransformation(init, update)
+
+
 def make_optimizer(cfg: Mapping[str, Any], schedule: optax.Schedule) -> optax.GradientTransformation:
   """Builds the optimizer from `config.optim`.
 
@@ -144,6 +195,7 @@ def make_optimizer(cfg: Mapping[str, Any], schedule: optax.Schedule) -> optax.Gr
         weight_decay_rate=wd if wd > 0 else None,
         eps=float(_get(a, "eps", 1e-30)),
         factored=bool(_get(a, "factored", True)))
+    tx = as_t5_matrices(tx)
   elif name == "adamw":
     a = _get(cfg, "adamw")
     tx = optax.adamw(learning_rate=schedule, b1=float(_get(a, "b1", 0.9)),

@@ -90,6 +90,47 @@ def test_adafactor_matches_optax_t5_settings_and_factors_large_matrices():
   assert rms <= 0.01 * 0.5 * (1 + 1e-5)
 
 
+def test_adafactor_factors_attention_kernels_as_t5x_matrices():
+  """[D, N, H] / [N, H, D] attention kernels are factored as [D, N*H] / [N*H, D] (t5x's
+  embed = row, heads/kv = column), exactly optax's Adafactor on the reshaped matrix."""
+  d, n, h = 256, 4, 64  # N*H = 256 >= 128, but optax alone would see H = 64 < 128
+  rng = np.random.default_rng(0)
+  params = {"attn": {"self_attention": {
+      "query": jnp.asarray(rng.normal(size=(d, n, h)), jnp.float32),
+      "out": jnp.asarray(rng.normal(size=(n, h, d)), jnp.float32)}},
+      "mlp": {"wi": jnp.asarray(rng.normal(size=(d, 130)), jnp.float32)}}
+  grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+  sched = _sched()
+  tx = optim.make_optimizer(_optim_cfg(), sched)
+  ref = optax.adafactor(learning_rate=sched, decay_rate=0.8, clipping_threshold=1.0,
+                        multiply_by_parameter_scale=True, momentum=None, eps=1e-30,
+                        min_dim_size_to_factor=128, factored=True)
+  as_matrix = {"query": (d, n * h), "out": (n * h, d)}
+
+  def reshaped(tree):
+    out = jax.tree.map(lambda x: x, tree)
+    for k, shape in as_matrix.items():
+      out["attn"]["self_attention"][k] = tree["attn"]["self_attention"][k].reshape(shape)
+    return out
+
+  st, rst = tx.init(params), ref.init(reshaped(params))
+  for _ in range(2):
+    u, st = tx.update(grads, st, params)
+    ru, rst = ref.update(reshaped(grads), rst, reshaped(params))
+    for k in as_matrix:
+      got = u["attn"]["self_attention"][k]
+      assert got.shape == params["attn"]["self_attention"][k].shape
+      np.testing.assert_allclose(got.reshape(as_matrix[k]), ru["attn"]["self_attention"][k],
+                                 rtol=1e-6)
+    np.testing.assert_allclose(u["mlp"]["wi"], ru["mlp"]["wi"], rtol=1e-6)
+  fstate = st[0]
+  assert fstate.v["attn"]["self_attention"]["query"].shape == (1,)  # factored
+  assert fstate.v_row["attn"]["self_attention"]["query"].shape == (d,)
+  assert fstate.v_col["attn"]["self_attention"]["out"].shape == (d,)
+  assert optim.t5_matrix_shape(("decoder", "layers", "self_attention", "query"),
+                               (6, d, n, h)) == (6, d, n * h)  # scanned layers: batch axis
+
+
 def test_adamw_with_global_norm_clipping():
   params = {"w": jnp.ones((3, 3)), "b": jnp.ones((3,))}
   grads = {"w": jnp.full((3, 3), 100.0), "b": jnp.full((3,), 100.0)}
