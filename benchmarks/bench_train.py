@@ -30,6 +30,13 @@ count on GPU/TPU; on CPU the best measured float32 matmul of the host (1024^3 an
 runs float32 activations on CPU (what that peak measures; bfloat16 is not faster on
 CPU) and the config's dtype (bfloat16, T5.1.1) on accelerators.
 
+``--compare_hf`` (encoder_decoder, float32; needs torch + transformers, skipped with a
+message otherwise) also times Hugging Face T5 with the same config and batch doing a full
+training step: zero_grad, forward with labels, backward, transformers' Adafactor in T5's
+settings (benchmarks/hf_reference.py), and prints lm's speed relative to it.
+``--host_memory retain`` (default, as lm.main) applies ``lm.hostmem.retain_freed_memory()``
+to this process, the HF run included; ``default`` keeps glibc's own policy for both.
+
 Prints figures only; asserts nothing. On a shared machine look at min vs median.
 """
 from __future__ import annotations
