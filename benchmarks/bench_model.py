@@ -91,15 +91,6 @@ def make_loss(model: Transformer):
   return loss
 
 
-def time_calls(fn, steps: int) -> list[float]:
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return times
-
-
 def peak_flops(device, dtype: str) -> tuple[float, str]:
   """(peak FLOP/s of one device, where it comes from)."""
   spec = metrics.peak_flops_per_device(device)
@@ -126,7 +117,7 @@ def bench_lm(config: TransformerConfig, batch, steps: int, device):
   xla_flops = float((cost or {}).get("flops", float("nan")))
   loss, grads = compiled(params, batch)
   jax.block_until_ready(grads)  # warm-up
-  times = time_calls(lambda: jax.block_until_ready(compiled(params, batch)), steps)
+  times = hf_reference.time_calls(lambda: jax.block_until_ready(compiled(params, batch)), steps)
   return {"times": times, "compile_s": compile_s, "xla_flops": xla_flops, "loss": float(loss)}
 
 

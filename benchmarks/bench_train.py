@@ -201,6 +201,17 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
           "times": times, "compile_s": compile_s, "mem": mem, "gpu_peak": gpu_peak, "loss": loss}
 
 
+def table_row(r: dict, label: str, preset: str, dtype: str, params: str, times: list[float],
+              gflop: str, peak: float, tail: str) -> str:
+  """One line of the results table for ``bench_one``'s result ``r`` timed as ``times``."""
+  t = statistics.median(times)
+  tokens = r["batch"] * (r["li"] + r["lt"])
+  return (f"{label:16s} {r['size']:5s} {preset:22s} {dtype:8s} {r['batch']:5d} "
+          f"{r['li']:>4d}/{r['lt']:<3d} {params:8s} {tokens / t:9.0f} "
+          f"{t * 1e3:8.1f} ({min(times) * 1e3:6.1f}) {gflop:10s} "
+          f"{r['flops'] / t / peak:6.1%} {tail}")
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--archs", default=",".join(ARCHS), help=f"comma-separated, of {ARCHS}")
@@ -220,8 +231,9 @@ def main(argv=None) -> None:
                       "applies to the HF comparison in this process too); default: glibc's own")
   args = parser.parse_args(argv)
   retained = args.host_memory == "retain" and hostmem.retain_freed_memory()
-  if args.compare_hf and hf_reference.available() is not None:
-    print(f"--compare_hf skipped: {hf_reference.available()}")
+  missing = hf_reference.available() if args.compare_hf else None
+  if missing is not None:
+    print(f"--compare_hf skipped: {missing}")
     args.compare_hf = False
 
   devices = jax.devices()
@@ -240,22 +252,17 @@ def main(argv=None) -> None:
     for arch in args.archs.split(","):
       r = bench_one(arch, size, args, mesh)
       t = statistics.median(r["times"])
-      tokens = r["batch"] * (r["li"] + r["lt"])
       mem = f"{r['mem'] / 2**20:7.0f}MiB"
       if r["gpu_peak"] is not None:
         mem += f" (peak {r['gpu_peak'] / 2**20:.0f}MiB)"
-      line = (f"{arch:16s} {size:5s} {r['preset']:22s} {r['dtype']:8s} {r['batch']:5d} "
-              f"{r['li']:>4d}/{r['lt']:<3d} {r['params'] / 1e6:7.1f}M {tokens / t:9.0f} "
-              f"{t * 1e3:8.1f} ({min(r['times']) * 1e3:6.1f}) {r['flops'] / 1e9:10.1f} "
-              f"{r['flops'] / t / peak:6.1%} {mem}")
+      line = table_row(r, arch, r["preset"], r["dtype"], f"{r['params'] / 1e6:7.1f}M",
+                       r["times"], f"{r['flops'] / 1e9:10.1f}", peak, mem)
       rows.append(line)
       print(f"  {line}   [compile {r['compile_s']:.1f} s, loss {r['loss']:.2f}]", flush=True)
       if r["hf_times"]:
         th = statistics.median(r["hf_times"])
-        hf_line = (f"{'  HF T5 (torch)':16s} {size:5s} {'same config, Adafactor':22s} {'float32':8s} "
-                   f"{r['batch']:5d} {r['li']:>4d}/{r['lt']:<3d} {'':8s} {tokens / th:9.0f} "
-                   f"{th * 1e3:8.1f} ({min(r['hf_times']) * 1e3:6.1f}) {'':10s} "
-                   f"{r['flops'] / th / peak:6.1%}   lm/hf speed {th / t:.2f}x")
+        hf_line = table_row(r, "  HF T5 (torch)", "same config, Adafactor", "float32", "",
+                            r["hf_times"], "", peak, f"  lm/hf speed {th / t:.2f}x")
         rows.append(hf_line)
         print(f"  {hf_line}   [{hf_reference.versions()}]", flush=True)
   if jax.default_backend() == "cpu":

@@ -1,6 +1,6 @@
 """The PyTorch reference the benchmarks compare against: Hugging Face T5, same config, float32.
 
-Used by bench_model.py (forward + backward) and bench_train.py (a full training step with
+Used by bench_model.py (forward + backward, and its ``time_calls``) and bench_train.py (a full training step with
 transformers' Adafactor in T5's settings). Optional: ``available()`` is False without
 torch + transformers, and the benchmarks then skip the comparison with a message. The
 model is ``T5ForConditionalGeneration(T5Config(**lm.model.hf_t5.config_to_hf(config)))``
@@ -11,6 +11,16 @@ from __future__ import annotations
 
 import os
 import time
+
+
+def time_calls(fn, steps: int) -> list[float]:
+  """Wall-clock seconds of ``steps`` calls of ``fn`` (which must block until done)."""
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return times
 
 
 def available() -> str | None:
@@ -73,9 +83,4 @@ def time_hf_t5(config, batch, steps: int, *, optimizer_step: bool, warmup: int =
 
   for _ in range(warmup):
     step()
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - t0)
-  return times
+  return time_calls(step, steps)

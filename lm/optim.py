@@ -126,11 +126,10 @@ def t5_matrix_shape(path: tuple[str, ...], shape: tuple[int, ...]) -> tuple[int,
     [..., D, N * H] for attention query/key/value kernels, [..., N * H, D] for the
     attention output kernel, ``shape`` unchanged for every other param.
   """
-  name = path[-1] if path else ""
-  if len(shape) >= 3 and path[-2:-1] != () and "attention" in path[-2]:
-    if name in _ATTENTION_IN:
+  if len(shape) >= 3 and len(path) >= 2 and "attention" in path[-2]:
+    if path[-1] in _ATTENTION_IN:
       return (*shape[:-2], shape[-2] * shape[-1])
-    if name in _ATTENTION_OUT:
+    if path[-1] in _ATTENTION_OUT:
       return (*shape[:-3], shape[-3] * shape[-2], shape[-1])
   return tuple(shape)
 
