@@ -1,0 +1,1 @@
+"""Downstream evaluation: text-to-text tasks, their metrics, and mixtures (docs/downstream.md)."""
