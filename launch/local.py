@@ -14,9 +14,10 @@ table runs on a laptop. Every point's config is built and validated before the f
 run, so a typo stops the sweep at once rather than after hours of training.
 
 Afterwards `<root>/report.md` puts each point's final train / eval loss (from its
-metrics.jsonl) beside the paper's reference scores, and `<root>/eval_loss.png` plots eval
-loss against step. Each run's output goes to `<root>/<name>/launch.log`, and
-`<root>/launch.jsonl` records every run's command, exit code and duration.
+metrics.jsonl) beside the paper's reference scores (a point may have none: "—"), and
+`<root>/eval_loss.png` plots eval loss against step (launch/report.py). Each run's output
+goes to `<root>/<name>/launch.log`, and `<root>/launch.jsonl` records every run's command,
+exit code and duration.
 
 This module holds no hyperparameters: they live in configs/ and experiments/.
 """
@@ -28,7 +29,6 @@ import datetime
 import functools
 import importlib.util
 import json
-import math
 import os
 import pathlib
 import shlex
@@ -39,6 +39,7 @@ import time
 from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
+from launch import report
 
 # lm.main's exit status after SIGTERM (checkpoint saved, resume later; docs/robustness.md).
 EXIT_PREEMPTED = 75
@@ -46,6 +47,8 @@ EXIT_PREEMPTED = 75
 
 class SweepPreempted(Exception):
   """A point exited with EXIT_PREEMPTED: the sweep stops, to be resumed later."""
+
+
 _ADD_KEYS = ("name", "config", "overrides", "runlocal_overrides", "reference", "baseline")
 
 
@@ -57,18 +60,23 @@ class Point:
     name: unique within the experiment; the workdir is `<root>/<name>`.
     config: lm.main's --config value, `configs/t5.py:<arg>`.
     overrides: {"dotted.field": value} -> `--config.dotted.field=value`.
-    reference: the paper's row, {column: score} over COLUMNS.
+    reference: the paper's row, {column: score} for the columns of COLUMNS the paper
+      gives (in COLUMNS order; {} for a point the paper has no row for).
     baseline: the paper's ★ row.
   """
   name: str
   config: str
   overrides: dict[str, Any]
-  reference: dict[str, float]
+  reference: dict[str, float] = dataclasses.field(default_factory=dict)
   baseline: bool = False
+
+  def override_args(self) -> list[str]:
+    """The overrides as lm.main flags, `--config.dotted.field=value`, in order."""
+    return [f"--config.{k}={_format_value(v)}" for k, v in self.overrides.items()]
 
 
 # Files the launcher writes in --root itself: a point may not be named like them.
-_ROOT_FILES = ("report.md", "eval_loss.png", "launch.jsonl")
+_ROOT_FILES = report.REPORT_FILES + ("launch.jsonl",)
 
 
 def point_name_problem(name: Any) -> str | None:
@@ -109,7 +117,8 @@ def collect(experiment: str, runlocal: bool = False) -> list[Point]:
 
   Raises:
     ValueError: no `sweep`, a duplicate or unsafe name, an unknown `add` keyword, a
-      config without a file, or a reference whose columns are not exactly COLUMNS.
+      config without a file, or a reference with a column outside COLUMNS (a reference
+      may leave columns out, or be left out: the report shows "—").
   """
   module = _import(experiment)
   if not callable(getattr(module, "sweep", None)):
@@ -119,8 +128,8 @@ def collect(experiment: str, runlocal: bool = False) -> list[Point]:
   def add(**kwargs) -> None:
     unknown = sorted(set(kwargs) - set(_ADD_KEYS))
     if unknown:
-      raise ValueError(f"{experiment}: add() got unknown keyword(s) {unknown}; "
-                       f"known: {_ADD_KEYS}.")
+      raise ValueError(f"{experiment}: unknown add() keyword(s) {unknown}; "
+                       f"expected one of {list(_ADD_KEYS)}.")
     name, config = kwargs.get("name"), kwargs.get("config")
     problem = point_name_problem(name)
     if problem:
@@ -131,15 +140,17 @@ def collect(experiment: str, runlocal: bool = False) -> list[Point]:
       raise ValueError(f"{experiment}: point {name!r}: config {config!r} should look like "
                        "'configs/t5.py:<arg>'.")
     reference = dict(kwargs.get("reference") or {})
-    if set(reference) != set(COLUMNS):
-      raise ValueError(f"{experiment}: point {name!r}: reference columns {sorted(reference)} "
-                       f"are not {list(COLUMNS)}.")
+    stray = sorted(set(reference) - set(COLUMNS))
+    if stray:
+      raise ValueError(f"{experiment}: point {name!r}: unknown reference column(s) {stray}; "
+                       f"expected one of {list(COLUMNS)}.")
     overrides = dict(kwargs.get("overrides") or {})
     if runlocal:
       config = _runlocal_arg(config)
       overrides.update(kwargs.get("runlocal_overrides") or {})
     points.append(Point(name=name, config=config, overrides=overrides,
-                        reference={c: float(reference[c]) for c in COLUMNS},
+                        reference={c: float(reference[c]) for c in COLUMNS
+                                   if c in reference},
                         baseline=bool(kwargs.get("baseline", False))))
 
   module.sweep(add)
@@ -218,174 +229,10 @@ def command(point: Point, root: str, *, extra: Sequence[str] = (),
     raise ValueError(f"point name {point.name!r} {problem}")
   argv = [sys.executable, "-m", "lm.main", f"--config={point.config}",
           f"--workdir={os.path.join(root, point.name)}"]
-  argv += [f"--config.{k}={_format_value(v)}" for k, v in point.overrides.items()]
+  argv += point.override_args()
   if wandb_group:
     argv += [f"--config.wandb.group={wandb_group}", f"--config.wandb.name={point.name}"]
   return argv + list(extra)
-
-
-# ----------------------------------------------------------------------------------------
-# Report.
-
-
-def read_metrics(workdir: str) -> list[dict[str, Any]]:
-  """The records of `<workdir>/metrics.jsonl` ([] if absent); a torn last line is skipped."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
-    return []
-  records = []
-  with open(path) as f:
-    for line in f:
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        records.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue  # a run killed mid-write
-  return records
-
-
-def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-  """(step, value) sorted by step; a resumed run's repeated steps keep the newest value."""
-  by_step = {}
-  for r in records:
-    if key in r and "step" in r and r[key] is not None and math.isfinite(r[key]):
-      by_step[int(r["step"])] = float(r[key])
-  return sorted(by_step.items())
-
-
-def _num_steps(workdir: str) -> int | None:
-  try:
-    with open(os.path.join(workdir, "config.json")) as f:
-      return int(json.load(f)["train"]["num_steps"])
-  except (OSError, KeyError, TypeError, ValueError):
-    return None
-
-
-def summarize(workdir: str) -> dict[str, Any]:
-  """Final train / eval loss, last step and status of one run directory."""
-  records = read_metrics(workdir)
-  train, evals = _series(records, "loss"), _series(records, "eval_loss")
-  last_step = max([s for s, _ in train + evals], default=None)
-  total = _num_steps(workdir)
-  if last_step is None:
-    status = "not started" if not os.path.isdir(workdir) else "no metrics"
-  elif total is not None and last_step >= total:
-    status = "finished"
-  else:
-    status = f"partial ({last_step}/{total if total is not None else '?'})"
-  return dict(status=status, step=last_step, num_steps=total,
-              train_loss=train[-1][1] if train else None,
-              eval_loss=evals[-1][1] if evals else None, eval_series=evals)
-
-
-def _launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
-  outcomes = {}
-  path = os.path.join(root, "launch.jsonl")
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          record = json.loads(line)
-          outcomes[record["name"]] = record
-        except (json.JSONDecodeError, KeyError):
-          continue
-  return outcomes
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-  return "—" if x is None else f"{x:.{digits}f}"
-
-
-def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
-                 commands: Sequence[Sequence[str]] | None = None,
-                 wandb_group: str | None = None) -> str:
-  """Writes `<root>/report.md` and `<root>/eval_loss.png`; returns the markdown.
-
-  Args:
-    root: directory holding one workdir per point (`<root>/<name>/metrics.jsonl`).
-    points: the sweep's points (names, configs, paper references).
-    experiment: the experiment file, for the header.
-    commands: each point's argv, listed in the report (same order as points).
-    wandb_group: the wandb group the runs were logged under, for the header.
-  """
-  os.makedirs(root, exist_ok=True)
-  summaries = {p.name: summarize(os.path.join(root, p.name)) for p in points}
-  outcomes = _launch_outcomes(root)
-  lines = [f"# Sweep report: {experiment or root}", ""]
-  lines.append(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} from "
-               f"`{root}/<point>/metrics.jsonl`"
-               + (f"; wandb group `{wandb_group}`" if wandb_group else "") + ".")
-  lines += [
-      "",
-      "**Not comparable one to one.** *train loss* and *eval loss* are **our pre-training "
-      "losses** (per-target-token cross-entropy + z-loss at the last logged step; eval on the "
-      "held-out split). The GLUE ... EnRo columns are **the paper's downstream scores** "
-      "(Raffel et al. 2020, after fine-tuning each pre-trained model; ★ = the paper's "
-      "baseline). Losses of points whose objectives predict different targets (a different "
-      "corruption rate, span length or objective, or a decoder-only model) measure different "
-      "tasks too, so neither column set ranks the points on its own.",
-      "",
-  ]
-  header = (["point", "status", "step", "train loss", "eval loss"]
-            + [f"paper {c}" for c in COLUMNS])
-  lines.append("| " + " | ".join(header) + " |")
-  lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
-  for p in points:
-    s = summaries[p.name]
-    status = s["status"]
-    outcome = outcomes.get(p.name)
-    if outcome is not None and outcome.get("returncode") not in (0, None):
-      status += f", last run exit {outcome['returncode']}"
-    row = [("★ " if p.baseline else "") + p.name, status,
-           "—" if s["step"] is None else str(s["step"]), _fmt(s["train_loss"]),
-           _fmt(s["eval_loss"])] + [f"{p.reference[c]:.2f}" for c in COLUMNS]
-    lines.append("| " + " | ".join(row) + " |")
-  lines += ["", "![eval loss vs step](eval_loss.png)", "", "## Points", ""]
-  for i, p in enumerate(points):
-    overrides = " ".join(f"--config.{k}={_format_value(v)}" for k, v in p.overrides.items())
-    lines.append(f"- `{p.name}`: `{p.config}`" + (f" `{overrides}`" if overrides else ""))
-    if commands is not None:
-      lines.append(f"  - command: `{shlex.join(commands[i])}`")
-    outcome = outcomes.get(p.name)
-    if outcome is not None:
-      lines.append(f"  - last launch: exit {outcome.get('returncode')} after "
-                   f"{outcome.get('seconds', float('nan')):.0f} s ({outcome.get('time', '?')})")
-  text = "\n".join(lines) + "\n"
-  with open(os.path.join(root, "report.md"), "w") as f:
-    f.write(text)
-  plot_eval_loss(os.path.join(root, "eval_loss.png"),
-                 {p.name: summaries[p.name]["eval_series"] for p in points},
-                 title=experiment or root)
-  return text
-
-
-def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
-                   title: str = "") -> None:
-  """Saves a PNG of eval loss against step, one line per point (empty points noted)."""
-  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  fig = Figure(figsize=(7, 4.5), dpi=100)
-  FigureCanvasAgg(fig)
-  ax = fig.subplots()
-  plotted = 0
-  for name, points in series.items():
-    if points:
-      steps, values = zip(*points)
-      ax.plot(steps, values, marker="o", markersize=3, label=name)
-      plotted += 1
-  if plotted:
-    ax.legend(fontsize=8)
-  else:
-    ax.text(0.5, 0.5, "no eval_loss recorded yet", ha="center", va="center",
-            transform=ax.transAxes)
-  ax.set_xlabel("step")
-  ax.set_ylabel("eval loss (our pre-training loss)")
-  ax.set_title(title, fontsize=10)
-  ax.grid(alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path)
 
 
 # ----------------------------------------------------------------------------------------
@@ -414,7 +261,7 @@ def run_points(points: Sequence[Point], commands: Sequence[Sequence[str]], root:
       workdir = os.path.join(root, point.name)
       os.makedirs(workdir, exist_ok=True)
       log_path = os.path.join(workdir, "launch.log")
-      before = summarize(workdir)
+      before = report.summarize(workdir)
       resume = f", resuming at step {before['step']}" if before["step"] is not None else ""
       print(f"[{i}/{len(points)}] {point.name}: running{resume} (log: {log_path})", flush=True)
       start = time.time()
@@ -429,9 +276,9 @@ def run_points(points: Sequence[Point], commands: Sequence[Sequence[str]], root:
         f.write(json.dumps(dict(name=point.name, returncode=returncode, seconds=seconds,
                                 time=datetime.datetime.now().isoformat(timespec="seconds"),
                                 command=list(argv))) + "\n")
-      s = summarize(workdir)
-      result = (f"{s['status']}, train loss {_fmt(s['train_loss'])}, "
-                f"eval loss {_fmt(s['eval_loss'])}")
+      s = report.summarize(workdir)
+      result = (f"{s['status']}, train loss {report.fmt(s['train_loss'])}, "
+                f"eval loss {report.fmt(s['eval_loss'])}")
       if returncode == 0:
         print(f"[{i}/{len(points)}] {point.name}: done in {seconds:.0f} s: {result}", flush=True)
       elif returncode == EXIT_PREEMPTED:
@@ -485,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if wanted:
     unknown = [n for n in wanted if n not in {p.name for p in points}]
     if unknown:
-      print(f"error: --only names unknown point(s) {unknown}; points: "
+      print(f"error: --only: unknown point(s) {unknown}; expected one of "
             f"{[p.name for p in points]}", file=sys.stderr)
       return 2
   selected = [p for p in points if not wanted or p.name in wanted]
@@ -496,11 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   # The report always covers the whole sweep (points left out by --only show as not run).
   commands = {p.name: command(p, args.root, extra=args.extra, wandb_group=group or None)
               for p in points}
-  report = functools.partial(write_report, args.root, points, experiment=args.experiment,
+  write = functools.partial(report.write_report, args.root, points, experiment=args.experiment,
                              commands=[commands[p.name] for p in points],
                              wandb_group=group or None)
   if args.report_only:
-    report()
+    write()
     print(f"wrote {os.path.join(args.root, 'report.md')} and eval_loss.png")
     return 0
   if not args.no_validate:
@@ -516,10 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     failed = run_points(selected, [commands[p.name] for p in selected], args.root)
   except SweepPreempted:
-    report()
+    write()
     print(f"sweep preempted; report: {os.path.join(args.root, 'report.md')}")
     return EXIT_PREEMPTED
-  report()
+  write()
   print(f"{len(selected) - failed}/{len(selected)} points ran cleanly; report: "
         f"{os.path.join(args.root, 'report.md')}")
   return 1 if failed else 0

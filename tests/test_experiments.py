@@ -19,6 +19,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 from configs import common as config_common  # pylint: disable=g-import-not-at-top,wrong-import-position
 from experiments import common  # pylint: disable=wrong-import-position
 from launch import local  # pylint: disable=wrong-import-position
+from launch import report  # pylint: disable=wrong-import-position
 
 EXPERIMENTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("t5_*.py"))
 # Rows per paper table (Raffel et al. 2020): Table 2 = 10, Tables 4+5 = 6 (BERT-style once),
@@ -127,9 +128,10 @@ REF = "dict(GLUE=1, CNNDM=2, SQuAD=3, SGLUE=4, EnDe=5, EnFr=6, EnRo=7)"
 @pytest.mark.parametrize("body, message", [
     (f"  add(name='a', config='configs/t5.py:runlocal', reference={REF})\n"
      f"  add(name='a', config='configs/t5.py:runlocal', reference={REF})\n", "used twice"),
-    ("  add(name='a', config='configs/t5.py:runlocal', reference=dict(GLUE=1))\n",
-     "reference columns"),
-    (f"  add(name='a', config='configs/t5.py', reference={REF}, lr=1)\n", "unknown keyword"),
+    ("  add(name='a', config='configs/t5.py:runlocal', reference=dict(GLUX=1))\n",
+     r"unknown reference column\(s\) \['GLUX'\]; expected one of \['GLUE', "),
+    (f"  add(name='a', config='configs/t5.py', reference={REF}, lr=1)\n",
+     r"unknown add\(\) keyword\(s\) \['lr'\]; expected one of \['name', "),
     (f"  add(name='a b', config='configs/t5.py', reference={REF})\n", "name"),
     # Row p: names that are not one plain path component would escape or clobber --root.
     (f"  add(name='.', config='configs/t5.py', reference={REF})\n", "not a plain folder name"),
@@ -226,7 +228,7 @@ def test_report_from_fake_root(tmp_path):
   with open(os.path.join(root, "launch.jsonl"), "w") as f:
     f.write(json.dumps(dict(name="noise_25", returncode=1, seconds=3.0, time="t")) + "\n")
 
-  text = local.write_report(root, points, experiment="experiments/t5_corruption_rate.py",
+  text = report.write_report(root, points, experiment="experiments/t5_corruption_rate.py",
                             commands=[["python", "-m", "lm.main", p.name] for p in points])
   assert text == open(os.path.join(root, "report.md")).read()
   rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
@@ -251,6 +253,37 @@ def test_report_from_fake_root(tmp_path):
                  capture_output=True)
   assert os.path.exists(png)
   assert "| noise_10 | finished | 4 | 3.900 | 3.250 |" in open(os.path.join(root, "report.md")).read()
+
+
+def test_reference_is_optional(tmp_path):
+  """A point without a paper value is run and reported with "—" in that paper column."""
+  experiment = _write_experiment(
+      tmp_path, f"  add(name='paper', config='configs/t5.py:runlocal', reference={REF})\n"
+      "  add(name='ours', config='configs/t5.py:runlocal')\n"
+      "  add(name='half', config='configs/t5.py:runlocal', reference=dict(GLUE=80, EnRo=20.5))\n")
+  paper, ours, half = local.collect(experiment)
+  assert ours.reference == {} and not ours.baseline
+  assert half.reference == {"GLUE": 80.0, "EnRo": 20.5}
+  assert tuple(paper.reference) == common.COLUMNS
+  assert local.command(ours, "/runs/x")[3:5] == ["--config=configs/t5.py:runlocal",
+                                                  "--workdir=/runs/x/ours"]
+  root = str(tmp_path / "sweep")
+  _write_metrics(os.path.join(root, "ours"), [{"step": 2, "loss": 5.0}], num_steps=2)
+  text = report.write_report(root, [paper, ours, half])
+  rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+          for line in text.splitlines() if line.startswith("| ")}
+  assert rows["paper"][4:] == ["1.00", "2.00", "3.00", "4.00", "5.00", "6.00", "7.00"]
+  assert rows["ours"] == ["finished", "2", "5.000", "—"] + ["—"] * len(common.COLUMNS)
+  assert rows["half"][4:] == ["80.00", "—", "—", "—", "—", "—", "20.50"]
+
+
+def test_only_names_an_unknown_point(tmp_path):
+  bad = subprocess.run([sys.executable, "-m", "launch.local", "experiments/t5_span_length.py",
+                        f"--root={tmp_path}", "--dry_run", "--no_validate", "--only=iid,nope"],
+                       capture_output=True, text=True, cwd=REPO, check=False)
+  assert bad.returncode == 2
+  assert bad.stderr.strip() == ("error: --only: unknown point(s) ['nope']; expected one of "
+                                "['iid', 'span_02', 'span_03', 'span_05', 'span_10']")
 
 
 @pytest.mark.parametrize("script", ["launch/slurm.sh", "launch/tpu_vm.sh"])

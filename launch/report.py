@@ -1,0 +1,197 @@
+r"""Reports a sweep: each point's final losses beside the paper's scores, and an eval-loss plot.
+
+  python -m launch.local experiments/t5_corruption_rate.py --root=runs/table6 --report_only
+
+`write_report` reads `<root>/<name>/metrics.jsonl` and `config.json` of every point (and
+`<root>/launch.jsonl`, the launcher's record of each run) and writes `<root>/report.md`
+(one row per point: status, last step, final train / eval loss, then the paper's scores;
+a point without a paper value shows "—" in that column) and `<root>/eval_loss.png` (eval
+loss against step, one line per point). It only reads run directories, so it can rebuild
+the report of a sweep that is still running or was run elsewhere. Running the sweep is
+launch/local.py's job.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import shlex
+from typing import TYPE_CHECKING, Any, Sequence
+
+from experiments.common import COLUMNS  # the paper tables' score columns
+
+if TYPE_CHECKING:
+  from launch.local import Point
+
+# Files the report writes in the sweep's root.
+REPORT_FILES = ("report.md", "eval_loss.png")
+
+
+def read_metrics(workdir: str) -> list[dict[str, Any]]:
+  """The records of `<workdir>/metrics.jsonl` ([] if absent); a torn last line is skipped."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue  # a run killed mid-write
+  return records
+
+
+def _series(records: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+  """(step, value) sorted by step; a resumed run's repeated steps keep the newest value."""
+  by_step = {}
+  for r in records:
+    if key in r and "step" in r and r[key] is not None and math.isfinite(r[key]):
+      by_step[int(r["step"])] = float(r[key])
+  return sorted(by_step.items())
+
+
+def _num_steps(workdir: str) -> int | None:
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      return int(json.load(f)["train"]["num_steps"])
+  except (OSError, KeyError, TypeError, ValueError):
+    return None
+
+
+def summarize(workdir: str) -> dict[str, Any]:
+  """Final train / eval loss, last step and status of one run directory.
+
+  Returns:
+    {status: "not started" | "no metrics" | "finished" | "partial (<step>/<num_steps>)",
+     step, num_steps, train_loss, eval_loss (None where nothing is logged),
+     eval_series: [(step, eval_loss)] sorted by step}.
+  """
+  records = read_metrics(workdir)
+  train, evals = _series(records, "loss"), _series(records, "eval_loss")
+  last_step = max([s for s, _ in train + evals], default=None)
+  total = _num_steps(workdir)
+  if last_step is None:
+    status = "not started" if not os.path.isdir(workdir) else "no metrics"
+  elif total is not None and last_step >= total:
+    status = "finished"
+  else:
+    status = f"partial ({last_step}/{total if total is not None else '?'})"
+  return dict(status=status, step=last_step, num_steps=total,
+              train_loss=train[-1][1] if train else None,
+              eval_loss=evals[-1][1] if evals else None, eval_series=evals)
+
+
+def launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
+  """The newest record of each point in `<root>/launch.jsonl` ({} if absent), by point name."""
+  outcomes = {}
+  path = os.path.join(root, "launch.jsonl")
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        try:
+          record = json.loads(line)
+          outcomes[record["name"]] = record
+        except (json.JSONDecodeError, KeyError):
+          continue
+  return outcomes
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+  """A number with `digits` decimals, or "—" for a missing one."""
+  return "—" if x is None else f"{x:.{digits}f}"
+
+
+def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
+                 commands: Sequence[Sequence[str]] | None = None,
+                 wandb_group: str | None = None) -> str:
+  """Writes `<root>/report.md` and `<root>/eval_loss.png`; returns the markdown.
+
+  Args:
+    root: directory holding one workdir per point (`<root>/<name>/metrics.jsonl`).
+    points: the sweep's points (names, configs, paper references; a column missing from a
+      point's reference is shown as "—").
+    experiment: the experiment file, for the header.
+    commands: each point's argv, listed in the report (same order as points).
+    wandb_group: the wandb group the runs were logged under, for the header.
+  """
+  os.makedirs(root, exist_ok=True)
+  summaries = {p.name: summarize(os.path.join(root, p.name)) for p in points}
+  outcomes = launch_outcomes(root)
+  lines = [f"# Sweep report: {experiment or root}", ""]
+  lines.append(f"Generated {datetime.datetime.now().isoformat(timespec='seconds')} from "
+               f"`{root}/<point>/metrics.jsonl`"
+               + (f"; wandb group `{wandb_group}`" if wandb_group else "") + ".")
+  lines += [
+      "",
+      "**Not comparable one to one.** *train loss* and *eval loss* are **our pre-training "
+      "losses** (per-target-token cross-entropy + z-loss at the last logged step; eval on the "
+      "held-out split). The GLUE ... EnRo columns are **the paper's downstream scores** "
+      "(Raffel et al. 2020, after fine-tuning each pre-trained model; ★ = the paper's "
+      "baseline; — = no paper value). Losses of points whose objectives predict different "
+      "targets (a different corruption rate, span length or objective, or a decoder-only "
+      "model) measure different tasks too, so neither column set ranks the points on its own.",
+      "",
+  ]
+  header = (["point", "status", "step", "train loss", "eval loss"]
+            + [f"paper {c}" for c in COLUMNS])
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
+  for p in points:
+    s = summaries[p.name]
+    status = s["status"]
+    outcome = outcomes.get(p.name)
+    if outcome is not None and outcome.get("returncode") not in (0, None):
+      status += f", last run exit {outcome['returncode']}"
+    row = [("★ " if p.baseline else "") + p.name, status,
+           "—" if s["step"] is None else str(s["step"]), fmt(s["train_loss"]),
+           fmt(s["eval_loss"])] + [fmt(p.reference.get(c), 2) for c in COLUMNS]
+    lines.append("| " + " | ".join(row) + " |")
+  lines += ["", "![eval loss vs step](eval_loss.png)", "", "## Points", ""]
+  for i, p in enumerate(points):
+    overrides = " ".join(p.override_args())
+    lines.append(f"- `{p.name}`: `{p.config}`" + (f" `{overrides}`" if overrides else ""))
+    if commands is not None:
+      lines.append(f"  - command: `{shlex.join(commands[i])}`")
+    outcome = outcomes.get(p.name)
+    if outcome is not None:
+      lines.append(f"  - last launch: exit {outcome.get('returncode')} after "
+                   f"{outcome.get('seconds', float('nan')):.0f} s ({outcome.get('time', '?')})")
+  text = "\n".join(lines) + "\n"
+  with open(os.path.join(root, "report.md"), "w") as f:
+    f.write(text)
+  plot_eval_loss(os.path.join(root, "eval_loss.png"),
+                 {p.name: summaries[p.name]["eval_series"] for p in points},
+                 title=experiment or root)
+  return text
+
+
+def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
+                   title: str = "") -> None:
+  """Saves a PNG of eval loss against step, one line per point (empty points noted)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  fig = Figure(figsize=(7, 4.5), dpi=100)
+  FigureCanvasAgg(fig)
+  ax = fig.subplots()
+  plotted = 0
+  for name, points in series.items():
+    if points:
+      steps, values = zip(*points)
+      ax.plot(steps, values, marker="o", markersize=3, label=name)
+      plotted += 1
+  if plotted:
+    ax.legend(fontsize=8)
+  else:
+    ax.text(0.5, 0.5, "no eval_loss recorded yet", ha="center", va="center",
+            transform=ax.transAxes)
+  ax.set_xlabel("step")
+  ax.set_ylabel("eval loss (our pre-training loss)")
+  ax.set_title(title, fontsize=10)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path)
