@@ -232,7 +232,7 @@ def main(argv=None) -> int:
   names = [n for n in args.objectives.split(",") if n]
   unknown = sorted(set(names) - set(CASES))
   if unknown:
-    parser.error(f"unknown objectives {unknown}; choose from {sorted(CASES)}")
+    parser.error(f"unknown objective(s) {unknown}; expected one of {sorted(CASES)}")
   if args.seconds <= 0 or args.batch_size < 1 or args.block < 1:
     parser.error("--seconds must be > 0, --batch_size and --block >= 1")
 

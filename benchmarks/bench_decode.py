@@ -198,7 +198,7 @@ def main(argv=None) -> None:
   args.methods = [m for m in str(args.methods).split(",")]
   for m in args.methods:
     if m not in ("greedy", "beam"):
-      parser.error(f"--methods: unknown method {m!r}; use greedy and/or beam")
+      parser.error(f"--methods: unknown method {m!r}; expected one of ['greedy', 'beam']")
   args.inputs_length = args.inputs_length or (16 if args.quick else 128)
   args.max_decode_length = args.max_decode_length or (8 if args.quick else 64)
   args.presets = QUICK if args.quick else FULL

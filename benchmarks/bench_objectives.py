@@ -107,7 +107,8 @@ def main(argv=None) -> int:
   names = [n for n in args.objectives.split(",") if n]
   known = [c[0] for c in CASES]
   if set(names) - set(known):
-    parser.error(f"unknown objectives {sorted(set(names) - set(known))}; choose from {known}")
+    parser.error(f"unknown objective(s) {sorted(set(names) - set(known))}; "
+                 f"expected one of {known}")
   if args.block < 1 or args.seconds <= 0:
     parser.error("--block must be >= 1 and --seconds > 0")
   print(f"architecture={args.architecture}, one core (examples per CPU-second), block "

@@ -85,8 +85,8 @@ def parse_score(text: str, own_objective: str) -> list[str]:
   out: list[str] = []
   for name in names:
     if name not in valid:
-      raise ValueError(f"--score: unknown {name!r}; choose all, own, {CONTINUATION} or an "
-                       f"objective: {', '.join(sorted(objectives.OBJECTIVES))}.")
+      raise ValueError(f"--score: unknown score {name!r}; expected one of "
+                       f"{['all', 'own', CONTINUATION, *sorted(objectives.OBJECTIVES)]}.")
     expanded = ([own_objective, *DEFAULT_OBJECTIVES, CONTINUATION] if name == "all"
                 else [own_objective] if name == "own" else [name])
     for n in expanded:

@@ -121,4 +121,4 @@ def normalize_loss(loss_sum: jax.Array, weight_sum: jax.Array, normalization: st
   if normalization == "none":
     return loss_sum
   raise ValueError(f"unknown loss normalization {normalization!r}; "
-                   f"choose one of {NORMALIZATIONS}.")
+                   f"expected one of {list(NORMALIZATIONS)}.")

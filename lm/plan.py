@@ -118,9 +118,10 @@ def tpu_topology(name: str) -> tuple[str, str]:
   m = re.fullmatch(r"(v4|v5p|v5e|v6e)-(\d+)", name)
   if not m:
     raise PlanError(
-        f"unknown topology {name!r}; use a Cloud TPU name ({', '.join(TPU_GENERATIONS)} "
-        f"followed by -N, e.g. v5p-128, v6e-16), a libtpu topology (e.g. v5p:4x4x4), cpu-N, "
-        f"local, or a GPU cluster ({', '.join(GPU_NAMES)} followed by -N, analytic only).")
+        f"unknown topology {name!r}; expected one of "
+        f"[{', '.join(g + '-N' for g in TPU_GENERATIONS)} (Cloud TPU names, e.g. v5p-128, "
+        f"v6e-16), <generation>:AxBxC (a libtpu topology, e.g. v5p:4x4x4), cpu-N, local, "
+        f"{', '.join(g + '-N' for g in GPU_NAMES)} (GPU clusters, analytic only)].")
   gen, n = m.group(1), int(m.group(2))
   cores = _CORES_PER_CHIP[gen]
   chips = n // cores

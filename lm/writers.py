@@ -225,7 +225,8 @@ def resolve_wandb_mode(mode: str) -> str:
   if mode == "auto":
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
   if mode not in ("online", "offline", "disabled"):
-    raise ValueError(f"wandb mode {mode!r}; choose auto, online, offline or disabled.")
+    raise ValueError(f"unknown wandb mode {mode!r}; "
+                     f"expected one of {['auto', 'online', 'offline', 'disabled']}.")
   return mode
 
 

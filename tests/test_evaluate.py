@@ -16,7 +16,8 @@ def test_parse_score():
       "prefix_lm", "span_corruption", "full_lm", "continuation"]
   assert evaluate.parse_score("continuation,own", "span_corruption") == [
       "span_corruption", "continuation"]
-  with pytest.raises(ValueError, match="unknown 'spam'"):
+  with pytest.raises(ValueError, match=r"unknown score 'spam'; expected one of \['all', 'own', "
+                     r"'continuation', .*'span_corruption'"):
     evaluate.parse_score("spam", "span_corruption")
 
 

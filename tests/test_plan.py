@@ -29,6 +29,12 @@ def test_unknown_topology_is_a_one_line_error(name):
   assert "\n" not in str(e.value) and name in str(e.value)
 
 
+def test_unknown_topology_lists_the_expected_names():
+  with pytest.raises(plan.PlanError, match=r"unknown topology 'v9-8'; expected one of "
+                     r"\[v4-N, v5p-N, v5e-N, v6e-N .*cpu-N, local, a100-N, .*h200-N"):
+    plan.resolve_target("v9-8")
+
+
 def test_missing_libtpu_is_a_one_line_error_with_the_fix(monkeypatch, capsys):
   monkeypatch.setattr(plan, "_libtpu_available", lambda: False)
   with pytest.raises(plan.PlanError, match=r"libtpu.*pip install -e '\.\[tpu\]'"):

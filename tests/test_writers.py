@@ -61,7 +61,7 @@ def test_wandb_mode_auto(monkeypatch):
   assert writers.resolve_wandb_mode("auto") == "offline"
   monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
   assert writers.resolve_wandb_mode("auto") == "online"
-  with pytest.raises(ValueError, match="wandb mode 'on'"):
+  with pytest.raises(ValueError, match=r"unknown wandb mode 'on'; expected one of \['auto', "):
     writers.resolve_wandb_mode("on")
 
 

@@ -109,8 +109,8 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
                list_only: bool, quick: bool) -> dict:
   """Runs (or counts) the mutants of one module; returns a summary dict."""
   if not (REPO / module).is_file():
-    raise SystemExit(f"error: no such module {module!r} (paths are relative to {REPO}); "
-                     f"known: {', '.join(MODULE_TESTS)}")
+    raise SystemExit(f"error: unknown module {module!r} (no such file; paths are relative to "
+                     f"{REPO}); expected one of {list(MODULE_TESTS)}")
   workdir.mkdir(parents=True, exist_ok=True)
   copy = workdir / "repo"
   if copy.exists():
@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--tests needs exactly one module")
   unknown = [m for m in modules if m not in MODULE_TESTS and not args.tests]
   if unknown:
-    parser.error(f"no test list for {unknown}; pass --tests or add it to MODULE_TESTS")
+    parser.error(f"unknown module(s) {unknown} (no test list); expected one of "
+                 f"{list(MODULE_TESTS)}, or pass --tests, or add it to MODULE_TESTS")
   if shutil.which("cosmic-ray") is None:
     parser.error("cosmic-ray is not installed; run: pip install -e '.[mutation]'")
   summaries = []
