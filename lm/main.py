@@ -222,7 +222,7 @@ def _is_checkpoint_io_error(e: BaseException) -> bool:
 
 
 def run() -> None:
-  """Console-script entry (`lm-train`)."""
+  """Console-script entry (`lm-train`, pyproject.toml's [project.scripts])."""
   app.run(main, flags_parser=_parse_flags)
 
 
