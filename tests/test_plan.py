@@ -1,13 +1,14 @@
-"""lm/plan.py: targets, the analytic accounting against XLA's analyses, errors, TPU plans."""
+"""lm/plan.py and lm/targets.py: targets, the analytic accounting against XLA's analyses, errors,
+TPU plans."""
 import json
 
 import pytest
 
 from configs import common, t5
-from lm import metrics, plan
+from lm import metrics, plan, targets
 from lm.model import accounting
 
-HAS_LIBTPU = plan._libtpu_available()  # pylint: disable=protected-access
+HAS_LIBTPU = targets._libtpu_available()  # pylint: disable=protected-access
 needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the tpu extra: pip install -e '.[tpu]'")
 
 
@@ -19,7 +20,7 @@ needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the tpu extra: p
     ("v6e-16", "v6e:4x4"), ("v6e-64", "v6e:8x8"), ("v5p:4x4x8", "v5p:4x4x8"),
 ])
 def test_cloud_tpu_names_map_to_slice_shapes(name, topology):
-  assert plan.tpu_topology(name)[1] == topology
+  assert targets.tpu_topology(name)[1] == topology
 
 
 @pytest.mark.parametrize("name", ["v9-8", "v5p-12", "v5p-7", "v6e-3", "tpu", "v5p:4x4", "h100"])
@@ -36,7 +37,7 @@ def test_unknown_topology_lists_the_expected_names():
 
 
 def test_missing_libtpu_is_a_one_line_error_with_the_fix(monkeypatch, capsys):
-  monkeypatch.setattr(plan, "_libtpu_available", lambda: False)
+  monkeypatch.setattr(targets, "_libtpu_available", lambda: False)
   with pytest.raises(plan.PlanError, match=r"libtpu.*pip install -e '\.\[tpu\]'"):
     plan.resolve_target("v5p-8")
   status = plan.main(["lm.plan", "--config=configs/t5.py:size=small", "--topology=v5p-8"])
