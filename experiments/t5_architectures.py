@@ -37,7 +37,7 @@ How the rows map onto configs/t5.py (paper §3.2):
   targets tokens, EOS only at document ends, T5's `lm.gin` 128 x 512).
 - Tokens per step: every row consumes 128 sequences of ~512 text tokens per step (511 raw
   tokens + EOS for the denoising and prefix-LM rows, 512 for the language model);
-  tests/test_tables.py checks it, with the loss mask of each layout.
+  tests/data/test_tables.py checks it, with the loss mask of each layout.
 - shared = arch=shared (preset t5_1_0_base_shared: one stack's parameters for both sides);
   6 layers = 6+6 layers of the base shape (the t5_1_0_base_6layers shape, set through
   model.num_{encoder,decoder}_layers; runlocal halves the tiny model's 2+2 to 1+1);

@@ -34,7 +34,7 @@ Layout (lm.data.objectives.LAYOUTS, as T5's gins): prefix_lm and deshuffle cut t
 511-token segments from single documents (`prefix_lm.gin`, `all_permute.gin`: no
 reduce_concat_tokens), so an example never spans two documents and short documents give
 shorter examples; the other objectives cut them from the concatenated documents. Every row
-sees 128 sequences per step (tests/test_tables.py).
+sees 128 sequences per step (tests/data/test_tables.py).
 
 Our runs record pre-training losses. They are not comparable across these objectives
 (each predicts a different target: the whole sequence, the corrupted spans, ...), and

@@ -6,7 +6,7 @@
     writer.close()
 
 Only process 0 writes (other processes get a `NullWriter`). Nothing here reads
-metrics from devices: pass plain floats (after `jax.device_get` and lm/metrics.compute).
+metrics from devices: pass plain floats (after `jax.device_get` and `lm.metrics.compute`).
 
 Files go through `etils.epath` (lm/workdir.py), so `gs://` workdirs work. metrics.jsonl:
 a resumed run first drops the lines of steps after the one it resumes from (they are
