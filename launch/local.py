@@ -49,6 +49,12 @@ class SweepPreempted(Exception):
   """A point exited with EXIT_PREEMPTED: the sweep stops, to be resumed later."""
 
 
+def _format_value(value: Any) -> str:
+  if isinstance(value, str):
+    return value
+  return repr(value)  # bools as True/False, tuples as Python literals (config_flags parses)
+
+
 _ADD_KEYS = ("name", "config", "overrides", "runlocal_overrides", "reference", "baseline")
 
 
@@ -213,12 +219,6 @@ def validate(points: Sequence[Point]) -> None:
       common.validate(build_config(point))
     except ValueError as e:
       raise ValueError(f"point {point.name!r} ({point.config}): {e}") from None
-
-
-def _format_value(value: Any) -> str:
-  if isinstance(value, str):
-    return value
-  return repr(value)  # bools as True/False, tuples as Python literals (config_flags parses)
 
 
 def command(point: Point, root: str, *, extra: Sequence[str] = (),
