@@ -19,6 +19,7 @@ every task; `get_task("glue_cola")` returns one.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import string
@@ -331,6 +332,24 @@ def translate_preprocess(raw: Example, *, source: str, target: str) -> dict[str,
 
 # --------------------------------------------------------------------------- registry
 
+def _checked(preprocess, task: str):
+  """`preprocess` with a missing field reported as one line naming the task and the fields."""
+
+  def fn(raw: Example) -> dict[str, Any]:
+    try:
+      return preprocess(raw)
+    except KeyError as e:
+      raise ValueError(f"task {task!r}: an example has no field {e.args[0]!r} (its fields: "
+                       f"{sorted(raw)}); expected the Hugging Face / TFDS dataset's field "
+                       "names (docs/downstream.md §2).") from None
+
+  return fn
+
+
+def _register(task: Task) -> None:
+  register(dataclasses.replace(task, preprocess=_checked(task.preprocess, task.name)))
+
+
 _GLUE_SPLITS = ("train", "validation", "test")
 _CLS = (metrics.accuracy,)
 _F1_ACC = (metrics.f1_score_with_invalid, metrics.accuracy)
@@ -357,24 +376,24 @@ def _register_all() -> None:
        "GLUE average."),
   ]
   for name, subdir, bench, feats, labels, fns, desc in glue:
-    register(_glue_task(name, subdir, bench, feats, labels, fns, desc))
+    _register(_glue_task(name, subdir, bench, feats, labels, fns, desc))
 
   mnli_labels = ("entailment", "neutral", "contradiction")
   mnli_feats = ("hypothesis", "premise")
-  register(_glue_task(
+  _register(_glue_task(
       "glue_mnli", "glue/mnli", "mnli", mnli_feats, mnli_labels, _CLS,
       "GLUE MNLI: 3-way entailment (train; validation matched / mismatched); accuracy.",
       splits=("train", "validation_matched", "validation_mismatched", "test_matched",
               "test_mismatched")))
   for which in ("matched", "mismatched"):
-    register(_glue_task(
+    _register(_glue_task(
         f"glue_mnli_{which}", "glue/mnli", "mnli", mnli_feats, mnli_labels, _CLS,
         f"GLUE MNLI {which} (evaluation only; reads glue/mnli's validation_{which}); "
         "accuracy.",
         splits=("validation", "test"),
         split_map={"validation": f"validation_{which}", "test": f"test_{which}"}))
 
-  register(Task(
+  _register(Task(
       name="glue_stsb", load=directory_loader("glue/stsb", "glue_stsb"),
       preprocess=stsb_preprocess, postprocess=string_to_float,
       metric_fns=(metrics.pearson_corrcoef, metrics.spearman_corrcoef), splits=_GLUE_SPLITS,
@@ -395,10 +414,10 @@ def _register_all() -> None:
        "SuperGLUE WiC: same word sense; accuracy."),
   ]
   for name, config, feats, labels, fns, desc in super_glue:
-    register(_glue_task(name, f"super_glue/{config}", config, feats, labels, fns, desc))
+    _register(_glue_task(name, f"super_glue/{config}", config, feats, labels, fns, desc))
 
   multirc_labels = ("False", "True")
-  register(Task(
+  _register(Task(
       name="super_glue_multirc",
       load=directory_loader("super_glue/multirc", "super_glue_multirc"),
       preprocess=functools.partial(
@@ -411,7 +430,7 @@ def _register_all() -> None:
       description="SuperGLUE MultiRC: is the answer right; F1 over all answers (F1a) and "
                   "exact match per question."))
 
-  register(Task(
+  _register(Task(
       name="super_glue_record",
       load=directory_loader("super_glue/record", "super_glue_record",
                             transform=record_expand),
@@ -421,7 +440,7 @@ def _register_all() -> None:
       description="SuperGLUE ReCoRD: the entity filling @placeholder; F1 and EM, max over "
                   "answers."))
 
-  register(Task(
+  _register(Task(
       name="super_glue_wsc",
       load=directory_loader("super_glue/wsc.fixed", "super_glue_wsc",
                             transform=wsc_train_filter),
@@ -430,14 +449,14 @@ def _register_all() -> None:
       description="SuperGLUE WSC in T5's wsc_simple format (train: correct referents only; "
                   "eval: does the decoded referent match the candidate); accuracy."))
 
-  register(Task(
+  _register(Task(
       name="squad_v1_1", load=directory_loader("squad", "squad_v1_1"),
       preprocess=squad_preprocess, postprocess=qa_postprocess,
       metric_fns=(metrics.squad,), splits=("train", "validation"),
       description="SQuAD v1.1: answer from the context; exact match and F1, max over "
                   "gold answers."))
 
-  register(Task(
+  _register(Task(
       name="cnn_dailymail", load=directory_loader("cnn_dailymail", "cnn_dailymail"),
       preprocess=summarize_preprocess, metric_fns=(metrics.rouge,),
       splits=("train", "validation", "test"),
@@ -446,7 +465,7 @@ def _register_all() -> None:
   for name, subdir, src, tgt in (("wmt14_ende", "wmt14/de-en", "en", "de"),
                                  ("wmt14_enfr", "wmt14/fr-en", "en", "fr"),
                                  ("wmt16_enro", "wmt16/ro-en", "en", "ro")):
-    register(Task(
+    _register(Task(
         name=name, load=directory_loader(subdir, name),
         preprocess=functools.partial(translate_preprocess, source=src, target=tgt),
         metric_fns=(metrics.bleu,), splits=("train", "validation", "test"),

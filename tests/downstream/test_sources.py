@@ -54,6 +54,19 @@ def test_hf_save_to_disk(tmp_path):
   assert [e["targets"] for e in ex] == ["unacceptable", "acceptable"]
 
 
+def test_hf_save_to_disk_with_class_labels(tmp_path):
+  # As `load_dataset("glue", "sst2")` types it: labels are a ClassLabel, stored as ints.
+  datasets = pytest.importorskip("datasets")
+  features = datasets.Features({"sentence": datasets.Value("string"),
+                                "label": datasets.ClassLabel(names=["negative", "positive"]),
+                                "idx": datasets.Value("int32")})
+  ds = datasets.Dataset.from_list(ROWS, features=features)
+  datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "glue" / "sst2"))
+  ex = get_task("glue_sst2").examples("validation", str(tmp_path))
+  assert [(e["inputs"], e["targets"], e["idx"]) for e in ex] == [
+      ("sst2 sentence: It rains.", "positive", 0), ("sst2 sentence: Rains it the.", "negative", 1)]
+
+
 def test_hf_save_to_disk_nested_fields(tmp_path):
   datasets = pytest.importorskip("datasets")
   datasets.DatasetDict({"validation": datasets.Dataset.from_list(NESTED)}).save_to_disk(

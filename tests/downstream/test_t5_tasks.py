@@ -352,3 +352,10 @@ def test_translate(tmp_path, task, subdir, lang, name):
                                        source="en", target=lang) == ex
   assert get_task(task).compute_metrics([ex["targets"]], [ex["targets"]]) == {
       "bleu": pytest.approx(100.0)}
+
+
+def test_missing_field_names_task_and_fields(tmp_path):
+  write(tmp_path, "glue/mrpc", "train", [{"text_a": "x", "text_b": "y", "label": 0}])
+  with pytest.raises(ValueError, match=r"task 'glue_mrpc': an example has no field 'sentence1' "
+                                       r"\(its fields: \['label', 'text_a', 'text_b'\]\)"):
+    get_task("glue_mrpc").examples("train", str(tmp_path))
