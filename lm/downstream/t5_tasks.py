@@ -179,12 +179,15 @@ def record_preprocess(raw: Example) -> dict[str, Any]:
   """T5's `preprocessors.record`.
 
   "record query: <query> entities: <e1>, <e2> passage: <passage>" -> an answer, with the
-  passage's "\\n@highlight\\n" markers turned into sentence breaks.
+  passage's "\\n@highlight\\n" markers turned into sentence breaks. The entities are the
+  distinct entity strings in sorted order, as in TFDS's super_glue/record.
   """
   passage = re.sub(r"(\.|\?|\!|\"|\')\n@highlight\n", r"\1 ", raw["passage"])
   passage = re.sub(r"\n@highlight\n", ". ", passage)
   answers = list(raw.get("answers") or [])
-  entities = list(raw["entities"])
+  # TFDS (which T5 read) lists the distinct entity strings sorted; HF's newer super_glue
+  # script stores them in set order, so sorting gives T5's inputs from either.
+  entities = sorted(set(raw["entities"]))
   inputs = " ".join(["record query:", raw["query"], "entities:", ", ".join(entities),
                      "passage:", passage])
   target = raw.get("_target", answers[0] if answers else UNK)
