@@ -51,6 +51,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -292,10 +293,24 @@ def build_unshuffle(docs, rng) -> list[tuple[dict, ...]]:
   return out
 
 
+_INPUT_FIELDS = ("a", "b", "passage", "shuffled")  # the raw fields an example's inputs show
+
+
 def _cap(groups: list[tuple[dict, ...]], limit: int, rng: np.random.Generator
          ) -> list[dict[str, Any]]:
   """At most `limit` examples: whole groups (a yes/no pair stays together) chosen at random,
-  then all examples shuffled; each gets its position as "idx"."""
+  then all examples shuffled; each gets its position as "idx".
+
+  A group with an example whose inputs an earlier group already has is dropped first
+  (identical lines recur across documents), so a split holds no input twice.
+  """
+  seen, unique = set(), []
+  for group in groups:
+    keys = [json.dumps([ex.get(k) for k in _INPUT_FIELDS]) for ex in group]
+    if not any(k in seen for k in keys):
+      seen.update(keys)
+      unique.append(group)
+  groups = unique
   per = max(1, max((len(g) for g in groups), default=1))
   keep = limit // per
   if len(groups) > keep:
