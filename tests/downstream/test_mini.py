@@ -272,6 +272,8 @@ def test_bad_split_and_bad_corpora(tmp_path):
     mini._raw_examples("mini_cloze", "test", None)
   with pytest.raises(ValueError, match="unknown task 'mini_nope'; expected one of"):
     task_lib.get_task("mini_nope")
+  with pytest.raises(ValueError, match=r"unknown mini task 'glue_rte'; expected one of \['mini_"):
+    mini.chance_level("glue_rte")
   with pytest.raises(FileNotFoundError, match="does not exist"):
     _examples("mini_cloze", "train", str(tmp_path / "missing.txt"))
   empty = tmp_path / "empty.txt"
