@@ -20,8 +20,8 @@ Where the text comes from. `load(split, data_dir)`:
     pre-training document (the standard library repeats some docstrings) are dropped too, so
     nothing a model pre-trained on the embedded corpus has seen is in the suite, in either of
     its splits.
-  data_dir a file, a glob, or a folder: ALL its documents are used, read with lm's corpus
-    readers (`sources.make_source`, format guessed from the first file's extension; a folder
+  data_dir a file, a glob, or a folder: its documents (the first MAX_DOCUMENTS = 20000)
+    are used, read with lm's corpus readers (`sources.make_source`, format guessed from the first file's extension; a folder
     saved with `datasets.save_to_disk` is read as "hf"; another folder: its files, sorted).
     Point it at held-out text (e.g. the run's `data.eval_paths`), never at training data.
 
@@ -66,6 +66,7 @@ HELDOUT_SEED = 0  # configs: data.validation_seed
 SUITE_SEED = 0
 VALIDATION_DOC_FRACTION = 0.4  # share of the held-out documents in the suite's validation split
 MAX_EXAMPLES = {"train": 2000, "validation": 200}
+MAX_DOCUMENTS = 20_000  # a user corpus: its first documents only (plenty to fill the caps)
 SPLITS = ("train", "validation")
 MIN_UNIT_WORDS = 3
 MAX_UNIT_CHARS = 100
@@ -112,7 +113,7 @@ def _read_documents(data_dir: str | None) -> tuple[tuple[str, ...], frozenset[st
   else:
     paths = data_dir
   source = sources.make_source("auto", paths)
-  return tuple(source[i] for i in range(len(source))), frozenset()
+  return tuple(source[i] for i in range(min(len(source), MAX_DOCUMENTS))), frozenset()
 
 
 def heldout_documents(data_dir: str | None = None) -> list[str]:
@@ -222,7 +223,7 @@ def _other_unit(docs, d: int, rng: np.random.Generator, avoid: Sequence[str]) ->
   return None
 
 
-def _balanced_pairs(positives, docs, rng) -> list[dict[str, Any]]:
+def _balanced_pairs(positives, docs, rng) -> list[tuple[dict[str, Any], ...]]:
   """One "yes" example per (doc, a, b) and one "no" with the same a and a unit of another
   document; pairs whose negative cannot be drawn are left out."""
   out = []

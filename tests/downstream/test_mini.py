@@ -300,3 +300,24 @@ def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path, synthetic):
   assert mini.heldout_documents(str(folder)) == docs
   rows = _examples("mini_unshuffle", "validation", str(folder))
   assert rows and all(r["inputs"].startswith("unshuffle: doc") for r in rows)
+
+
+def test_a_user_corpus_is_read_up_to_max_documents(synthetic, monkeypatch):
+  mini._read_documents.cache_clear()
+  monkeypatch.setattr(mini, "MAX_DOCUMENTS", 100)
+  try:
+    docs = mini.heldout_documents(synthetic)
+    assert len(docs) == 100 and docs[0].startswith("doc0000 line0")
+  finally:
+    mini._read_documents.cache_clear()
+
+
+@pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7),
+                    reason="the docs' size table is for the embedded corpus of Python 3.11.7")
+def test_docs_size_table_matches_the_embedded_corpus():
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "downstream_mini.md")
+  with open(path) as f:
+    table = dict((m.group(1), (int(m.group(2)), int(m.group(3)))) for m in re.finditer(
+        r"^\| `(mini_\w+)` \| (\d+) \| (\d+) \|$", f.read(), re.M))
+  assert table == {name: tuple(len(_examples(name, split)) for split in SPLITS)
+                   for name in NAMES}
