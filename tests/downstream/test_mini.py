@@ -106,10 +106,11 @@ def test_deterministic_in_process_and_across_hash_seeds():
   for fn in (mini._read_documents, mini._splits, mini._raw_tuple):
     fn.cache_clear()
   assert _digest() == first
-  code = ("from tests.downstream.test_mini import _digest; print(_digest())")
-  env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=os.getcwd())
+  root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+  code = "from tests.downstream.test_mini import _digest; print(_digest())"
+  env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=root)
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       check=True, cwd=os.getcwd())
+                       check=True, cwd=root)
   assert out.stdout.strip().splitlines()[-1] == first
 
 
