@@ -13,37 +13,55 @@ Four tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
     mini_average({"mini_next_line": {"accuracy": 81.0}, ...})   # the "mini" column
 
 Where the text comes from. `load(split, data_dir)`:
-  data_dir None: the held-out documents of the embedded corpus, exactly the documents the
-    pre-training pipeline evaluates on and never trains on (`lm.data.sources.split_validation`
-    of the embedded corpus with the configs' `data.validation_fraction` = 0.01 and
-    `data.validation_seed` = 0: HELDOUT_FRACTION, HELDOUT_SEED). Lines that also occur in a
-    pre-training document (the standard library repeats some docstrings) are dropped too, so
-    nothing a model pre-trained on the embedded corpus has seen is in the suite, in either of
-    its splits.
+  data_dir None: the embedded corpus (`lm.data.sources.split_validation` of it with the
+    configs' `data.validation_fraction` = 0.01 and `data.validation_seed` = 0:
+    HELDOUT_FRACTION, HELDOUT_SEED, the pre-training pipeline's own split).
+    validation: the held-out documents, exactly those the pre-training pipeline evaluates on
+      and never trains on. Lines that also occur in any pre-training document (the standard
+      library repeats some docstrings) are dropped, so nothing a model pre-trained on the
+      embedded corpus has seen is in the validation split.
+    train: TRAIN_DOCUMENTS = 1200 of the pre-training documents, evenly spaced through the
+      pre-training split (examples are built from ~350k characters, not from all ~8600
+      documents, so loading stays about a second). Fine-tuning on text the model pre-trained
+      on is harmless: what is new is the task, not the text, and a model fine-tuned from
+      random initialisation sees the same examples. What matters is that validation is
+      unseen: the train documents are not held-out documents, and no validation line occurs
+      in any pre-training document, so no line is shared between the splits. The held-out split alone (87 documents, ~23k
+      characters on Python 3.11) gave only a few hundred examples per task to share between
+      the two splits; now all of it is validation and the train split fills its cap.
   data_dir a file, a glob, or a folder: its documents (the first MAX_DOCUMENTS = 20000)
-    are used, read with lm's corpus readers (`sources.make_source`, format guessed from the first file's extension; a folder
-    saved with `datasets.save_to_disk` is read as "hf"; another folder: its files, sorted).
-    Point it at held-out text (e.g. the run's `data.eval_paths`), never at training data.
+    are used, read with lm's corpus readers (`sources.make_source`, format guessed from the
+    first file's extension; a folder saved with `datasets.save_to_disk` is read as "hf";
+    another folder: its files, sorted), and split between train and validation by document
+    (construction step 1). Point it at held-out text (e.g. the run's `data.eval_paths`),
+    never at training data: the suite cannot know what else a model saw.
 
 Construction (every step deterministic: fixed seeds, document order, no set or hash() order,
 so every process and every PYTHONHASHSEED builds the same examples):
-  1. Documents are de-duplicated (first occurrence kept) and split by a SHA-256 digest of
-     their text: VALIDATION_DOC_FRACTION of them form the suite's validation split, the rest
-     its train split, so the two splits come from disjoint documents. Validation units that
-     also occur in a train document are dropped, so no line is shared between the splits.
-     (The embedded corpus: units of pre-training documents are dropped from both.)
+  1. Documents are de-duplicated (first occurrence kept; a train-side document identical to a
+     held-out one is dropped). A user corpus is split by a SHA-256 digest of each document's
+     text: VALIDATION_DOC_FRACTION of them form the suite's validation split, the rest its
+     train split. Either way the two splits come from disjoint documents, and validation
+     units that also occur in a train document are dropped, so no line is shared between
+     the splits.
   2. A document's units are its lines, whitespace-collapsed, of at least MIN_UNIT_WORDS words
-     and at most MAX_UNIT_CHARS characters, without "|" or "___" (used by the formats); a
-     longer line contributes its sentences instead. A dropped line breaks the document into
-     runs: "adjacent" means adjacent inside a run.
-  3. Each task builds every candidate example of a split, then keeps at most
-     MAX_EXAMPLES[split] (2000 train / 200 validation) chosen at random with the task's own
-     seed. The embedded corpus's held-out split is small (87 documents, ~23k characters on
-     Python 3.11), so there the sizes are what the text gives (table in
-     docs/downstream_mini.md); a larger held-out corpus fills the caps.
+     and at most MAX_UNIT_CHARS characters, without "|" or "___" (used by the formats) and
+     not mostly capitals (at most a third of its characters upper-case: licence text in
+     capitals costs about a token per character); a longer line contributes its sentences
+     instead. A dropped line breaks the document into runs: "adjacent" means adjacent
+     inside a run.
+  3. Each task builds every candidate example of a split, drops repeated inputs and inputs
+     over MAX_INPUT_COST (below), then keeps at most
+     MAX_EXAMPLES[split] (2000 train / 500 validation) chosen at random with the task's own
+     seed. On the embedded corpus (Python 3.11.7) every train split holds 2000 examples and
+     the validation splits 494 / 500 / 298 / 192 (next_line / same_doc / cloze / unshuffle:
+     all the held-out text gives; table in docs/downstream_mini.md); a larger held-out
+     corpus fills the caps.
 
-Every input is a few lines of text (at most 3 units of <= 100 characters plus a prefix):
-<= 128 tokens with the 1000-piece tokenizer of configs/t5.py:runlocal.
+Every input is a few lines of text (at most 3 units of <= 100 characters plus a prefix) whose
+tokenizer-free cost estimate (`input_cost`: words, lower-case letters / 4, other characters)
+is at most MAX_INPUT_COST = 100, so inputs and targets stay <= 128 tokens with the 1000-piece
+tokenizer of configs/t5.py:runlocal (the tests check every example).
 """
 from __future__ import annotations
 
@@ -64,12 +82,14 @@ from lm.downstream import task as task_lib
 HELDOUT_FRACTION = 0.01  # configs: data.validation_fraction (the pipeline's held-out share)
 HELDOUT_SEED = 0  # configs: data.validation_seed
 SUITE_SEED = 0
-VALIDATION_DOC_FRACTION = 0.4  # share of the held-out documents in the suite's validation split
-MAX_EXAMPLES = {"train": 2000, "validation": 200}
+VALIDATION_DOC_FRACTION = 0.4  # a user corpus: share of its documents in the validation split
+MAX_EXAMPLES = {"train": 2000, "validation": 500}
+TRAIN_DOCUMENTS = 1200  # embedded corpus: pre-training documents the train split reads
 MAX_DOCUMENTS = 20_000  # a user corpus: its first documents only (plenty to fill the caps)
 SPLITS = ("train", "validation")
 MIN_UNIT_WORDS = 3
 MAX_UNIT_CHARS = 100
+MAX_INPUT_COST = 100  # input_cost of an example's shown lines (~<= 110 tokens: budget 128)
 UNSHUFFLE_SEPARATOR = " | "
 BLANK = "___"
 YES, NO = "yes", "no"
@@ -91,17 +111,24 @@ _NON_IDENTITY = tuple(p for p in itertools.permutations(range(3)) if p != (0, 1,
 
 
 @functools.lru_cache(maxsize=4)
-def _read_documents(data_dir: str | None) -> tuple[tuple[str, ...], frozenset[str]]:
-  """(documents, units of the pre-training documents) for `data_dir` (module docstring).
+def _read_documents(data_dir: str | None
+                    ) -> tuple[tuple[str, ...], tuple[str, ...] | None, frozenset[str]]:
+  """(held-out documents, train-side documents, units of the pre-training documents).
 
-  The second item is empty for a user corpus (its pre-training side is unknown)."""
+  data_dir None (module docstring): the embedded corpus's held-out split; TRAIN_DOCUMENTS of
+  its pre-training documents, evenly spaced through the pre-training split; the units of all
+  its pre-training documents. A user corpus: its documents (the first MAX_DOCUMENTS), None
+  (the train split comes from the same documents) and no units.
+  """
   from lm.data import sources  # pylint: disable=g-import-not-at-top
   if data_dir is None:
     corpus = sources.make_source("default", None)
     pretrain, heldout = sources.split_validation(corpus, HELDOUT_FRACTION, seed=HELDOUT_SEED)
-    seen = frozenset(u for i in range(len(pretrain))
-                     for run in document_units(pretrain[i]) for u in run)
-    return tuple(heldout[i] for i in range(len(heldout))), seen
+    pretrain_docs = [pretrain[i] for i in range(len(pretrain))]
+    seen = frozenset(u for doc in pretrain_docs for run in document_units(doc) for u in run)
+    n = min(TRAIN_DOCUMENTS, len(pretrain_docs))
+    train_side = tuple(pretrain_docs[i * len(pretrain_docs) // n] for i in range(n))
+    return tuple(heldout[i] for i in range(len(heldout))), train_side, seen
   if os.path.isdir(data_dir) and not any(
       os.path.exists(os.path.join(data_dir, f))
       for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
@@ -113,12 +140,38 @@ def _read_documents(data_dir: str | None) -> tuple[tuple[str, ...], frozenset[st
   else:
     paths = data_dir
   source = sources.make_source("auto", paths)
-  return tuple(source[i] for i in range(min(len(source), MAX_DOCUMENTS))), frozenset()
+  return tuple(source[i] for i in range(min(len(source), MAX_DOCUMENTS))), None, frozenset()
 
 
 def heldout_documents(data_dir: str | None = None) -> list[str]:
-  """The documents the suite is built from (module docstring: data_dir None or a path)."""
+  """The held-out documents read (data_dir None: the pipeline's held-out split of the embedded
+  corpus, the validation split's source; a path: its documents, both splits' source)."""
   return list(_read_documents(data_dir)[0])
+
+
+def split_sources(data_dir: str | None = None) -> dict[str, list[str]]:
+  """{split: the documents its examples are built from} (construction step 1), de-duplicated,
+  in a fixed order; the two lists share no document."""
+  documents, train_side, _ = _read_documents(data_dir)
+  return {k: list(v) for k, v in _assign(documents, train_side).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _assign(documents: tuple[str, ...], train_side: tuple[str, ...] | None
+            ) -> dict[str, tuple[str, ...]]:
+  seen, train, val = set(), [], []
+  for doc in documents:
+    if doc not in seen:
+      seen.add(doc)
+      if train_side is None and _digest_fraction(doc) >= VALIDATION_DOC_FRACTION:
+        train.append(doc)
+      else:
+        val.append(doc)
+  for doc in train_side or ():
+    if doc not in seen:  # also drops a train-side document identical to a held-out one
+      seen.add(doc)
+      train.append(doc)
+  return {"train": tuple(train), "validation": tuple(val)}
 
 
 def _clean(text: str) -> str:
@@ -126,8 +179,9 @@ def _clean(text: str) -> str:
 
 
 def _usable(unit: str) -> bool:
+  upper = sum(c.isupper() for c in unit)
   return (len(unit.split()) >= MIN_UNIT_WORDS and len(unit) <= MAX_UNIT_CHARS
-          and "|" not in unit and BLANK not in unit)
+          and "|" not in unit and BLANK not in unit and 2 * upper <= len(unit) - upper)
 
 
 def document_units(document: str) -> list[list[str]]:
@@ -167,38 +221,39 @@ def _without(runs: list[list[str]], banned) -> list[list[str]]:
   return out
 
 
-def split_documents(documents: Sequence[str], exclude: frozenset[str] = frozenset()
+def split_documents(documents: Sequence[str], exclude: frozenset[str] = frozenset(),
+                    train_documents: Sequence[str] | None = None
                     ) -> dict[str, list[list[list[str]]]]:
   """Construction steps 1 and 2: {split: [each document's runs of units]}.
 
   Args:
     documents: the held-out documents, in a fixed order.
-    exclude: units never used (those of the pre-training documents for the embedded corpus).
+    exclude: units never used in the validation split (those of the pre-training documents
+      for the embedded corpus).
+    train_documents: the train split's documents (the embedded corpus: pre-training
+      documents); None: the train split is a digest-chosen share of `documents`.
 
   Returns:
     {"train": docs, "validation": docs}, each doc a non-empty list of runs of unit strings;
-    documents left without units are left out.
+    documents left without units are left out. No validation unit is in a train document.
   """
-  seen, train, val = set(), [], []
-  for doc in documents:
-    if doc in seen:
-      continue
-    seen.add(doc)
-    (val if _digest_fraction(doc) < VALIDATION_DOC_FRACTION else train).append(doc)
-  train_runs = [r for r in (_without(document_units(d), exclude) for d in train) if r]
+  docs = _assign(tuple(documents), None if train_documents is None else tuple(train_documents))
+  train_runs = [r for r in (document_units(d) for d in docs["train"]) if r]
   train_units = {u for runs in train_runs for run in runs for u in run}
   val_runs = [r for r in (_without(_without(document_units(d), exclude), train_units)
-                          for d in val) if r]
+                          for d in docs["validation"]) if r]
   return {"train": train_runs, "validation": val_runs}
 
 
 @functools.lru_cache(maxsize=4)
 def _splits(data_dir: str | None) -> dict[str, list[list[list[str]]]]:
-  docs, exclude = _read_documents(data_dir)
-  out = split_documents(docs, exclude)
-  where = "the embedded corpus's held-out split" if data_dir is None else repr(data_dir)
+  docs, train_side, exclude = _read_documents(data_dir)
+  out = split_documents(docs, exclude, train_side)
   for split, runs in out.items():
     if len(runs) < 2:
+      where = (repr(data_dir) if data_dir is not None else
+               "the embedded corpus's held-out split" if split == "validation" else
+               "the embedded corpus's pre-training split")
       raise ValueError(
           f"mini suite: {where} gives {len(runs)} document(s) with usable lines for the "
           f"{split} split (of {len(docs)} documents); the suite needs at least 2 per split: "
@@ -297,16 +352,34 @@ def build_unshuffle(docs, rng) -> list[tuple[dict, ...]]:
 _INPUT_FIELDS = ("a", "b", "passage", "shuffled")  # the raw fields an example's inputs show
 
 
+def input_cost(example: Mapping[str, Any]) -> float:
+  """A tokenizer-free upper estimate of the tokens of an example's shown text (its
+  _INPUT_FIELDS): per word 1, per lower-case letter 1/4, per other non-space character 1
+  (capitals, digits and symbols split into short pieces; code lines cost ~2x prose)."""
+  total = 0.0
+  for key in _INPUT_FIELDS:
+    value = example.get(key)
+    for text in ([value] if isinstance(value, str) else value or ()):
+      lower = sum(c.islower() for c in text)
+      other = sum(not c.isspace() for c in text) - lower
+      total += len(text.split()) + lower / 4 + other
+  return total
+
+
 def _cap(groups: list[tuple[dict, ...]], limit: int, rng: np.random.Generator
          ) -> list[dict[str, Any]]:
   """At most `limit` examples: whole groups (a yes/no pair stays together) chosen at random,
   then all examples shuffled; each gets its position as "idx".
 
   A group with an example whose inputs an earlier group already has is dropped first
-  (identical lines recur across documents), so a split holds no input twice.
+  (identical lines recur across documents), so a split holds no input twice; so is a group
+  with an example of input_cost over MAX_INPUT_COST (dense code lines), which keeps inputs
+  within the token budget (module docstring).
   """
   seen, unique = set(), []
   for group in groups:
+    if any(input_cost(ex) > MAX_INPUT_COST for ex in group):
+      continue
     keys = [json.dumps([ex.get(k) for k in _INPUT_FIELDS]) for ex in group]
     if not any(k in seen for k in keys):
       seen.update(keys)
@@ -353,7 +426,7 @@ def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
   """The "mini" column: the mean over the 4 tasks of each one's headline metric.
 
   Headlines: mini_next_line accuracy, mini_same_doc accuracy, mini_cloze exact_match,
-  mini_unshuffle exact_match (all in %, equal weights; chance levels 50, 50, ~14, 20).
+  mini_unshuffle exact_match (all in %, equal weights; chance levels 50, 50, ~11, 20).
   Other keys of `results` (e.g. T5 tasks) are ignored.
 
   Raises:
@@ -467,7 +540,9 @@ def _raw_tuple(name: str, split: str, data_dir: str | None) -> tuple[dict[str, A
   groups = builder.build(_splits(data_dir)[split], rng)
   examples = _cap(groups, MAX_EXAMPLES[split], rng)
   if not examples:
-    where = "the embedded corpus's held-out split" if data_dir is None else repr(data_dir)
+    where = repr(data_dir) if data_dir is not None else (
+        "the embedded corpus's held-out split" if split == "validation" else
+        "the embedded corpus's pre-training split")
     raise ValueError(f"task {name!r}: {where} gives no {split} example; point data_dir at "
                      "more held-out text.")
   return tuple(examples)
@@ -485,7 +560,7 @@ def _loader(name: str) -> Callable[[str, str | None], list[dict[str, Any]]]:
   return functools.partial(_raw_examples, name)
 
 
-_CAPS = "2000 train / 200 validation at most (embedded corpus: fewer)"
+_CAPS = "2000 train / 500 validation at most (embedded corpus: fewer validation)"
 TASKS = (
     task_lib.Task(
         name="mini_next_line", load=_loader("mini_next_line"),
@@ -503,7 +578,7 @@ TASKS = (
         name="mini_cloze", load=_loader("mini_cloze"), preprocess=_cloze_format,
         postprocess=_strip, metric_fns=(exact_match,),
         description="extraction: the word (4+ letters, also elsewhere in the passage) that "
-                    "fills the blank of a 1-3 line passage; exact match, chance ~14 (a "
+                    "fills the blank of a 1-3 line passage; exact match, chance ~11 (a "
                     f"random passage word); {_CAPS}"),
     task_lib.Task(
         name="mini_unshuffle", load=_loader("mini_unshuffle"), preprocess=_unshuffle_format,

@@ -81,29 +81,48 @@ def test_heldout_constants_match_the_configs():
                                                               mini.HELDOUT_SEED)
 
 
-def test_suite_is_built_from_heldout_documents_only():
+def _units_of(name, ex):
+  if name == "mini_unshuffle":
+    return ex["lines"]
+  if name == "mini_cloze":  # 1-3 units joined by spaces, with the answer put back
+    return [ex["passage"].replace(mini.BLANK, ex["answer"])]
+  return [ex["a"], ex["b"]]
+
+
+def test_validation_from_heldout_documents_train_from_pretraining_documents():
   from lm.data import sources
   corpus = sources.make_source("default", None)
   pretrain, heldout = sources.split_validation(corpus, mini.HELDOUT_FRACTION,
                                                seed=mini.HELDOUT_SEED)
-  assert mini.heldout_documents() == [heldout[i] for i in range(len(heldout))]
-  heldout_text = "\n".join(" ".join(l.split()) for d in mini.heldout_documents()
-                           for l in d.splitlines())
-  pretrain_lines = {" ".join(l.split()) for i in range(len(pretrain))
-                    for l in pretrain[i].splitlines()}
-  for name in ("mini_next_line", "mini_same_doc"):
-    for split in SPLITS:
+  heldout_docs = [heldout[i] for i in range(len(heldout))]
+  pretrain_docs = [pretrain[i] for i in range(len(pretrain))]
+  assert mini.heldout_documents() == heldout_docs
+  docs = mini.split_sources()
+  assert docs["validation"] == heldout_docs  # all held out, none duplicated
+  # Train: a capped, evenly spread share of the pre-training documents, none held out.
+  assert 0.9 * mini.TRAIN_DOCUMENTS <= len(docs["train"]) <= mini.TRAIN_DOCUMENTS
+  assert set(docs["train"]) <= set(pretrain_docs)
+  assert not set(docs["train"]) & set(heldout_docs)
+  train_positions = sorted(pretrain_docs.index(d) for d in docs["train"][::100])
+  assert train_positions[-1] - train_positions[0] > 0.8 * len(pretrain_docs)
+
+  def text(documents):  # all of it, whitespace-collapsed
+    return " ".join(" ".join(d.split()) for d in documents)
+
+  heldout_text, train_text = text(heldout_docs), text(docs["train"])
+  pretrain_lines = {" ".join(l.split()) for d in pretrain_docs for l in d.splitlines()}
+  for name in NAMES:
+    for split, where in (("validation", heldout_text), ("train", train_text)):
       for ex in mini._raw_examples(name, split, None):
-        for unit in (ex["a"], ex["b"]):
-          assert unit in heldout_text and unit not in pretrain_lines, unit
-  for split in SPLITS:
-    for ex in mini._raw_examples("mini_unshuffle", split, None):
-      assert all(l in heldout_text and l not in pretrain_lines for l in ex["lines"])
+        for unit in _units_of(name, ex):
+          assert unit in where, (name, split, unit)
+          if split == "validation" and name != "mini_cloze":
+            assert unit not in pretrain_lines, unit  # never seen in pre-training
 
 
 def test_deterministic_in_process_and_across_hash_seeds():
   first = _digest()
-  for fn in (mini._read_documents, mini._splits, mini._raw_tuple):
+  for fn in (mini._read_documents, mini._assign, mini._splits, mini._raw_tuple):
     fn.cache_clear()
   assert _digest() == first
   root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -114,11 +133,11 @@ def test_deterministic_in_process_and_across_hash_seeds():
   assert out.stdout.strip().splitlines()[-1] == first
 
 
-def test_sizes_embedded_corpus_within_caps_and_not_trivially_small():
+def test_sizes_embedded_corpus_train_fills_its_cap_validation_is_not_small():
   for name in NAMES:
-    for split in SPLITS:
-      n = len(_examples(name, split))
-      assert 50 <= n <= mini.MAX_EXAMPLES[split], (name, split, n)
+    assert len(_examples(name, "train")) == mini.MAX_EXAMPLES["train"], name
+    n = len(_examples(name, "validation"))
+    assert 150 <= n <= mini.MAX_EXAMPLES["validation"], (name, n)
 
 
 def test_a_larger_heldout_corpus_fills_the_caps(synthetic):
@@ -252,6 +271,19 @@ def test_metrics_and_postprocessors_on_hand_computed_cases():
   assert t.compute_metrics([gold, gold], [gold, pred]) == {
       "exact_match": 50.0, "line_accuracy": pytest.approx(100 * (1 + 1 / 3) / 2)}
   assert task_lib.get_task("mini_cloze").postprocess("  Decimal \n") == "Decimal"
+
+
+def test_unit_rules_and_input_cost_on_hand_computed_cases():
+  assert mini._usable("Return the sum of a and b.")
+  assert not mini._usable("IN NO EVENT SHALL THE AUTHOR BE LIABLE")  # licence capitals
+  assert not mini._usable("two words") and not mini._usable("a | b c")
+  # words 1 each; lower-case letters 1/4; other non-space characters 1.
+  assert mini.input_cost({"a": "abcd efgh", "b": "X1 y"}) == 2 + 2 + 2 + 0.25 + 2
+  assert mini.input_cost({"shuffled": ["abcd", "(x)"], "label": "yes"}) == 2 + 1.25 + 2
+  dense = " ".join(["{0:#x};"] * 14)  # 98 characters of format code
+  assert mini.input_cost({"passage": dense}) > mini.MAX_INPUT_COST
+  assert mini._cap([({"passage": dense},), ({"passage": "a b c"},)], 10,
+                   np.random.default_rng(0)) == [{"passage": "a b c", "idx": 0}]
 
 
 def test_mini_average_is_the_mean_of_the_headlines():
