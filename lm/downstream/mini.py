@@ -1,4 +1,4 @@
-r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself from held-out text.
+r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself, scored on held-out text.
 
 Four tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
 
@@ -26,9 +26,10 @@ Where the text comes from. `load(split, data_dir)`:
       on is harmless: what is new is the task, not the text, and a model fine-tuned from
       random initialisation sees the same examples. What matters is that validation is
       unseen: the train documents are not held-out documents, and no validation line occurs
-      in any pre-training document, so no line is shared between the splits. The held-out split alone (87 documents, ~23k
-      characters on Python 3.11) gave only a few hundred examples per task to share between
-      the two splits; now all of it is validation and the train split fills its cap.
+      in any pre-training document, so no line is shared between the splits. The held-out
+      split alone (87 documents, ~23k characters on Python 3.11) gave only a few hundred
+      examples per task to share between the two splits; now all of it is validation and
+      the train split fills its cap.
   data_dir a file, a glob, or a folder: its documents (the first MAX_DOCUMENTS = 20000)
     are used, read with lm's corpus readers (`sources.make_source`, format guessed from the
     first file's extension; a folder saved with `datasets.save_to_disk` is read as "hf";
