@@ -1,0 +1,356 @@
+"""The CPU-sized downstream suite (lm/downstream/mini.py, docs/downstream_mini.md)."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lm.downstream import mini
+from lm.downstream import task as task_lib
+
+NAMES = ("mini_next_line", "mini_same_doc", "mini_cloze", "mini_unshuffle")
+SPLITS = ("train", "validation")
+TOKEN_BUDGET = 128  # inputs and targets, with the 1000-piece tokenizer of configs/t5.py:runlocal
+PREFIX = {"mini_next_line": "next line: A: ", "mini_same_doc": "same document: A: ",
+          "mini_cloze": "cloze: ", "mini_unshuffle": "unshuffle: "}
+
+
+def _examples(name, split, data_dir=None):
+  return task_lib.get_task(name).examples(split, data_dir)
+
+
+def _digest(data_dir=None) -> str:
+  h = hashlib.sha256()
+  for name in NAMES:
+    for split in SPLITS:
+      h.update(json.dumps(_examples(name, split, data_dir), sort_keys=True).encode())
+  return h.hexdigest()
+
+
+def _synthetic_corpus(path, num_docs=1000, seed=0):
+  """JSON-lines documents of 8 lines "docNNNN lineK w w w w w"; each document draws its words
+  from its own 8 of 300 made-up words, so windows repeat words (cloze material)."""
+  rng = np.random.default_rng(seed)
+  letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+  vocab = sorted({"".join(rng.choice(letters, int(rng.integers(4, 8)))) for _ in range(300)})
+  with open(path, "w") as f:
+    for d in range(num_docs):
+      own = rng.choice(vocab, 8, replace=False)
+      lines = [f"doc{d:04d} line{k} " + " ".join(rng.choice(own, 5)) for k in range(8)]
+      f.write(json.dumps({"text": "\n".join(lines)}) + "\n")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+  return _synthetic_corpus(tmp_path_factory.mktemp("mini") / "heldout.jsonl")
+
+
+_TAG = re.compile(r"doc(\d{4}) line(\d)")
+
+
+def _tags(text):
+  return [(int(d), int(k)) for d, k in _TAG.findall(text)]
+
+
+def test_registered_with_splits_choices_and_descriptions():
+  assert set(NAMES) <= set(task_lib.task_names())
+  assert set(mini.HEADLINE) == set(NAMES)
+  for name in NAMES:
+    t = task_lib.get_task(name)
+    assert t.splits == SPLITS and t.description
+    classification = name in ("mini_next_line", "mini_same_doc")
+    assert (t.choices is not None) == classification
+    if classification:
+      assert tuple(t.choices({})) == ("yes", "no")
+
+
+def test_heldout_constants_match_the_configs():
+  from configs import t5
+  from lm.data import pipeline
+  for arg in ("runlocal", ""):
+    d = t5.get_config(arg).data
+    assert (d.validation_fraction, d.validation_seed) == (mini.HELDOUT_FRACTION,
+                                                          mini.HELDOUT_SEED)
+  spec = pipeline.DataSpec()
+  assert (spec.validation_fraction, spec.validation_seed) == (mini.HELDOUT_FRACTION,
+                                                              mini.HELDOUT_SEED)
+
+
+def _units_of(name, ex):
+  if name == "mini_unshuffle":
+    return ex["lines"]
+  if name == "mini_cloze":  # 1-3 units joined by spaces, with the answer put back
+    return [ex["passage"].replace(mini.BLANK, ex["answer"])]
+  return [ex["a"], ex["b"]]
+
+
+def test_validation_from_heldout_documents_train_from_pretraining_documents():
+  from lm.data import sources
+  corpus = sources.make_source("default", None)
+  pretrain, heldout = sources.split_validation(corpus, mini.HELDOUT_FRACTION,
+                                               seed=mini.HELDOUT_SEED)
+  heldout_docs = [heldout[i] for i in range(len(heldout))]
+  pretrain_docs = [pretrain[i] for i in range(len(pretrain))]
+  assert mini.heldout_documents() == heldout_docs
+  docs = mini.split_sources()
+  assert docs["validation"] == heldout_docs  # all held out, none duplicated
+  # Train: a capped, evenly spread share of the pre-training documents, none held out.
+  assert 0.9 * mini.TRAIN_DOCUMENTS <= len(docs["train"]) <= mini.TRAIN_DOCUMENTS
+  assert set(docs["train"]) <= set(pretrain_docs)
+  assert not set(docs["train"]) & set(heldout_docs)
+  train_positions = sorted(pretrain_docs.index(d) for d in docs["train"][::100])
+  assert train_positions[-1] - train_positions[0] > 0.8 * len(pretrain_docs)
+
+  def text(documents):  # all of it, whitespace-collapsed
+    return " ".join(" ".join(d.split()) for d in documents)
+
+  heldout_text, train_text = text(heldout_docs), text(docs["train"])
+  pretrain_lines = {" ".join(l.split()) for d in pretrain_docs for l in d.splitlines()}
+  for name in NAMES:
+    for split, where in (("validation", heldout_text), ("train", train_text)):
+      for ex in mini._raw_examples(name, split, None):
+        for unit in _units_of(name, ex):
+          assert unit in where, (name, split, unit)
+          if split == "validation" and name != "mini_cloze":
+            assert unit not in pretrain_lines, unit  # never seen in pre-training
+
+
+def test_deterministic_in_process_and_across_hash_seeds():
+  first = _digest()
+  for fn in (mini._read_documents, mini._assign, mini._splits, mini._raw_tuple):
+    fn.cache_clear()
+  assert _digest() == first
+  root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+  code = "from tests.downstream.test_mini import _digest; print(_digest())"
+  env = dict(os.environ, PYTHONHASHSEED="12345", PYTHONPATH=root)
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=True, cwd=root)
+  assert out.stdout.strip().splitlines()[-1] == first
+
+
+def test_sizes_embedded_corpus_train_fills_its_cap_validation_is_not_small():
+  for name in NAMES:
+    assert len(_examples(name, "train")) == mini.MAX_EXAMPLES["train"], name
+    n = len(_examples(name, "validation"))
+    assert 150 <= n <= mini.MAX_EXAMPLES["validation"], (name, n)
+
+
+def test_a_larger_heldout_corpus_fills_the_caps(synthetic):
+  for name in NAMES:
+    for split in SPLITS:
+      assert len(_examples(name, split, synthetic)) == mini.MAX_EXAMPLES[split], (name, split)
+
+
+def test_train_and_validation_come_from_disjoint_documents(synthetic):
+  docs = {}
+  for split in SPLITS:
+    docs[split] = {d for name in NAMES for ex in _examples(name, split, synthetic)
+                   for d, _ in _tags(ex["inputs"])}
+  assert docs["train"] and docs["validation"]
+  assert not docs["train"] & docs["validation"]
+  # Embedded corpus: no unit is shared between the splits.
+  units = {}
+  for split in SPLITS:
+    units[split] = ({u for ex in mini._raw_examples("mini_next_line", split, None)
+                     for u in (ex["a"], ex["b"])}
+                    | {u for ex in mini._raw_examples("mini_unshuffle", split, None)
+                       for u in ex["lines"]})
+  assert not units["train"] & units["validation"]
+
+
+def test_pair_tasks_are_balanced_and_labels_follow_the_construction(synthetic):
+  for name in ("mini_next_line", "mini_same_doc"):
+    for split in SPLITS:
+      rows = _examples(name, split, synthetic)
+      labels = [r["targets"] for r in rows]
+      assert labels.count("yes") == labels.count("no") == len(rows) // 2
+      for r in rows:
+        (da, ka), (db, kb) = _tags(r["inputs"])
+        if name == "mini_next_line":
+          assert (r["targets"] == "yes") == (da == db and kb == ka + 1), r
+        else:
+          assert (r["targets"] == "yes") == (da == db), r
+          if da == db:
+            assert abs(ka - kb) >= 2, r
+  for name in ("mini_next_line", "mini_same_doc"):
+    for split in SPLITS:
+      labels = [r["targets"] for r in _examples(name, split)]
+      assert labels.count("yes") == labels.count("no")
+
+
+def test_every_example_is_well_formed_and_within_the_token_budget():
+  from lm.data import pipeline
+  tok = pipeline.default_tokenizer(1000)  # configs/t5.py:runlocal's (cached after first use)
+  for name in NAMES:
+    t = task_lib.get_task(name)
+    for split in SPLITS:
+      rows = t.examples(split)
+      assert [r["idx"] for r in rows] == list(range(len(rows)))
+      assert len({r["inputs"] for r in rows}) == len(rows), (name, split)  # no duplicates
+      for r in rows:
+        assert r["inputs"].startswith(PREFIX[name]) and r["targets"].strip()
+        assert r["targets"] == " ".join(r["targets"].split())
+        assert len(tok.encode(r["inputs"])) <= TOKEN_BUDGET, r
+        assert len(tok.encode(r["targets"])) <= TOKEN_BUDGET, r
+        if t.choices is not None:
+          assert r["targets"] in t.choices(r)
+
+
+def test_answers_are_recoverable_from_the_inputs(synthetic):
+  for data_dir in (None, synthetic):
+    for split in SPLITS:
+      for r in _examples("mini_cloze", split, data_dir):
+        passage = r["inputs"][len("cloze: "):]
+        assert passage.count(mini.BLANK) == 1
+        assert r["targets"] in mini._cloze_candidates(passage), r  # copied from the passage
+      for r in _examples("mini_unshuffle", split, data_dir):
+        shown = r["inputs"][len("unshuffle: "):].split(" | ")
+        gold = r["targets"].split(" | ")
+        assert len(gold) == 3 and sorted(shown) == sorted(gold) and shown != gold, r
+  # Synthetic: the blank's word is the one written there, the order the document's.
+  for r in _examples("mini_unshuffle", "validation", synthetic):
+    assert [k for _, k in _tags(r["targets"])] == sorted(k for _, k in _tags(r["targets"]))
+
+
+def _simulate(name, rows, rng):
+  """Chance-baseline predictions (text) for preprocessed rows."""
+  if name in ("mini_next_line", "mini_same_doc"):
+    return [rng.choice(["yes", "no"]) for _ in rows]
+  if name == "mini_cloze":
+    return [rng.choice(mini._cloze_candidates(r["inputs"][len("cloze: "):])) for r in rows]
+  preds = []
+  for r in rows:
+    shown = r["inputs"][len("unshuffle: "):].split(" | ")
+    order = mini._NON_IDENTITY[rng.integers(5)]
+    preds.append(" | ".join(shown[k] for k in order))
+  return preds
+
+
+def test_chance_levels_match_simulated_random_baselines():
+  rng = np.random.default_rng(0)
+  for name in NAMES:
+    t = task_lib.get_task(name)
+    rows = t.examples("validation")
+    golds = [t.postprocess(r["targets"], r, is_target=True) for r in rows]
+    chance = mini.chance_level(name)
+    runs = [t.compute_metrics(golds, [t.postprocess(p, r) for p, r in
+                                      zip(_simulate(name, rows, rng), rows)])
+            for _ in range(300)]
+    for metric, value in chance.items():
+      simulated = np.mean([m[metric] for m in runs])
+      assert abs(simulated - value) < 1.0, (name, metric, simulated, value)
+    assert t.compute_metrics(golds, golds)[mini.HEADLINE[name]] == 100.0
+  # Majority class of the balanced tasks; copying the shuffled lines never matches.
+  assert mini.chance_level("mini_next_line") == {"accuracy": 50.0}
+  assert mini.chance_level("mini_unshuffle")["exact_match"] == pytest.approx(20.0)
+  t = task_lib.get_task("mini_unshuffle")
+  rows = t.examples("validation")
+  copies = [t.postprocess(r["inputs"][len("unshuffle: "):], r) for r in rows]
+  golds = [t.postprocess(r["targets"], r, is_target=True) for r in rows]
+  assert t.compute_metrics(golds, copies)["exact_match"] == 0.0
+  # The cloze chance the descriptions state (a random word of the passage), Python-dependent.
+  assert 5.0 < mini.chance_level("mini_cloze")["exact_match"] < 25.0
+
+
+def test_metrics_and_postprocessors_on_hand_computed_cases():
+  assert mini.accuracy(["yes", "no", "yes", "no"], ["yes", "yes", "yes", "no"]) == {
+      "accuracy": 75.0}
+  assert mini.exact_match(["a", "b"], ["a", "c"]) == {"exact_match": 50.0}
+  t = task_lib.get_task("mini_unshuffle")
+  gold = t.postprocess("x y | z | w", None, is_target=True)
+  assert gold == ("x y", "z", "w")
+  pred = t.postprocess(" x  y |w| z ", None)
+  assert pred == ("x y", "w", "z")
+  assert mini.line_accuracy([gold], [pred]) == {"line_accuracy": pytest.approx(100 / 3)}
+  assert mini.line_accuracy([gold], [("x y",)]) == {"line_accuracy": pytest.approx(100 / 3)}
+  assert t.compute_metrics([gold, gold], [gold, pred]) == {
+      "exact_match": 50.0, "line_accuracy": pytest.approx(100 * (1 + 1 / 3) / 2)}
+  assert task_lib.get_task("mini_cloze").postprocess("  Decimal \n") == "Decimal"
+
+
+def test_unit_rules_and_input_cost_on_hand_computed_cases():
+  assert mini._usable("Return the sum of a and b.")
+  assert not mini._usable("IN NO EVENT SHALL THE AUTHOR BE LIABLE")  # licence capitals
+  assert not mini._usable("two words") and not mini._usable("a | b c")
+  # words 1 each; lower-case letters 1/4; other non-space characters 1.
+  assert mini.input_cost({"a": "abcd efgh", "b": "X1 y"}) == 2 + 2 + 2 + 0.25 + 2
+  assert mini.input_cost({"shuffled": ["abcd", "(x)"], "label": "yes"}) == 2 + 1.25 + 2
+  dense = " ".join(["{0:#x};"] * 14)  # 98 characters of format code
+  assert mini.input_cost({"passage": dense}) > mini.MAX_INPUT_COST
+  assert mini._cap([({"passage": dense},), ({"passage": "a b c"},)], 10,
+                   np.random.default_rng(0)) == [{"passage": "a b c", "idx": 0}]
+
+
+def test_mini_average_is_the_mean_of_the_headlines():
+  results = {"mini_next_line": {"accuracy": 80.0}, "mini_same_doc": {"accuracy": 70.0},
+             "mini_cloze": {"exact_match": 30.0},
+             "mini_unshuffle": {"exact_match": 20.0, "line_accuracy": 90.0},
+             "glue_rte": {"accuracy": 0.0}}
+  assert mini.mini_average(results) == pytest.approx(50.0)
+  del results["mini_cloze"]
+  with pytest.raises(ValueError, match=r"missing \[\"mini_cloze\['exact_match'\]\"\]"):
+    mini.mini_average(results)
+
+
+def test_bad_split_and_bad_corpora(tmp_path):
+  with pytest.raises(ValueError, match=r"no split 'test'; expected one of \['train', "
+                                       r"'validation'\]"):
+    _examples("mini_cloze", "test")
+  with pytest.raises(ValueError, match="no split 'test'"):
+    mini._raw_examples("mini_cloze", "test", None)
+  with pytest.raises(ValueError, match="unknown task 'mini_nope'; expected one of"):
+    task_lib.get_task("mini_nope")
+  with pytest.raises(ValueError, match=r"unknown mini task 'glue_rte'; expected one of \['mini_"):
+    mini.chance_level("glue_rte")
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    _examples("mini_cloze", "train", str(tmp_path / "missing.txt"))
+  empty = tmp_path / "empty.txt"
+  empty.write_text("")
+  with pytest.raises(ValueError, match="empty.txt"):
+    _examples("mini_cloze", "train", str(empty))
+  (tmp_path / "folder").mkdir()
+  with pytest.raises(ValueError, match="holds no document files"):
+    _examples("mini_cloze", "train", str(tmp_path / "folder"))
+  words = tmp_path / "words.txt"  # documents, but no line of 3+ words
+  words.write_text("\n".join(f"word{i}" for i in range(100)))
+  with pytest.raises(ValueError, match="usable lines"):
+    _examples("mini_next_line", "train", str(words))
+
+
+def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path, synthetic):
+  folder = tmp_path / "heldout"
+  folder.mkdir()
+  with open(synthetic) as f:
+    docs = [json.loads(l)["text"] for l in f][:400]
+  for i in range(2):  # two JSON-lines files, read in sorted order
+    (folder / f"part{i}.jsonl").write_text(
+        "".join(json.dumps({"text": d}) + "\n" for d in docs[i * 200:(i + 1) * 200]))
+  assert mini.heldout_documents(str(folder)) == docs
+  rows = _examples("mini_unshuffle", "validation", str(folder))
+  assert rows and all(r["inputs"].startswith("unshuffle: doc") for r in rows)
+
+
+def test_a_user_corpus_is_read_up_to_max_documents(synthetic, monkeypatch):
+  mini._read_documents.cache_clear()
+  monkeypatch.setattr(mini, "MAX_DOCUMENTS", 100)
+  try:
+    docs = mini.heldout_documents(synthetic)
+    assert len(docs) == 100 and docs[0].startswith("doc0000 line0")
+  finally:
+    mini._read_documents.cache_clear()
+
+
+@pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7),
+                    reason="the docs' size table is for the embedded corpus of Python 3.11.7")
+def test_docs_size_table_matches_the_embedded_corpus():
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "downstream_mini.md")
+  with open(path) as f:
+    table = dict((m.group(1), (int(m.group(2)), int(m.group(3)))) for m in re.finditer(
+        r"^\| `(mini_\w+)` \| (\d+) \| (\d+) \|$", f.read(), re.M))
+  assert table == {name: tuple(len(_examples(name, split)) for split in SPLITS)
+                   for name in NAMES}
