@@ -50,7 +50,8 @@ from grain import experimental as grain_experimental  # noqa: E402  pylint: disa
 
 import results  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm import metrics  # noqa: E402  pylint: disable=g-import-not-at-top
-from lm.data import batched, converters, corpus, objectives, packing, pipeline  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import batched, converters, corpus, features, objectives, packing  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm.model import accounting, presets  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CASES = {  # objective -> (architecture, params)
@@ -108,7 +109,7 @@ def per_example_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_s
   it = it.filter(lambda x: x["tokens"].size > 0)
   it = grain_experimental.ConcatThenSplitIterDataset(it, length_struct={"tokens": s["raw"]})
   examples = it.map_with_index(objective_and_convert)
-  keys = pipeline.feature_keys(arch)
+  keys = features.feature_keys(arch)
   packed = grain_experimental.FirstFitPackIterDataset(
       examples, length_struct={k: s["rows"][packing.stack_of(k)] for k in keys},
       num_packing_bins=max(batch_size, 16), shuffle_bins=False)
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
   if args.seconds <= 0 or args.batch_size < 1 or args.block < 1:
     parser.error("--seconds must be > 0, --batch_size and --block >= 1")
 
-  tok = pipeline.default_tokenizer(args.vocab_size)
+  tok = tokenizer_lib.default_tokenizer(args.vocab_size)
   docs = [d for d in (tok.encode(t).astype(np.int32) for t in corpus.default_corpus()) if d.size]
   vocab = tok.vocab_size
   if args.doc_tokens > 0:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from lm.data import converters, objectives, pipeline
+from lm.data import converters, objectives, pipeline, shards
 from numeric_tokenizer import DOC_STRIDE, NumericTokenizer, raw_ids, segments, write_documents
 
 V, E = 1 << 22, 100
@@ -187,7 +187,7 @@ def test_state_restores_after_json(tmp_path, objective):
   expected = [next(it) for _ in range(3)]
   it.close()
   it = pipeline.DataPipeline(spec, tokenizer=tok).train_iterator()
-  it.set_state(pipeline.merge_states([state]))
+  it.set_state(shards.merge_states([state]))
   got = [next(it) for _ in range(3)]
   it.close()
   for a, b in zip(expected, got):
