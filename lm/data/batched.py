@@ -56,6 +56,7 @@ import grain
 import numpy as np
 
 from lm.data import converters, objectives
+from lm.data import noise as noise_lib
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -234,7 +235,7 @@ def random_spans_lengths(length: int, noise_density: float, mean_noise_span_leng
   """Span lengths of T5's span noise mask for a block of examples of one length.
 
   The mask is [m_0 non-noise, n_0 noise, m_1 non-noise, n_1 noise, ...], counts as
-  `objectives.random_spans_noise_mask` (float32 arithmetic, half-to-even): N noise tokens in
+  `noise.random_spans_noise_mask` (float32 arithmetic, half-to-even): N noise tokens in
   S spans, both compositions uniformly random. Needs length >= 2 and noise_density > 0.
 
   Args:
@@ -244,7 +245,7 @@ def random_spans_lengths(length: int, noise_density: float, mean_noise_span_leng
   Raises:
     ValueError: S > L - N (the reference's error, where T5's TF code fails).
   """
-  num_noise, num_spans = objectives._random_spans_counts(  # pylint: disable=protected-access
+  num_noise, num_spans = noise_lib.random_spans_counts(
       length, noise_density, mean_noise_span_length)
   num_nonnoise = length - num_noise
   if num_spans > num_nonnoise:
@@ -265,7 +266,7 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
   Same edge cases as the reference: L < 2 is computed on 2 and sliced, density 0 -> all False.
   """
   keys = np.asarray(keys, np.uint64)
-  objectives._check_density(noise_density)  # pylint: disable=protected-access
+  noise_lib.check_density(noise_density)
   if not mean_noise_span_length > 0:
     raise ValueError(f"mean_noise_span_length must be > 0, got {mean_noise_span_length!r}")
   b, length = keys.shape[0], int(length)
@@ -297,16 +298,16 @@ def span_corruption(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   tokens = _check_block(tokens)
   b, length = tokens.shape
   keys = _check_keys(keys, b)
-  objectives._check_vocab(vocab_size, num_extra_ids)  # pylint: disable=protected-access
-  noise_density = objectives._check_density(noise_density)  # pylint: disable=protected-access
+  noise_lib.check_vocab(vocab_size, num_extra_ids)
+  noise_density = noise_lib.check_density(noise_density)
   if not mean_noise_span_length > 0:
     raise ValueError(f"mean_noise_span_length must be > 0, got {mean_noise_span_length!r}")
-  x0 = np.full((b, 1), objectives.sentinel_id(vocab_size), np.int32)
+  x0 = np.full((b, 1), noise_lib.sentinel_id(vocab_size), np.int32)
   if length == 0:
     return {"inputs": tokens[:, :0].copy(), "targets": tokens[:, :0].copy()}
   if noise_density == 0.0 or length == 1:  # all non-noise: the targets are one sentinel
     return {"inputs": tokens.copy(), "targets": x0}
-  num_noise, num_spans = objectives._random_spans_counts(  # pylint: disable=protected-access
+  num_noise, num_spans = noise_lib.random_spans_counts(
       length, noise_density, mean_noise_span_length)
   m, n = random_spans_lengths(length, noise_density, mean_noise_span_length, keys)
   _check_sentinels(num_spans, num_extra_ids)
@@ -344,7 +345,7 @@ def bernoulli(keys: np.ndarray, count: int, p: float, start: int = 0) -> np.ndar
 
 def iid_noise_mask(length: int, noise_density: float, keys: np.ndarray) -> np.ndarray:
   """Bernoulli(noise_density) noise per token: bool[B, L] (`bernoulli` from word 0 on)."""
-  noise_density = objectives._check_density(noise_density)  # pylint: disable=protected-access
+  noise_density = noise_lib.check_density(noise_density)
   return bernoulli(np.asarray(keys, np.uint64), int(length), noise_density)
 
 
@@ -364,14 +365,14 @@ def bert(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   del num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
   length = tokens.shape[1]
-  random_token_prob = objectives._check_density(  # pylint: disable=protected-access
+  random_token_prob = noise_lib.check_density(
       random_token_prob, what="random_token_prob")
   noise = iid_noise_mask(length, noise_density, keys)
   use_random = bernoulli(keys, length, random_token_prob, start=length)
-  random_tokens = (objectives.NUM_RESERVED_TOKENS + uniform_ints(
+  random_tokens = (noise_lib.NUM_RESERVED_TOKENS + uniform_ints(
       random_words(keys, length, start=2 * length),
-      int(vocab_size) - objectives.NUM_RESERVED_TOKENS)).astype(np.int32)
-  inputs = np.where(noise, np.int32(objectives.sentinel_id(vocab_size)), tokens)
+      int(vocab_size) - noise_lib.NUM_RESERVED_TOKENS)).astype(np.int32)
+  inputs = np.where(noise, np.int32(noise_lib.sentinel_id(vocab_size)), tokens)
   inputs = np.where(noise & use_random, random_tokens, inputs)
   return {"inputs": inputs, "targets": tokens.copy()}
 
@@ -383,7 +384,7 @@ def mass(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   del num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
   noise = iid_noise_mask(tokens.shape[1], noise_density, keys)
-  return {"inputs": np.where(noise, np.int32(objectives.sentinel_id(vocab_size)), tokens),
+  return {"inputs": np.where(noise, np.int32(noise_lib.sentinel_id(vocab_size)), tokens),
           "targets": tokens.copy()}
 
 
@@ -403,7 +404,7 @@ def _split_rows(values: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
 
 def _unique_sentinel_rows(tokens: np.ndarray, noise: np.ndarray, vocab_size: int,
                           num_extra_ids: int) -> list[np.ndarray]:
-  """objectives.noise_span_to_unique_sentinel on every row of a block: list of int32[...]."""
+  """noise_lib.noise_span_to_unique_sentinel on every row of a block: list of int32[...]."""
   prev = np.zeros_like(noise)
   prev[:, 1:] = noise[:, :-1]
   first = noise & ~prev
@@ -423,7 +424,7 @@ def iid_replace_spans(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   "targets": [...]}. Raises ValueError if any example needs more than num_extra_ids sentinels.
   """
   tokens, keys = _iid_tokens_block(tokens, keys)
-  objectives._check_density(noise_density, low_open=True,  # pylint: disable=protected-access
+  noise_lib.check_density(noise_density, low_open=True,
                             high_open=True)
   noise = iid_noise_mask(tokens.shape[1], noise_density, keys)
   return {"inputs": _unique_sentinel_rows(tokens, noise, vocab_size, num_extra_ids),
@@ -450,7 +451,7 @@ def prefix_lm(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   """
   del vocab_size, num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
-  noise_density = objectives._check_density(  # pylint: disable=protected-access
+  noise_density = noise_lib.check_density(
       noise_density, low_open=True, high=0.5)
   b, length = tokens.shape
   max_in = length - 1

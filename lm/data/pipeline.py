@@ -81,7 +81,7 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import converters, features, objectives, packing, sources
+from lm.data import converters, features, mixtures, objectives, packing, sources
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
@@ -456,7 +456,7 @@ class DataPipeline:
         spec.objective, vocab_size=tokenizer.vocab_size, num_extra_ids=spec.extra_ids,
         **_objective_params(spec, tokenizer))
     # (objective, raw length, weight) per stream: one, or one per mixture member.
-    if isinstance(objective, objectives.Mixture):
+    if isinstance(objective, mixtures.Mixture):
       self.streams = [(objective.member(i), raw, weight)
                       for i, (_, weight, _, raw) in enumerate(objective.members)]
     else:

@@ -15,6 +15,7 @@ import pytest
 
 from lm.data import batched as bt
 from lm.data import converters
+from lm.data import noise as noise_lib
 from lm.data import objectives as obj
 
 V = 32100
@@ -35,8 +36,8 @@ def runs(mask):
 
 def reference_pair(t, mask, extra=1000):
   kw = dict(vocab_size=V, num_extra_ids=extra)
-  return (obj.noise_span_to_unique_sentinel(t, mask, **kw),
-          obj.nonnoise_span_to_unique_sentinel(t, mask, **kw))
+  return (noise_lib.noise_span_to_unique_sentinel(t, mask, **kw),
+          noise_lib.nonnoise_span_to_unique_sentinel(t, mask, **kw))
 
 
 # ----------------------------------------------------------------------------- random numbers
@@ -87,7 +88,7 @@ def test_span_corruption_exact_invariants_every_example(length, density, mu):
   out = bt.span_corruption(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
                            mean_noise_span_length=mu)
   mask = bt.random_spans_noise_mask(length, density, mu, k)
-  ref_mask = obj.random_spans_noise_mask(length, density, mu, np.random.default_rng(0))
+  ref_mask = noise_lib.random_spans_noise_mask(length, density, mu, np.random.default_rng(0))
   num_noise, num_spans = int(ref_mask.sum()), runs(ref_mask)
   assert out["inputs"].shape == (b, length - num_noise + num_spans)
   assert out["targets"].shape == (b, num_noise + num_spans)
@@ -130,7 +131,7 @@ def _forced(length, density, mu):
   """True if the reference's span mask has no randomness at this (length, density, mu)."""
   if density == 0 or length < 2:
     return True
-  n, s = obj._random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+  n, s = noise_lib.random_spans_counts(length, density, mu)  # pylint: disable=protected-access
   if s > length - n:
     return False
   forced = lambda items: s - 1 in (0, items - 1)  # no cut or every gap cut
@@ -252,7 +253,7 @@ def test_noise_positions_match_the_reference_samples():
   n = 4000
   ours = bt.random_spans_noise_mask(141, 0.15, 3.0, keys(n, 13)).mean(0)
   g = np.random.default_rng(13)
-  ref = np.mean([obj.random_spans_noise_mask(141, 0.15, 3.0, g) for _ in range(n)], axis=0)
+  ref = np.mean([noise_lib.random_spans_noise_mask(141, 0.15, 3.0, g) for _ in range(n)], axis=0)
   p = (ours + ref) / 2
   assert np.all(np.abs(ours - ref) < 5 * np.sqrt(2 * p * (1 - p) / n) + 2 / n)
   assert ours[0] == ref[0] == 0 and ours[-1] == ref[-1] == 1
@@ -413,7 +414,7 @@ def test_span_corruption_large_sweep(seed):
     length = int(g.integers(2, 1200))
     density = float(g.choice([0.05, 0.15, 0.25, 0.5, 0.8]))
     mu = float(g.choice([1.0, 2.0, 3.0, 5.0, 8.0, 64.0]))
-    num_noise, num_spans = obj._random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+    num_noise, num_spans = noise_lib.random_spans_counts(length, density, mu)  # pylint: disable=protected-access
     t, k = tokens(50, length, seed=length), keys(50, seed, length)
     if num_spans > length - num_noise:
       with pytest.raises(ValueError, match="non-noise"):

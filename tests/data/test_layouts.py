@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lm.data import converters, objectives, pipeline, shards
+from lm.data import mixtures as mixtures_lib
 from numeric_tokenizer import DOC_STRIDE, NumericTokenizer, raw_ids, segments, write_documents
 
 V, E = 1 << 22, 100
@@ -161,7 +162,7 @@ def test_ul2_text_mode_tokens(tmp_path):
   mix = objectives.make_objective("mixture", vocab_size=V, num_extra_ids=E, preset="ul2",
                                   inputs_length=64, mode_tokens="text",
                                   encode=NumericTokenizer(words=words).encode)
-  assert all(np.array_equal(m[2], words[objectives.UL2_MODE_STRINGS[k]])
+  assert all(np.array_equal(m[2], words[mixtures_lib.UL2_MODE_STRINGS[k]])
              for m, k in zip(mix.members, "RRXXXXS"))
   with pytest.raises(ValueError, match="mode_tokens='text' needs encode"):
     objectives.make_objective("mixture", vocab_size=V, preset="ul2", inputs_length=64,
