@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""How the pipeline cuts each objective's examples out of documents (objectives.LAYOUTS).
+"""How the pipeline cuts each objective's examples out of documents (objectives.Layout).
 
 Documents are numeric (numeric_tokenizer.py), so every raw token in a batch names the
 document and the position it came from.
