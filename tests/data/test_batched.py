@@ -132,7 +132,7 @@ def _forced(length, density, mu):
   """True if the reference's span mask has no randomness at this (length, density, mu)."""
   if density == 0 or length < 2:
     return True
-  n, s = noise_lib.random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+  n, s = noise_lib.random_spans_counts(length, density, mu)
   if s > length - n:
     return False
   forced = lambda items: s - 1 in (0, items - 1)  # no cut or every gap cut
@@ -415,7 +415,7 @@ def test_span_corruption_large_sweep(seed):
     length = int(g.integers(2, 1200))
     density = float(g.choice([0.05, 0.15, 0.25, 0.5, 0.8]))
     mu = float(g.choice([1.0, 2.0, 3.0, 5.0, 8.0, 64.0]))
-    num_noise, num_spans = noise_lib.random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+    num_noise, num_spans = noise_lib.random_spans_counts(length, density, mu)
     t, k = tokens(50, length, seed=length), keys(50, seed, length)
     if num_spans > length - num_noise:
       with pytest.raises(ValueError, match="non-noise"):
