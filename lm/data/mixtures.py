@@ -190,7 +190,8 @@ def _resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mod
 
 
 def mixture(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
-            num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS, denoisers=None, preset: str | None = None,
+            num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS, denoisers=None,
+            preset: str | None = None,
             mode_tokens: Mapping[str, Any] | str | None = None, inputs_length: int | None = None,
             targets_length: int | None = None,
             encode: Callable[[str], Any] | None = None) -> Example:
@@ -239,7 +240,8 @@ def build_mixture(vocab_size, num_extra_ids, denoisers, preset, mode_tokens, inp
 # rules, each member at inputs_length minus its reserved mode tokens.
 
 
-def _members_for_lengths(resolved: Mapping[str, Any], num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS):
+def _members_for_lengths(resolved: Mapping[str, Any],
+                         num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS):
   # Only the member names, params and mode-token counts matter for lengths; the vocabulary size
   # is a placeholder large enough to pass the checks.
   return _resolve_mixture(10**6, num_extra_ids, resolved["denoisers"], resolved["preset"],

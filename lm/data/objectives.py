@@ -533,8 +533,9 @@ def check_lengths(name: str, *, inputs_length: int, targets_length: int,
                                  targets_length=targets_length, **params)
   if int(targets_length) < need and not allow_truncated_targets:
     raise ValueError(
-        f"objective {name!r}{' ' + str(params) if params else ''} at inputs_length={inputs_length} needs "
-        f"targets_length >= {need} (incl. EOS), but targets_length={targets_length}; raise it")
+        f"objective {name!r}{' ' + str(params) if params else ''} at "
+        f"inputs_length={inputs_length} needs targets_length >= {need} (incl. EOS), but "
+        f"targets_length={targets_length}; raise it")
   obj = _record(name)
   resolve_params(name, params)
   if obj.check_segment is not None:
@@ -546,6 +547,7 @@ def check_lengths(name: str, *, inputs_length: int, targets_length: int,
     need = required_extra_ids(name, inputs_length=inputs_length, targets_length=targets_length,
                               max_overflow_probability=max_overflow_probability, **params)
     raise ValueError(
-        f"objective {name!r}{' ' + str(params) if params else ''} at inputs_length={inputs_length} needs more than "
-        f"num_extra_ids={num_extra_ids} sentinels with probability {prob:.3g} per example "
-        f"(> {max_overflow_probability:g}); use a vocabulary with >= {need} extra ids")
+        f"objective {name!r}{' ' + str(params) if params else ''} at "
+        f"inputs_length={inputs_length} needs more than num_extra_ids={num_extra_ids} sentinels "
+        f"with probability {prob:.3g} per example (> {max_overflow_probability:g}); use a "
+        f"vocabulary with >= {need} extra ids")
