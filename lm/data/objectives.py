@@ -190,17 +190,6 @@ class Layout:
   has_inputs: bool = True
 
 
-# T5 reference (t5/data/preprocessors.py and t5/models/gin/objectives/*.gin):
-#   span_corruption, iid_denoising (iid_* gins, denoise.gin: bert, mass, drop, replace):
-#     select_random_chunk -> reduce_concat_tokens -> split_tokens -> denoise;
-#   prefix_lm (prefix_lm.gin) and deshuffling (all_permute.gin):
-#     select_random_chunk -> split_tokens_to_inputs_length, no reduce_concat_tokens;
-#   full_lm (lm.gin): select_random_chunk -> append_eos -> reduce_concat_tokens ->
-#     split_tokens(targets length), no EOS at chunk ends;
-#   mixture: UL2's ul2_objective concatenates (reduce_concat_tokens) before it shards the
-#     stream over the denoisers, each of which then splits its shard to its own raw length.
-
-
 Params = Mapping[str, Any]  # an objective's resolved keyword parameters
 
 
