@@ -13,12 +13,12 @@ global batches [batch_size, L] at T5's shapes (inputs 512; targets as the object
                -> objective (a Philox generator per example) + converters.convert ->
                FirstFitPackIterDataset -> rename -> batch;
   grain-block  the same grain source (shuffled, repeated) feeding
-               lm.data.batched.BlockExamplesIterDataset with pack_lengths (documents read in
+               lm.data.blocks.BlockExamplesIterDataset with pack_lengths (documents read in
                bulk, cut into chunks, objective + convert + first-fit packing ``--block``
                chunks at a time; checkpointable) -> batch: what the pipeline gives once
                wired (docs/speed.md);
   numpy-block  no grain at all: documents in a NumPy-permuted order ->
-               lm.data.batched.split_documents -> BlockObjective -> pack_dense (objectives
+               lm.data.blocks.split_documents -> BlockObjective -> pack_dense (objectives
                whose outputs have one length) or packing.pack_examples (the others) ->
                batches: the ceiling when per-document and per-example Python overheads
                are gone (grain's source costs ~30 us per document read).
@@ -50,7 +50,8 @@ from grain import experimental as grain_experimental  # noqa: E402  pylint: disa
 
 import results  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm import metrics  # noqa: E402  pylint: disable=g-import-not-at-top
-from lm.data import batched, converters, corpus, objectives, packing, pipeline  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import batched, blocks, converters, corpus, features, objectives, packing  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm.model import accounting, presets  # noqa: E402  pylint: disable=g-import-not-at-top
 
 CASES = {  # objective -> (architecture, params)
@@ -108,7 +109,7 @@ def per_example_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_s
   it = it.filter(lambda x: x["tokens"].size > 0)
   it = grain_experimental.ConcatThenSplitIterDataset(it, length_struct={"tokens": s["raw"]})
   examples = it.map_with_index(objective_and_convert)
-  keys = pipeline.feature_keys(arch)
+  keys = features.feature_keys(arch)
   packed = grain_experimental.FirstFitPackIterDataset(
       examples, length_struct={k: s["rows"][packing.stack_of(k)] for k in keys},
       num_packing_bins=max(batch_size, 16), shuffle_bins=False)
@@ -118,11 +119,11 @@ def per_example_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_s
 def grain_block_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_size: int,
                         batch_size: int, block: int):
   """Iterator of global batches through the grain-block stages (module docstring)."""
-  fn = batched.BlockObjective(objective, vocab_size=vocab_size, num_extra_ids=s["extra_ids"],
+  fn = blocks.BlockObjective(objective, vocab_size=vocab_size, num_extra_ids=s["extra_ids"],
                               architecture=s["architecture"], lengths=s["lengths"],
                               seed_words=(0,), **s["params"])
   ds = grain.MapDataset.source(docs).shuffle(seed=1).repeat(None).map(lambda t: {"tokens": t})
-  rows = batched.BlockExamplesIterDataset(ds, s["raw"], fn, block_size=block,
+  rows = blocks.BlockExamplesIterDataset(ds, s["raw"], fn, block_size=block,
                                           pack_lengths=s["rows"])
   return iter(rows.batch(batch_size, drop_remainder=True))
 
@@ -130,7 +131,7 @@ def grain_block_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_s
 def batched_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_size: int,
                     batch_size: int, block: int):
   """Iterator of global batches through the batched stages (module docstring)."""
-  fn = batched.BlockObjective(objective, vocab_size=vocab_size, num_extra_ids=s["extra_ids"],
+  fn = blocks.BlockObjective(objective, vocab_size=vocab_size, num_extra_ids=s["extra_ids"],
                               architecture=s["architecture"], lengths=s["lengths"],
                               seed_words=(0,), **s["params"])
   dense = objective in ("span_corruption", "bert", "mass", "full_lm")
@@ -146,11 +147,11 @@ def batched_batches(objective: str, s: dict, docs: list[np.ndarray], vocab_size:
       cursor += 1
       take.append(d)
       tokens += d.size
-    chunks, carry = batched.split_documents(take, s["raw"], carry)
+    chunks, carry = blocks.split_documents(take, s["raw"], carry)
     idx = np.arange(chunk_index, chunk_index + len(chunks))
     chunk_index += len(chunks)
     if dense:
-      rows = batched.pack_dense(fn.features(idx, chunks), s["rows"])
+      rows = blocks.pack_dense(fn.features(idx, chunks), s["rows"])
     else:
       packed = packing.pack_examples(fn(idx, list(chunks)), s["rows"])
       rows = {k: np.stack([r[k] for r in packed]) for k in packed[0]}
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
   if args.seconds <= 0 or args.batch_size < 1 or args.block < 1:
     parser.error("--seconds must be > 0, --batch_size and --block >= 1")
 
-  tok = pipeline.default_tokenizer(args.vocab_size)
+  tok = tokenizer_lib.default_tokenizer(args.vocab_size)
   docs = [d for d in (tok.encode(t).astype(np.int32) for t in corpus.default_corpus()) if d.size]
   vocab = tok.vocab_size
   if args.doc_tokens > 0:

@@ -9,7 +9,7 @@ corruption gives T5's 512/114 features):
 
   reference  lm.data.objectives.make_objective(...)(tokens, rng) + converters.convert, one
              example at a time (what the pipeline runs today);
-  batched    lm.data.batched.BlockObjective over blocks of ``--block`` chunks, returning one
+  batched    lm.data.blocks.BlockObjective over blocks of ``--block`` chunks, returning one
              feature dict per example (what a pipeline would consume);
   dense      BlockObjective.features: the same block as [B, L] arrays (objectives whose
              outputs have one length: span corruption, BERT, MASS, full LM).
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results  # noqa: E402  pylint: disable=g-import-not-at-top
-from lm.data import batched, converters, objectives  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import batched, blocks, converters, objectives  # noqa: E402  pylint: disable=g-import-not-at-top
 
 VOCAB_SIZE = 32100
 CASES = [  # name, params, num_extra_ids
@@ -78,7 +78,7 @@ def bench(name: str, params: dict, extra: int, architecture: str, seconds: float
   out = {"objective": name, "raw_length": raw,
          "reference": _timed(reference, seconds, len(ref_pool))}
   if name in batched.BATCHED:
-    block_fn = batched.BlockObjective(name, vocab_size=VOCAB_SIZE, num_extra_ids=extra,
+    block_fn = blocks.BlockObjective(name, vocab_size=VOCAB_SIZE, num_extra_ids=extra,
                                       architecture=architecture, lengths=lengths,
                                       seed_words=(0, 0), **params)
     chunks = list(pool)

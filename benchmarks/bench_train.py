@@ -62,9 +62,8 @@ import hf_reference  # noqa: E402  (benchmarks/)
 import results  # noqa: E402  (benchmarks/)
 from configs import t5 as t5_config  # noqa: E402
 from lm import hostmem, metrics, partitioning, steps, train  # noqa: E402
-from lm.data import packing  # noqa: E402
+from lm.data import features  # noqa: E402
 from lm.model import accounting  # noqa: E402
-from lm.train import dummy_batch  # noqa: E402
 
 ARCHS = ("encoder_decoder", "shared", "prefix_lm", "causal")
 SIZES = ("tiny", "small")
@@ -87,7 +86,7 @@ def random_batch(architecture: str, inputs_length: int, targets_length: int, bat
     on the first Li.
   """
   rng = np.random.default_rng(seed)
-  shapes = dummy_batch(architecture, inputs_length, targets_length, batch_size)
+  shapes = features.zero_batch(architecture, inputs_length, targets_length, batch_size)
   out = {}
   for key, zeros in shapes.items():
     b, length = zeros.shape
@@ -160,7 +159,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   model_config = run.model_config
   d = config.data
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size
-  init_batch = dummy_batch(d.architecture, li, lt)
+  init_batch = features.zero_batch(d.architecture, li, lt)
   local = random_batch(d.architecture, li, lt, b, model_config.vocab_size)
   with run.axis_rules():
     state = jax.jit(functools.partial(steps.create_train_state, model=run.model, tx=run.tx),
@@ -183,7 +182,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   loss = float(m["loss"][0]) / max(float(m["loss"][1]), 1.0)
   if gpu_peak is None and jax.devices()[0].platform == "gpu":
     gpu_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
-  feature_lengths = packing.feature_lengths(d.architecture, li, lt)
+  feature_lengths = features.feature_lengths(d.architecture, li, lt)
   compare = None
   if args.compare_hf and arch == "encoder_decoder" and dtype == "float32":
     def lm_step():

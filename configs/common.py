@@ -125,13 +125,10 @@ def _param_divisibility_errors(config: ml_collections.ConfigDict, model: Any,
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from lm import partitioning  # pylint: disable=g-import-not-at-top
-  from lm.data import packing, pipeline  # pylint: disable=g-import-not-at-top
+  from lm.data import features  # pylint: disable=g-import-not-at-top
   from lm.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   d = config.data
-  lengths = packing.feature_lengths(d.architecture, d.inputs_length, d.targets_length)
-  batch = {k: np.zeros((1, lengths[packing.stack_of(k)]),
-                       np.float32 if k == "decoder_loss_weights" else np.int32)
-           for k in pipeline.feature_keys(d.architecture)}
+  batch = features.zero_batch(d.architecture, d.inputs_length, d.targets_length, segments=False)
   boxed = jax.eval_shape(lambda b: Transformer(model).init(jax.random.key(0), b)["params"],
                          batch)
   logical = nn.get_partition_spec(boxed)

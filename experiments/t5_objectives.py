@@ -30,7 +30,7 @@ random tokens; iid_replace_spans (★ baseline) = every run of corrupted tokens 
 unique sentinel, target = the corrupted runs; drop_tokens = corrupted tokens removed from
 the input, target = the corrupted tokens.
 
-Layout (lm.data.objectives.LAYOUTS, as T5's gins): prefix_lm and deshuffle cut their
+Layout (lm.data.objectives.Layout, as T5's gins): prefix_lm and deshuffle cut their
 511-token segments from single documents (`prefix_lm.gin`, `all_permute.gin`: no
 reduce_concat_tokens), so an example never spans two documents and short documents give
 shorter examples; the other objectives cut them from the concatenated documents. Every row

@@ -33,14 +33,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 import ml_collections
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lm import checkpoint, partitioning
 from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError
-from lm.data import packing
-from lm.data import pipeline as pipeline_lib
+from lm.data import features
 from lm.data import tokenizer as tokenizer_lib
 from lm.model import hf_t5
 from lm.model.transformer import Transformer, TransformerConfig
@@ -96,17 +94,6 @@ class Restored:
     return self.model_config.mask_type
 
 
-def _dummy_batch(architecture: str, inputs_length: int = 4, targets_length: int = 4
-                 ) -> dict[str, np.ndarray]:
-  """All-zero features of `architecture` (for the params' abstract shapes only)."""
-  lengths = packing.feature_lengths(architecture, inputs_length, targets_length)
-  out = {}
-  for key in pipeline_lib.feature_keys(architecture):
-    dtype = np.float32 if key == "decoder_loss_weights" else np.int32
-    out[key] = np.zeros((1, lengths[packing.stack_of(key)]), dtype)
-  return out
-
-
 def abstract_params(model: Transformer, mesh: Mesh,
                     rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES
                     ) -> tuple[Any, Any]:
@@ -115,7 +102,7 @@ def abstract_params(model: Transformer, mesh: Mesh,
   Nothing is allocated (jax.eval_shape of model.init); the shardings follow the logical
   axis `rules` (lm/partitioning.py).
   """
-  batch = _dummy_batch(model.config.mask_type)
+  batch = features.zero_batch(model.config.mask_type, 4, 4, segments=False)
   boxed = jax.eval_shape(lambda r: model.init(r, batch)["params"], jax.random.key(0))
   specs = partitioning.params_partition_specs(boxed, rules)
   shardings = jax.tree.map(lambda s: NamedSharding(mesh, s), specs,
@@ -139,7 +126,7 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
   d = config.data
   if d.tokenizer:
     return tokenizer_lib.load_tokenizer(d.tokenizer, extra_ids=d.extra_ids)
-  return pipeline_lib.default_tokenizer(d.default_vocab_size, extra_ids=d.extra_ids)
+  return tokenizer_lib.default_tokenizer(d.default_vocab_size, extra_ids=d.extra_ids)
 
 
 def _model_diff(a: dict[str, Any], b: dict[str, Any], skip=(), names=("", "")) -> list[str]:

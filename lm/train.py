@@ -44,8 +44,9 @@ from jax.experimental import multihost_utils
 from configs import common
 from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
 from lm import workdir as workdir_lib
-from lm.data import packing
+from lm.data import features
 from lm.data import pipeline as pipeline_lib
+from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 from lm.model import accounting, hf_t5
 from lm.model.transformer import Transformer, TransformerConfig
@@ -122,15 +123,10 @@ def batch_shapes(architecture: str, inputs_length: int, targets_length: int,
 
   Returns:
     dict of ShapeDtypeStruct int32[batch_size, L] (float32 for decoder_loss_weights), with
-    the keys the pipeline produces for `architecture`.
+    the keys the pipeline produces for `architecture` (`lm.data.features.batch_spec`).
   """
-  lengths = packing.feature_lengths(architecture, inputs_length, targets_length)
-  keys = pipeline_lib.feature_keys(architecture)
-  out = {}
-  for key in keys + [f"{s}_{k}" for s in lengths for k in ("segment_ids", "positions")]:
-    dtype = np.float32 if key == "decoder_loss_weights" else np.int32
-    out[key] = jax.ShapeDtypeStruct((batch_size, lengths[packing.stack_of(key)]), dtype)
-  return out
+  return {k: jax.ShapeDtypeStruct((batch_size, length), dtype) for k, (length, dtype) in
+          features.batch_spec(architecture, inputs_length, targets_length).items()}
 
 
 def dummy_batch(architecture: str, inputs_length: int, targets_length: int,
@@ -139,10 +135,9 @@ def dummy_batch(architecture: str, inputs_length: int, targets_length: int,
 
   Returns:
     dict of int32[batch_size, L] arrays (float32 for decoder_loss_weights), with the
-    keys the pipeline produces for `architecture` (`batch_shapes`).
+    keys the pipeline produces for `architecture` (`lm.data.features.zero_batch`).
   """
-  return {k: np.zeros(s.shape, s.dtype) for k, s in
-          batch_shapes(architecture, inputs_length, targets_length, batch_size).items()}
+  return features.zero_batch(architecture, inputs_length, targets_length, batch_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,7 +303,7 @@ def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
   count that divides data.num_shards (lm/data/pipeline.py).
   """
   if jax.process_count() == 1:
-    return pipeline_lib.merge_states([state])
+    return shards_lib.merge_states([state])
   raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
   sizes = np.asarray(multihost_utils.process_allgather(np.array([raw.size], np.int64)))
   sizes = sizes.reshape(-1)
@@ -317,7 +312,7 @@ def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
   rows = np.asarray(multihost_utils.process_allgather(padded))
   states = [json.loads(rows[i, :int(sizes[i])].tobytes().decode())
             for i in range(rows.shape[0])]
-  return pipeline_lib.merge_states(states)
+  return shards_lib.merge_states(states)
 
 
 def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:

@@ -51,6 +51,10 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/optim.py": ["tests/test_optim.py", "tests/test_optim_reference.py"],
     "lm/steps.py": ["tests/test_steps.py", "tests/test_steps_reference.py"],
     "lm/data/objectives.py": ["tests/data/test_objectives.py"],
+    "lm/data/noise.py": ["tests/data/test_objectives.py"],
+    "lm/data/lengths.py": ["tests/data/test_objectives.py"],
+    "lm/data/mixtures.py": ["tests/data/test_objectives.py"],
+    "lm/data/features.py": ["tests/data/test_features.py"],
     "lm/data/converters.py": ["tests/data/test_converters.py"],
     "lm/data/packing.py": ["tests/data/test_packing.py"],
 }

@@ -38,7 +38,7 @@ from typing import Mapping
 
 import numpy as np
 
-ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
+from lm.data.features import ARCHITECTURES
 
 
 def _trim_append_eos(tokens: np.ndarray, max_len: int | None, eos_id: int) -> np.ndarray:

@@ -28,7 +28,7 @@ ALL its features fit; when one fits nowhere, a new row is opened. Examples longe
 than the row are an error (the converter has trimmed them already).
 
 What does not live here: trimming/EOS (`converters.py`), the grain pipeline
-(`pipeline.py`).
+(`pipeline.py`), the feature names, dtypes and row lengths (`features.py`).
 """
 from __future__ import annotations
 
@@ -36,36 +36,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-STACKS = ("encoder", "decoder")
-ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
-
-
-def feature_lengths(architecture: str, inputs_length: int, targets_length: int
-                    ) -> dict[str, int]:
-  """Row length per stack: {"encoder": Li, "decoder": Lt}, or {"decoder": Li + Lt}.
-
-  Decoder-only architectures put inputs and targets in one decoder sequence, so the
-  decoder row is Li + Lt long (the contract of `converters.convert`). Li = 0 is allowed for
-  decoder-only rows of objectives without inputs (full_lm: the row is the targets length,
-  T5's 512-token language-model rows).
-  """
-  if architecture not in ARCHITECTURES:
-    raise ValueError(f"Unknown architecture {architecture!r}; expected one of {ARCHITECTURES}.")
-  min_inputs = 1 if architecture == "encoder_decoder" else 0
-  if inputs_length < min_inputs or targets_length <= 0:
-    raise ValueError(f"Lengths must be positive (inputs_length may be 0 for decoder-only "
-                     f"rows), got {inputs_length}, {targets_length}.")
-  if architecture == "encoder_decoder":
-    return {"encoder": int(inputs_length), "decoder": int(targets_length)}
-  return {"decoder": int(inputs_length) + int(targets_length)}
-
-
-def stack_of(key: str) -> str:
-  """The stack a feature belongs to: "encoder_input_tokens" -> "encoder"."""
-  stack = key.split("_", 1)[0]
-  if stack not in STACKS:
-    raise ValueError(f"Feature {key!r} belongs to no stack; expected an encoder_/decoder_ key.")
-  return stack
+# The batch contract's names, re-exported: callers of the packer use them with it.
+from lm.data.features import ARCHITECTURES, STACKS, feature_lengths, stack_of  # noqa: F401
 
 
 def _lengths_by_feature(example: Mapping[str, np.ndarray], lengths: Mapping[str, int]):

@@ -1,25 +1,9 @@
 """The grain input pipeline: documents -> fixed-shape feature batches (the impure part).
 
-Virtual data shards. The documents are split into a FIXED number S of virtual
-shards (`DataSpec.num_shards`, default 8): shard k reads documents k::S and runs its
-own deterministic sub-pipeline, which yields `batch_size // S` rows per batch. The
-GLOBAL batch is the concatenation of all shards' rows in shard order. Process p of
-P owns shards [p*S/P, (p+1)*S/P) and yields the concatenation of its shards' rows,
-so the processes' local batches, in process order, make up exactly that global
-batch. Hence:
-
-  * the global batch sequence does not depend on the process count: a 2-process x
-    4-device run sees the same batches (and losses) as a 1-process x 8-device run;
-  * the iterator state is a position PER SHARD, so a checkpointed data position
-    restores onto a different process count (each process takes its shards from
-    the merged state of all processes, see `merge_states`).
-
-Sharding documents by process instead (documents p::P) would tie both the batches
-and the saved positions to P. Why S = 8 by default: it divides the usual batch
-sizes (powers of two >= 8) and allows 1, 2, 4 or 8 data-loading processes; more
-shards cost more packers (fewer rows per packer, a little more padding) and more
-per-shard bookkeeping. Raise it (to a multiple of the process count that divides
-the batch size) for runs over more than 8 hosts.
+The documents are split into a fixed number of virtual shards (`shards.py`: shard k reads
+documents k::num_shards, each process reads the shards it owns, the global batch is every
+shard's rows in shard order, so batches and saved positions do not depend on the process
+count). This module builds the sub-pipeline of one shard.
 
 Sub-pipeline of virtual shard k (train; grain dataset API):
 
@@ -71,27 +55,24 @@ Public API (what the trainer calls):
                   batch_size=128, num_shards=8, seed=0)
   data = DataPipeline(spec, process_index=jax.process_index(),
                       process_count=jax.process_count())
-  it = data.train_iterator()          # infinite (num_epochs=None)
+  it = data.train_iterator()          # infinite (num_epochs=None), a shards.TrainIterator
   batch = next(it)                    # dict of np arrays [batch_size // process_count, L]
   state = it.get_state()              # JSON-serialisable dict of this process's shards
-  merged = merge_states(all_states)   # every process's get_state(): save this one
+  merged = shards.merge_states(all_states)   # every process's get_state(): save this one
   it.set_state(merged)                # on restore (any process count), before next()
   it.packing_efficiency               # non-padding share of the last batch (log it)
   it.close()                          # stops the prefetch thread and the tokenizer pool
   for batch in data.eval_iterator(num_batches=N): ...   # finite, same every call
-  data.tokenizer, data.stats()        # Tokenizer; source statistics dict
+  data.tokenizer                      # the Tokenizer
 
-`make_train_iterator(spec, process_index, process_count)` and
-`make_eval_iterator(...)` are one-call shortcuts.
+The batches follow the batch contract of `features.py`.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-import logging
 import math
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
@@ -100,11 +81,10 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import converters, objectives, packing, sources
+from lm.data import converters, features, mixtures, objectives, packing, sources
+from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
-_STATE_VERSION = 2
-DEFAULT_NUM_SHARDS = 8
 # Documents tokenized per read-ahead task, and tasks in flight per shard per thread.
 _TOKENIZE_BLOCK = 16
 
@@ -135,7 +115,7 @@ class DataSpec:
       architecture with an objective without inputs, full_lm: rows of targets_length).
     batch_size: GLOBAL batch size; each process yields batch_size // process_count.
     eval_batch_size: global eval batch size (default batch_size).
-    num_shards: virtual data shards (module docstring). Must divide batch_size and
+    num_shards: virtual data shards (`shards.py`). Must divide batch_size and
       eval_batch_size, and be divisible by the process count. Changing it changes
       the batches (and makes saved data positions unusable).
     pack: pack several examples per row (else pad one example per row).
@@ -175,7 +155,7 @@ class DataSpec:
   targets_length: int = 114
   batch_size: int = 128
   eval_batch_size: int | None = None
-  num_shards: int = DEFAULT_NUM_SHARDS
+  num_shards: int = shards_lib.DEFAULT_NUM_SHARDS
   pack: bool = True
   num_packing_bins: int | None = None
   document_eos: bool | None = None
@@ -227,27 +207,6 @@ class DataSpec:
             "max_bad_fraction"}
     d = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def default_tokenizer(vocab_size: int = 8000, *, extra_ids: int = tokenizer_lib.DEFAULT_EXTRA_IDS
-                      ) -> tokenizer_lib.Tokenizer:
-  """A unigram tokenizer trained on the default corpus, cached under the lm cache dir."""
-  from lm.data import corpus  # pylint: disable=g-import-not-at-top
-  path = os.path.join(corpus.cache_dir(), "tokenizers", f"stdlib-docs-unigram-{vocab_size}.model")
-  if os.path.exists(path):
-    try:
-      return tokenizer_lib.load_tokenizer(path, extra_ids=extra_ids)
-    except tokenizer_lib.TokenizerFileError as e:  # a damaged cache entry: rebuild it
-      logging.warning("%s; rebuilding the cached tokenizer.", e)
-  tok = tokenizer_lib.train_tokenizer(corpus.default_corpus(), vocab_size=vocab_size,
-                                      extra_ids=extra_ids)
-  try:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    tok.save(tmp)
-    os.replace(tmp, path)
-  except OSError:
-    pass
-  return tok
 
 
 def _tokenize_fn(tok: tokenizer_lib.Tokenizer, document_eos: bool):
@@ -446,211 +405,7 @@ def _shuffle_seed(seed: int, shard: int, *member: int) -> int:
   return int(_mix(words)[0] >> np.uint64(32))
 
 
-def feature_keys(architecture: str) -> list[str]:
-  """Feature names that `converters.convert` produces for `architecture`.
 
-  Packed or padded batches add `<stack>_segment_ids` and `<stack>_positions`.
-  """
-  dummy = converters.convert({"inputs": np.array([3], np.int32),
-                              "targets": np.array([3], np.int32)}, architecture)
-  return list(dummy)
-
-
-def _pad_batch(rows: Mapping[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-  """Pads a partial batch [b, L] to [batch_size, L] with all-zero rows."""
-  out = {}
-  for k, v in rows.items():
-    pad = np.zeros((batch_size - v.shape[0], *v.shape[1:]), v.dtype)
-    out[k] = np.concatenate([v, pad])
-  return out
-
-
-def _concat(parts: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
-  """Shard batches [r, L] (in shard order) -> one batch [len(parts) * r, L]."""
-  return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-
-
-def _tuplify_slices(state: Any) -> Any:
-  """JSON turns grain ConcatThenSplit's (start, stop) tuples into lists; undo that."""
-  if isinstance(state, dict):
-    return {k: ({kk: tuple(vv) for kk, vv in v.items()} if k == "remainder_slices"
-                else _tuplify_slices(v)) for k, v in state.items()}
-  if isinstance(state, list):
-    return [_tuplify_slices(v) for v in state]
-  return state
-
-
-def _json_normal(state: Any) -> Any:
-  return json.loads(json.dumps(state))
-
-
-class _ShardBatchesIterDataset(grain.IterDataset):
-  """Batches of several shards' row datasets, concatenated in shard order."""
-
-  def __init__(self, shards: Mapping[int, grain.IterDataset]):
-    super().__init__(list(shards.values()))
-    self._shard_ids = list(shards)
-
-  def __iter__(self) -> _ShardBatchesIterator:
-    return _ShardBatchesIterator({k: iter(ds) for k, ds in zip(self._shard_ids, self.parents)})
-
-  def __str__(self) -> str:
-    return f"_ShardBatchesIterDataset(shards={self._shard_ids})"
-
-
-class _ShardBatchesIterator(grain.DatasetIterator):
-  """next(): every shard's next batch [r, L], concatenated; ends when one shard ends."""
-
-  def __init__(self, iterators: Mapping[int, grain.DatasetIterator]):
-    super().__init__(list(iterators.values()))
-    self._iterators = dict(iterators)
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    return _concat([next(it) for it in self._iterators.values()])
-
-  def get_state(self) -> dict[str, Any]:
-    return {"shards": {str(k): it.get_state() for k, it in self._iterators.items()}}
-
-  def set_state(self, state: Mapping[str, Any]) -> None:
-    for k, it in self._iterators.items():
-      it.set_state(state["shards"][str(k)])
-
-
-def _check_state_header(state: Mapping[str, Any], fingerprint: str | None,
-                        num_shards: int | None) -> None:
-  if not isinstance(state, Mapping) or state.get("version") != _STATE_VERSION:
-    version = state.get("version") if isinstance(state, Mapping) else None
-    raise ValueError(f"Data iterator state version {version} is not {_STATE_VERSION}; it was "
-                     "saved by another lm version (start the data from scratch).")
-  if num_shards is not None and state["num_shards"] != num_shards:
-    raise ValueError(f"Data iterator state has {state['num_shards']} virtual shards, this "
-                     f"pipeline {num_shards}; restore with the same data.num_shards.")
-  if fingerprint is not None and state["fingerprint"] != fingerprint:
-    raise ValueError(
-        "Data iterator state was saved with a different data spec (fingerprint "
-        f"{state['fingerprint']} != {fingerprint}); restore with the same data "
-        "config, or start the data from scratch.")
-
-
-def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-  """Merges every process's `TrainIterator.get_state()` into one restorable state.
-
-  The trainer gathers the states of all processes, saves the merged dict with the
-  checkpoint, and on restore passes it to every process's `set_state` (with any
-  process count): each process takes the shards it owns.
-
-  Args:
-    states: get_state() dicts (JSON round trips are fine), any order.
-
-  Returns:
-    {"version", "fingerprint", "num_shards", "batches", "shards": {str(k): state_k}}
-    holding the union of the shards, sorted by shard.
-
-  Raises:
-    ValueError: no states, states of different specs or positions, or one shard
-      with two different positions.
-  """
-  if not states:
-    raise ValueError("merge_states needs at least one iterator state.")
-  first = states[0]
-  _check_state_header(first, None, None)
-  shards: dict[str, Any] = {}
-  for state in states:
-    _check_state_header(state, first["fingerprint"], first["num_shards"])
-    if state["batches"] != first["batches"]:
-      raise ValueError(f"Cannot merge data iterator states at different positions "
-                       f"({state['batches']} != {first['batches']} batches); gather them "
-                       "at the same step.")
-    for k, shard_state in state["shards"].items():
-      shard_state = _json_normal(shard_state)
-      if k in shards and shards[k] != shard_state:
-        raise ValueError(f"Virtual data shard {k} has two different positions in the "
-                         "states to merge.")
-      shards[k] = shard_state
-  return {"version": _STATE_VERSION, "fingerprint": first["fingerprint"],
-          "num_shards": first["num_shards"], "batches": first["batches"],
-          "shards": dict(sorted(shards.items(), key=lambda kv: int(kv[0])))}
-
-
-class _Closed:
-  """Stands in for a closed iterator."""
-
-  def __next__(self):
-    raise ValueError("The data iterator is closed.")
-
-  def get_state(self):
-    raise ValueError("The data iterator is closed.")
-
-  set_state = get_state
-
-  def close(self):
-    pass
-
-
-_CLOSED = _Closed()
-
-
-class TrainIterator(Iterator[dict]):
-  """Infinite (or num_epochs-long) iterator of this process's batches.
-
-  With a finite num_epochs it ends at the first batch for which one of its shards
-  has run out (shards end at slightly different points; multi-process runs should
-  stop by step count instead).
-
-  Attributes:
-    shards: the virtual shards this process owns (range).
-    packing_efficiency: non-padding share of the last batch (float in (0, 1]).
-    batches: batches produced since the start (restored by set_state).
-  """
-
-  def __init__(self, iterator: grain.DatasetIterator, pool: _ThreadPool, *,
-               fingerprint: str, num_shards: int, shards: range):
-    self._it = iterator
-    self._pool = pool
-    self._fingerprint = fingerprint
-    self._num_shards = num_shards
-    self.shards = shards
-    self.packing_efficiency = float("nan")
-    self.batches = 0
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    batch = next(self._it)
-    self.batches += 1
-    self.packing_efficiency = packing.packing_efficiency(batch)
-    return batch
-
-  def get_state(self) -> dict[str, Any]:
-    """A JSON-serialisable dict: this process's shards' positions (see merge_states)."""
-    inner = self._it.get_state()
-    return {"version": _STATE_VERSION, "fingerprint": self._fingerprint,
-            "num_shards": self._num_shards, "batches": self.batches,
-            "shards": inner["shards"]}
-
-  def set_state(self, state: Mapping[str, Any]) -> None:
-    """Restores get_state() of this process or merge_states() of all (any process count).
-
-    Raises:
-      ValueError: another state version, data spec or num_shards, or a shard this
-        process owns is missing from the state.
-    """
-    _check_state_header(state, self._fingerprint, self._num_shards)
-    missing = [k for k in self.shards if str(k) not in state["shards"]]
-    if missing:
-      raise ValueError(
-          f"Data iterator state has no position for virtual shard(s) {missing} owned by "
-          f"this process (shards {list(self.shards)}); pass merge_states() of every "
-          "process's get_state().")
-    self._it.set_state({"shards": {str(k): _tuplify_slices(state["shards"][str(k)])
-                                   for k in self.shards}})
-    self.batches = int(state["batches"])
-
-  def close(self) -> None:
-    """Stops the prefetch thread and the tokenizer threads (idempotent)."""
-    # Drop the grain iterator now: its __del__ closes it again, which fails when
-    # that happens at interpreter exit.
-    it, self._it = self._it, _CLOSED
-    it.close()
-    self._pool.close()
 
 
 class DataPipeline:
@@ -671,35 +426,28 @@ class DataPipeline:
 
   def __init__(self, spec: DataSpec, *, process_index: int = 0, process_count: int = 1,
                tokenizer: tokenizer_lib.Tokenizer | None = None):
-    if not 0 <= process_index < process_count:
-      raise ValueError(f"process_index {process_index} not in [0, {process_count}).")
-    if spec.num_shards % process_count:
-      raise ValueError(
-          f"DataSpec.num_shards={spec.num_shards} is not divisible by process_count="
-          f"{process_count} (every process owns the same number of virtual data shards); "
-          f"set num_shards to a multiple of {process_count} that divides the batch size.")
+    self.shards = shards_lib.owned_shards(spec.num_shards, process_index, process_count)
     self.spec = spec
     self.process_index, self.process_count = process_index, process_count
     self.num_shards = spec.num_shards
-    per_process = spec.num_shards // process_count
-    self.shards = range(process_index * per_process, (process_index + 1) * per_process)
     self.rows_per_shard = spec.batch_size // spec.num_shards
     self.eval_rows_per_shard = (spec.eval_batch_size or spec.batch_size) // spec.num_shards
-    self.batch_size = self.rows_per_shard * per_process
-    self.eval_batch_size = self.eval_rows_per_shard * per_process
+    self.batch_size = self.rows_per_shard * len(self.shards)
+    self.eval_batch_size = self.eval_rows_per_shard * len(self.shards)
     if tokenizer is None:
       tokenizer = (tokenizer_lib.load_tokenizer(spec.tokenizer, extra_ids=spec.extra_ids)
                    if spec.tokenizer else
-                   default_tokenizer(spec.default_vocab_size, extra_ids=spec.extra_ids))
+                   tokenizer_lib.default_tokenizer(spec.default_vocab_size,
+                                                   extra_ids=spec.extra_ids))
     if tokenizer.extra_ids != spec.extra_ids:
       raise ValueError(f"Tokenizer has {tokenizer.extra_ids} extra ids, spec {spec.extra_ids}.")
     self.tokenizer = tokenizer
     self.raw_length = objectives.raw_length(
         spec.objective, inputs_length=spec.inputs_length,
         targets_length=spec.targets_length, **spec.objective_params)
-    self.lengths = packing.feature_lengths(spec.architecture, spec.inputs_length,
-                                           spec.targets_length)
-    self._keys = feature_keys(spec.architecture)
+    self.lengths = features.feature_lengths(spec.architecture, spec.inputs_length,
+                                            spec.targets_length)
+    self._keys = features.feature_keys(spec.architecture)
     layout = objectives.layout(spec.objective)
     self.concatenate = layout.concatenate if spec.concatenate is None else spec.concatenate
     self.document_eos = layout.document_eos if spec.document_eos is None else spec.document_eos
@@ -708,7 +456,7 @@ class DataPipeline:
         spec.objective, vocab_size=tokenizer.vocab_size, num_extra_ids=spec.extra_ids,
         **_objective_params(spec, tokenizer))
     # (objective, raw length, weight) per stream: one, or one per mixture member.
-    if isinstance(objective, objectives.Mixture):
+    if isinstance(objective, mixtures.Mixture):
       self.streams = [(objective.member(i), raw, weight)
                       for i, (_, weight, _, raw) in enumerate(objective.members)]
     else:
@@ -735,22 +483,9 @@ class DataPipeline:
       return source, None
     return sources.split_validation(source, spec.validation_fraction, seed=spec.validation_seed)
 
-  def stats(self) -> dict[str, Any]:
-    """Source statistics (SourceStats.as_dict) and sizes, for logging."""
-    def source_stats(src):
-      base = getattr(src, "source", src)
-      return {"documents": len(src), **getattr(base, "stats", sources.SourceStats()).as_dict()}
-    out = {"train": source_stats(self.train_source), "raw_length": self.raw_length,
-           "vocab_size": self.tokenizer.vocab_size,
-           "embedding_size": tokenizer_lib.padded_vocab_size(self.tokenizer.vocab_size),
-           "num_shards": self.num_shards, "shards": list(self.shards)}
-    if self.eval_source is not None:
-      out["eval"] = {"documents": len(self.eval_source)}
-    return out
-
   def _shard_rows(self, source, shard: int, pool: _ThreadPool, *, shuffle: bool,
                   num_epochs: int | None, seed: int) -> grain.IterDataset | None:
-    """Rows of one virtual shard (module docstring); None if it has no documents."""
+    """Rows of one virtual shard (the module docstring's sub-pipeline); None if it has no documents."""
     spec = self.spec
     docs = grain.MapDataset.source(source)[shard::self.num_shards]
     if len(docs) == 0:
@@ -790,7 +525,7 @@ class DataPipeline:
         shuffle_bins=False)
     return packed.map(packing.rename_packed)
 
-  def train_iterator(self) -> TrainIterator:
+  def train_iterator(self) -> shards_lib.TrainIterator:
     """The training iterator of this process (see the module docstring)."""
     spec = self.spec
     pool = _ThreadPool(spec.num_threads)
@@ -800,19 +535,12 @@ class DataPipeline:
                               num_epochs=spec.num_epochs, seed=spec.seed)
       assert rows is not None  # __init__ checked that every shard has documents.
       shards[k] = rows.batch(self.rows_per_shard, drop_remainder=True)
-    ds = _ShardBatchesIterDataset(shards)
+    ds = shards_lib.ShardBatchesIterDataset(shards)
     if spec.prefetch_batches:
       ds = grain_experimental.ThreadPrefetchIterDataset(
           ds, prefetch_buffer_size=spec.prefetch_batches)
-    return TrainIterator(iter(ds), pool, fingerprint=spec.fingerprint(),
-                         num_shards=self.num_shards, shards=self.shards)
-
-  def _zero_rows(self, rows: int) -> dict[str, np.ndarray]:
-    """All-zero rows [rows, L] with the batch's features and dtypes (loss weight 0)."""
-    dummy = converters.convert({"inputs": np.array([3], np.int32),
-                                "targets": np.array([3], np.int32)}, self.spec.architecture)
-    row = packing.pad_example(dummy, self.lengths)
-    return {k: np.zeros((rows, *v.shape), v.dtype) for k, v in row.items()}
+    return shards_lib.TrainIterator(iter(ds), pool.close, fingerprint=spec.fingerprint(),
+                                    num_shards=self.num_shards, shards=self.shards)
 
   def _eval_shard_batches(self, shards: Sequence[int], pool: _ThreadPool
                           ) -> dict[int, Iterator[dict[str, np.ndarray]] | None]:
@@ -855,6 +583,7 @@ class DataPipeline:
         until the longest shard ends (`eval_num_batches()`; with several processes
         that count costs one extra pass over all shards, so pass num_batches).
     """
+    spec = self.spec
     if self.eval_source is None:
       raise ValueError("No validation data: set DataSpec.eval_paths or validation_fraction > 0.")
     owns_all = len(self.shards) == self.num_shards
@@ -862,45 +591,14 @@ class DataPipeline:
     if total is None and not owns_all:
       total = self.eval_num_batches()
     r = self.eval_rows_per_shard
-    zeros = self._zero_rows(r)
+    zeros = features.zero_batch(spec.architecture, spec.inputs_length, spec.targets_length, r)
 
     def generate():
-      pool = _ThreadPool(self.spec.num_threads)
+      pool = _ThreadPool(spec.num_threads)
       try:
-        its = self._eval_shard_batches(self.shards, pool)
-        if owns_all and not any(its.values()):
-          raise ValueError("No validation examples: every validation shard is empty.")
-        produced = 0
-        while total is None or produced < total:
-          parts, live = [], False
-          for k in self.shards:
-            part = None if its[k] is None else next(its[k], None)
-            if part is None:
-              its[k] = None
-              parts.append(zeros)
-            else:
-              live = True
-              parts.append(_pad_batch(part, r))
-          if total is None and not live:
-            if produced == 0:
-              raise ValueError("No validation examples: the validation documents yield no rows.")
-            return
-          yield _concat(parts)
-          produced += 1
+        yield from shards_lib.eval_batches(self._eval_shard_batches(self.shards, pool), zeros, r,
+                                           total, owns_all=owns_all)
       finally:
         pool.close()
     return generate()
 
-
-def make_train_iterator(spec: DataSpec, process_index: int = 0, process_count: int = 1,
-                        **kwargs) -> TrainIterator:
-  """Shortcut: DataPipeline(spec, ...).train_iterator()."""
-  return DataPipeline(spec, process_index=process_index, process_count=process_count,
-                      **kwargs).train_iterator()
-
-
-def make_eval_iterator(spec: DataSpec, process_index: int = 0, process_count: int = 1,
-                       num_batches: int | None = None, **kwargs):
-  """Shortcut: DataPipeline(spec, ...).eval_iterator(num_batches)."""
-  return DataPipeline(spec, process_index=process_index, process_count=process_count,
-                      **kwargs).eval_iterator(num_batches)

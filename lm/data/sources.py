@@ -40,6 +40,13 @@ are memory-mapped and read lazily.
 
 What does not live here: tokenization (`tokenizer.py`), shuffling, sharding and
 everything after (`pipeline.py`).
+
+Why this module is long: it is one interface (`DocumentSource`) with six short
+implementations, one per file format, and the robustness rules above are shared code
+(the index builder, UTF-8 checks and decoding, cutting long documents, the statistics)
+that every implementation calls while it scans. Splitting the formats into modules would
+spread those rules, and `make_source`, which picks among all formats, over several files
+without making any one of them simpler.
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ Train one (deterministic, a few seconds for a few thousand pieces):
 
   python -m lm.data.tokenizer train --output=/tmp/spm.model --vocab_size=8000 [files...]
 
-With no input files it trains on the embedded default corpus (`corpus.py`).
+With no input files it trains on the embedded default corpus (`corpus.py`);
+`default_tokenizer` is that tokenizer, trained once and cached (runs that name no tokenizer).
 
 What does not live here: sentinel arithmetic of the objectives (`objectives.py`
 uses `vocab_size - 1 - k` directly), reading corpora (`sources.py`).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -31,6 +33,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2
+
+from lm.data import corpus
 
 PAD_ID = 0
 EOS_ID = 1
@@ -305,6 +309,28 @@ def read_text_files(paths: Sequence[str]) -> Iterable[str]:
         yield f.read().decode("utf-8", errors="replace")
 
 
+def default_tokenizer(vocab_size: int = 8000, *, extra_ids: int = DEFAULT_EXTRA_IDS) -> Tokenizer:
+  """A unigram tokenizer trained on the default corpus, cached under the lm cache dir.
+
+  The tokenizer of a run whose config names none (`DataSpec.tokenizer=None`). A damaged cache
+  entry is rebuilt (with a warning).
+  """
+  path = os.path.join(corpus.cache_dir(), "tokenizers", f"stdlib-docs-unigram-{vocab_size}.model")
+  if os.path.exists(path):
+    try:
+      return load_tokenizer(path, extra_ids=extra_ids)
+    except TokenizerFileError as e:  # a damaged cache entry: rebuild it
+      logging.warning("%s; rebuilding the cached tokenizer.", e)
+  tok = train_tokenizer(corpus.default_corpus(), vocab_size=vocab_size, extra_ids=extra_ids)
+  try:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    tok.save(tmp)
+    os.replace(tmp, path)
+  except OSError:
+    pass
+  return tok
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Command line: `python -m lm.data.tokenizer train --output=... --vocab_size=...`."""
   parser = argparse.ArgumentParser(
@@ -340,7 +366,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.inputs:
       documents = read_text_files(args.inputs)
     else:
-      from lm.data import corpus  # pylint: disable=g-import-not-at-top
       documents = corpus.default_corpus()
     try:
       tok = train_tokenizer(

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from lm.data import batched as bt
+from lm.data import blocks
 from lm.data import converters
+from lm.data import noise as noise_lib
 from lm.data import objectives as obj
 
 V = 32100
@@ -35,8 +37,8 @@ def runs(mask):
 
 def reference_pair(t, mask, extra=1000):
   kw = dict(vocab_size=V, num_extra_ids=extra)
-  return (obj.noise_span_to_unique_sentinel(t, mask, **kw),
-          obj.nonnoise_span_to_unique_sentinel(t, mask, **kw))
+  return (noise_lib.noise_span_to_unique_sentinel(t, mask, **kw),
+          noise_lib.nonnoise_span_to_unique_sentinel(t, mask, **kw))
 
 
 # ----------------------------------------------------------------------------- random numbers
@@ -87,7 +89,7 @@ def test_span_corruption_exact_invariants_every_example(length, density, mu):
   out = bt.span_corruption(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
                            mean_noise_span_length=mu)
   mask = bt.random_spans_noise_mask(length, density, mu, k)
-  ref_mask = obj.random_spans_noise_mask(length, density, mu, np.random.default_rng(0))
+  ref_mask = noise_lib.random_spans_noise_mask(length, density, mu, np.random.default_rng(0))
   num_noise, num_spans = int(ref_mask.sum()), runs(ref_mask)
   assert out["inputs"].shape == (b, length - num_noise + num_spans)
   assert out["targets"].shape == (b, num_noise + num_spans)
@@ -117,7 +119,7 @@ def test_span_corruption_exact_invariants_every_example(length, density, mu):
 
 def test_span_corruption_full_segment_gives_t5_lengths_with_eos():
   # 568 raw tokens at 512/0.15/3 -> 511 + EOS inputs, 113 + EOS targets (T5's 512/114).
-  block = bt.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
+  block = blocks.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
                             lengths={"inputs": 512, "targets": 114}, seed_words=(0, 0))
   f = block.features(np.arange(64), tokens(64, 568))
   assert f["encoder_input_tokens"].shape == (64, 512)
@@ -130,7 +132,7 @@ def _forced(length, density, mu):
   """True if the reference's span mask has no randomness at this (length, density, mu)."""
   if density == 0 or length < 2:
     return True
-  n, s = obj._random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+  n, s = noise_lib.random_spans_counts(length, density, mu)
   if s > length - n:
     return False
   forced = lambda items: s - 1 in (0, items - 1)  # no cut or every gap cut
@@ -252,7 +254,7 @@ def test_noise_positions_match_the_reference_samples():
   n = 4000
   ours = bt.random_spans_noise_mask(141, 0.15, 3.0, keys(n, 13)).mean(0)
   g = np.random.default_rng(13)
-  ref = np.mean([obj.random_spans_noise_mask(141, 0.15, 3.0, g) for _ in range(n)], axis=0)
+  ref = np.mean([noise_lib.random_spans_noise_mask(141, 0.15, 3.0, g) for _ in range(n)], axis=0)
   p = (ours + ref) / 2
   assert np.all(np.abs(ours - ref) < 5 * np.sqrt(2 * p * (1 - p) / n) + 2 / n)
   assert ours[0] == ref[0] == 0 and ours[-1] == ref[-1] == 1
@@ -354,7 +356,7 @@ def test_convert_batch_equals_convert_on_every_row(architecture, lengths, loss_o
 
 
 def test_block_objective_mixed_lengths_in_order_and_deterministic():
-  block = bt.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
+  block = blocks.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
                             lengths={"inputs": 512, "targets": 114}, seed_words=(0, 2))
   t = tokens(12, 568)
   chunks = [t[i] if i % 4 else t[i, :100 + i] for i in range(12)]  # mixed lengths
@@ -376,7 +378,7 @@ def test_block_objective_mixed_lengths_in_order_and_deterministic():
 
 @pytest.mark.parametrize("name", bt.BATCHED_OBJECTIVES)
 def test_block_objective_every_objective_matches_reference_shapes(name):
-  block = bt.BlockObjective(name, vocab_size=V, architecture="prefix_lm", num_extra_ids=140,
+  block = blocks.BlockObjective(name, vocab_size=V, architecture="prefix_lm", num_extra_ids=140,
                             lengths={"inputs": 512, "targets": 512}, seed_words=(1,))
   raw = obj.raw_length(name, inputs_length=512, targets_length=512)
   out = block(np.arange(8), list(tokens(8, raw)))
@@ -390,15 +392,15 @@ def test_block_objective_every_objective_matches_reference_shapes(name):
 
 def test_block_objective_rejects_bad_configuration():
   with pytest.raises(ValueError, match="no batched version"):
-    bt.BlockObjective("deshuffle", vocab_size=V, architecture="encoder_decoder")
+    blocks.BlockObjective("deshuffle", vocab_size=V, architecture="encoder_decoder")
   with pytest.raises(ValueError, match="random_roll"):
-    bt.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
+    blocks.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
                       random_roll=True)
   with pytest.raises(ValueError, match="unknown parameter"):
-    bt.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder", rate=1)
+    blocks.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder", rate=1)
   with pytest.raises(ValueError, match="unknown architecture"):
-    bt.BlockObjective("span_corruption", vocab_size=V, architecture="t5")
-  block = bt.BlockObjective("drop_tokens", vocab_size=V, architecture="encoder_decoder")
+    blocks.BlockObjective("span_corruption", vocab_size=V, architecture="t5")
+  block = blocks.BlockObjective("drop_tokens", vocab_size=V, architecture="encoder_decoder")
   with pytest.raises(ValueError, match="different lengths"):
     block.features(np.arange(2), tokens(2, 10))
   with pytest.raises(ValueError, match="2 indices for 1 chunks"):
@@ -413,7 +415,7 @@ def test_span_corruption_large_sweep(seed):
     length = int(g.integers(2, 1200))
     density = float(g.choice([0.05, 0.15, 0.25, 0.5, 0.8]))
     mu = float(g.choice([1.0, 2.0, 3.0, 5.0, 8.0, 64.0]))
-    num_noise, num_spans = obj._random_spans_counts(length, density, mu)  # pylint: disable=protected-access
+    num_noise, num_spans = noise_lib.random_spans_counts(length, density, mu)
     t, k = tokens(50, length, seed=length), keys(50, seed, length)
     if num_spans > length - num_noise:
       with pytest.raises(ValueError, match="non-noise"):
@@ -437,18 +439,18 @@ def test_span_corruption_large_sweep(seed):
 def test_split_documents_is_concatenate_then_cut():
   docs = [np.arange(5), np.arange(100, 103), np.zeros(0, np.int64), np.arange(200, 209)]
   stream = np.concatenate(docs).astype(np.int32)
-  chunks, rest = bt.split_documents(docs, 4)
+  chunks, rest = blocks.split_documents(docs, 4)
   np.testing.assert_array_equal(chunks, stream[:16].reshape(4, 4))
   np.testing.assert_array_equal(rest, stream[16:])
   assert chunks.dtype == rest.dtype == np.int32
   # carrying the rest over gives the same chunks as one call over everything
-  first, carry = bt.split_documents(docs[:2], 3)
-  second, rest2 = bt.split_documents(docs[2:], 3, carry)
+  first, carry = blocks.split_documents(docs[:2], 3)
+  second, rest2 = blocks.split_documents(docs[2:], 3, carry)
   np.testing.assert_array_equal(np.concatenate([first, second]).ravel(), stream[:15])
   np.testing.assert_array_equal(rest2, stream[15:])
-  assert bt.split_documents([], 4)[0].shape == (0, 4)
+  assert blocks.split_documents([], 4)[0].shape == (0, 4)
   with pytest.raises(ValueError, match="raw_length"):
-    bt.split_documents(docs, 0)
+    blocks.split_documents(docs, 0)
 
 
 @pytest.mark.parametrize("architecture,lengths,n_in,n_tg,b", [
@@ -460,7 +462,7 @@ def test_split_documents_is_concatenate_then_cut():
 def test_pack_dense_equals_first_fit_reference(architecture, lengths, n_in, n_tg, b):
   ex = {"inputs": tokens(b, n_in, seed=1), "targets": tokens(b, n_tg, seed=2)}
   feats = bt.convert_batch(ex, architecture)
-  got = bt.pack_dense(feats, lengths)
+  got = blocks.pack_dense(feats, lengths)
   want = packing_ref([{k: v[i] for k, v in feats.items()} for i in range(b)], lengths)
   assert set(got) == set(want[0]) and len(next(iter(got.values()))) == len(want)
   for r, row in enumerate(want):
@@ -477,9 +479,9 @@ def packing_ref(examples, lengths):
 def test_pack_dense_rejects_bad_input():
   feats = bt.convert_batch({"inputs": tokens(2, 30), "targets": tokens(2, 3)}, "encoder_decoder")
   with pytest.raises(ValueError, match="more than the row length"):
-    bt.pack_dense(feats, {"encoder": 16, "decoder": 8})
+    blocks.pack_dense(feats, {"encoder": 16, "decoder": 8})
   with pytest.raises(ValueError, match="no row length"):
-    bt.pack_dense(feats, {"decoder": 8})
+    blocks.pack_dense(feats, {"decoder": 8})
 
 
 # ----------------------------------------------------------------------------- grain stage
@@ -511,7 +513,7 @@ def test_block_examples_cuts_chunks_as_concat_then_split():
     def __call__(self, indices, chunks):
       return [{"index": int(i), "tokens": c} for i, c in zip(indices, chunks)]
 
-  got = list(bt.BlockExamplesIterDataset(ds, 17, Chunks(), block_size=5))
+  got = list(blocks.BlockExamplesIterDataset(ds, 17, Chunks(), block_size=5))
   assert [g["index"] for g in got] == list(range(len(want)))
   assert len(got) == len(want) and len(want[-1]) < 17
   for g, w in zip(got, want):
@@ -522,9 +524,9 @@ def test_block_examples_cuts_chunks_as_concat_then_split():
 def test_block_examples_resume_and_block_size_independence(block_size):
   import json  # pylint: disable=g-import-not-at-top
   _, ds = _documents(seed=1)
-  obj_fn = bt.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
+  obj_fn = blocks.BlockObjective("span_corruption", vocab_size=V, architecture="encoder_decoder",
                              seed_words=(4, 1))
-  make = lambda b: bt.BlockExamplesIterDataset(ds, 30, obj_fn, block_size=b)
+  make = lambda b: blocks.BlockExamplesIterDataset(ds, 30, obj_fn, block_size=b)
   reference = [e["encoder_input_tokens"] for e in make(4)]
   full = [e["encoder_input_tokens"] for e in make(block_size)]
   assert len(full) == len(reference) > 40
@@ -558,11 +560,11 @@ def test_block_examples_packed_rows_equal_first_fit_of_each_block():
   _, ds = _documents(seed=2, n=300)
   lengths = {"decoder": 70}
   for name in ("span_corruption", "prefix_lm"):
-    fn = bt.BlockObjective(name, vocab_size=V, architecture="causal", seed_words=(1,),
+    fn = blocks.BlockObjective(name, vocab_size=V, architecture="causal", seed_words=(1,),
                            lengths={"inputs": 40, "targets": 30})
     raw = 30
-    examples = list(bt.BlockExamplesIterDataset(ds, raw, fn, block_size=6))
-    rows = list(bt.BlockExamplesIterDataset(ds, raw, fn, block_size=6, pack_lengths=lengths))
+    examples = list(blocks.BlockExamplesIterDataset(ds, raw, fn, block_size=6))
+    rows = list(blocks.BlockExamplesIterDataset(ds, raw, fn, block_size=6, pack_lengths=lengths))
     want = []
     for start in range(0, len(examples), 6):  # first fit within each block of 6 chunks
       want += packing.pack_examples(examples[start:start + 6], lengths)
@@ -572,10 +574,10 @@ def test_block_examples_packed_rows_equal_first_fit_of_each_block():
       for key in ref:
         np.testing.assert_array_equal(got[key], ref[key])
     for cut in (0, 1, 5, len(rows) - 1):  # resuming a packed stream mid-block
-      it = iter(bt.BlockExamplesIterDataset(ds, raw, fn, block_size=6, pack_lengths=lengths))
+      it = iter(blocks.BlockExamplesIterDataset(ds, raw, fn, block_size=6, pack_lengths=lengths))
       for _ in range(cut):
         next(it)
-      resumed = iter(bt.BlockExamplesIterDataset(ds, raw, fn, block_size=6,
+      resumed = iter(blocks.BlockExamplesIterDataset(ds, raw, fn, block_size=6,
                                                  pack_lengths=lengths))
       resumed.set_state(it.get_state())
       rest = list(resumed)
@@ -597,7 +599,7 @@ def test_first_fit_pack_equals_pack_examples(architecture, lengths):
                                         "targets": tokens(1, lt, seed=i + 100)[0]},
                                        architecture))
   want = packing.pack_examples(examples, lengths)
-  got = bt.first_fit_pack(examples, lengths)
+  got = blocks.first_fit_pack(examples, lengths)
   assert len(next(iter(got.values()))) == len(want) < 60
   for r, row in enumerate(want):
     assert set(got) == set(row)
@@ -605,6 +607,6 @@ def test_first_fit_pack_equals_pack_examples(architecture, lengths):
       np.testing.assert_array_equal(got[key][r], value)
       assert got[key].dtype == value.dtype
   with pytest.raises(ValueError, match="more than the row length"):
-    bt.first_fit_pack(examples, {k: 2 for k in lengths})
+    blocks.first_fit_pack(examples, {k: 2 for k in lengths})
   with pytest.raises(ValueError, match="expected"):
-    bt.first_fit_pack([examples[0], {"decoder_target_tokens": np.ones(2, np.int32)}], lengths)
+    blocks.first_fit_pack([examples[0], {"decoder_target_tokens": np.ones(2, np.int32)}], lengths)

@@ -1,4 +1,4 @@
-"""How the pipeline cuts each objective's examples out of documents (objectives.LAYOUTS).
+"""How the pipeline cuts each objective's examples out of documents (objectives.Layout).
 
 Documents are numeric (numeric_tokenizer.py), so every raw token in a batch names the
 document and the position it came from.
@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from lm.data import converters, objectives, pipeline
+from lm.data import converters, objectives, pipeline, shards
+from lm.data import mixtures as mixtures_lib
 from numeric_tokenizer import DOC_STRIDE, NumericTokenizer, raw_ids, segments, write_documents
 
 V, E = 1 << 22, 100
@@ -161,7 +162,7 @@ def test_ul2_text_mode_tokens(tmp_path):
   mix = objectives.make_objective("mixture", vocab_size=V, num_extra_ids=E, preset="ul2",
                                   inputs_length=64, mode_tokens="text",
                                   encode=NumericTokenizer(words=words).encode)
-  assert all(np.array_equal(m[2], words[objectives.UL2_MODE_STRINGS[k]])
+  assert all(np.array_equal(m[2], words[mixtures_lib.UL2_MODE_STRINGS[k]])
              for m, k in zip(mix.members, "RRXXXXS"))
   with pytest.raises(ValueError, match="mode_tokens='text' needs encode"):
     objectives.make_objective("mixture", vocab_size=V, preset="ul2", inputs_length=64,
@@ -187,7 +188,7 @@ def test_state_restores_after_json(tmp_path, objective):
   expected = [next(it) for _ in range(3)]
   it.close()
   it = pipeline.DataPipeline(spec, tokenizer=tok).train_iterator()
-  it.set_state(pipeline.merge_states([state]))
+  it.set_state(shards.merge_states([state]))
   got = [next(it) for _ in range(3)]
   it.close()
   for a, b in zip(expected, got):

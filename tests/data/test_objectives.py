@@ -5,6 +5,9 @@ import numpy as np
 import pytest
 
 from lm.data import converters
+from lm.data import lengths as lengths_lib
+from lm.data import mixtures as mixtures_lib
+from lm.data import noise as noise_lib
 from lm.data import objectives as obj
 
 V = 32100  # T5 vocabulary incl. 100 extra ids
@@ -27,8 +30,8 @@ def runs(mask):
 def test_t5_notes_toy_example():
   mask = np.array([0, 0, 1, 1, 0, 0, 0, 1, 0, 1], bool)
   a, b, c, d, e, f, g, h, i, j = A
-  inputs = obj.noise_span_to_unique_sentinel(A, mask, vocab_size=V)
-  targets = obj.nonnoise_span_to_unique_sentinel(A, mask, vocab_size=V)
+  inputs = noise_lib.noise_span_to_unique_sentinel(A, mask, vocab_size=V)
+  targets = noise_lib.nonnoise_span_to_unique_sentinel(A, mask, vocab_size=V)
   np.testing.assert_array_equal(inputs, [a, b, X0, e, f, g, X1, i, X2])
   np.testing.assert_array_equal(targets, [X0, c, d, X1, h, X2, j])
   assert inputs.dtype == targets.dtype == np.int32
@@ -40,17 +43,17 @@ def test_t5_notes_toy_example():
 def test_other_inputs_targets_fns_by_hand():
   t = np.array([5, 6, 7, 8, 9], np.int32)
   m = np.array([0, 1, 1, 0, 1], bool)
-  np.testing.assert_array_equal(obj.drop_noise_tokens(t, m), [5, 8])
-  np.testing.assert_array_equal(obj.drop_nonnoise_tokens(t, m), [6, 7, 9])
-  np.testing.assert_array_equal(obj.noise_token_to_sentinel(t, m, vocab_size=V), [5, X0, X0, 8, X0])
-  p = obj.permute_noise_tokens(t, m, rng())
+  np.testing.assert_array_equal(noise_lib.drop_noise_tokens(t, m), [5, 8])
+  np.testing.assert_array_equal(noise_lib.drop_nonnoise_tokens(t, m), [6, 7, 9])
+  np.testing.assert_array_equal(noise_lib.noise_token_to_sentinel(t, m, vocab_size=V), [5, X0, X0, 8, X0])
+  p = noise_lib.permute_noise_tokens(t, m, rng())
   np.testing.assert_array_equal(p[~m], [5, 8])
   assert sorted(p[m]) == [6, 7, 9]
   # random_prob 1: every noise token random in [3, V); 0: every noise token the mask.
-  r = obj.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=20, random_prob=1.0)
+  r = noise_lib.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=20, random_prob=1.0)
   np.testing.assert_array_equal(r[~m], [5, 8])
   assert ((r[m] >= 3) & (r[m] < 20)).all()
-  r = obj.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=V, random_prob=0.0)
+  r = noise_lib.noise_token_to_random_token_or_sentinel(t, m, rng(), vocab_size=V, random_prob=0.0)
   np.testing.assert_array_equal(r, [5, X0, X0, 8, X0])
 
 
@@ -59,13 +62,13 @@ def test_iid_alignment_caveat_reproduced():
   # precedes noise span 1 (T5 preprocessors.py nonnoise_span_to_unique_sentinel).
   t = np.array([5, 6, 7, 8], np.int32)
   m = np.array([1, 0, 0, 1], bool)
-  np.testing.assert_array_equal(obj.noise_span_to_unique_sentinel(t, m, vocab_size=V),
+  np.testing.assert_array_equal(noise_lib.noise_span_to_unique_sentinel(t, m, vocab_size=V),
                                 [X0, 6, 7, X1])
-  np.testing.assert_array_equal(obj.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
+  np.testing.assert_array_equal(noise_lib.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
                                 [5, X0, 8])
   # Mask ending with non-noise: the targets end with a sentinel.
   m = np.array([0, 1, 0, 0], bool)
-  np.testing.assert_array_equal(obj.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
+  np.testing.assert_array_equal(noise_lib.nonnoise_span_to_unique_sentinel(t, m, vocab_size=V),
                                 [X0, 6, X1])
 
 
@@ -80,20 +83,20 @@ def test_iid_alignment_caveat_reproduced():
     ((512, 0.0, 3.0), (511, 1)),      # no noise: inputs = tokens + EOS
 ])
 def test_random_spans_helper(args, expected):
-  assert obj.random_spans_helper(*args) == expected
+  assert lengths_lib.random_spans_helper(*args) == expected
 
 
 def test_random_spans_helper_extra_tokens():
   # 2 sentinels per span in the inputs: T=540: nn=81, ns=27 -> 540-81+54+1 = 514 > 512;
   # T=538: nn=round(80.7)=81 -> 538-81+54+1 = 512; T=539: round(80.85)=81 -> 513.
-  assert obj.random_spans_helper(512, 0.15, 3.0, 2, 1) == (538, 81 + 27 + 1)
+  assert lengths_lib.random_spans_helper(512, 0.15, 3.0, 2, 1) == (538, 81 + 27 + 1)
 
 
 @pytest.mark.parametrize("inputs_length,density,mu", [
     (512, 0.15, 3.0), (128, 0.15, 3.0), (512, 0.15, 10.0), (512, 0.5, 3.0), (256, 0.25, 2.0),
     (512, 0.15, 64.0)])
 def test_full_segment_fills_inputs_and_targets_exactly(inputs_length, density, mu):
-  raw, tgt = obj.random_spans_helper(inputs_length, density, mu)
+  raw, tgt = lengths_lib.random_spans_helper(inputs_length, density, mu)
   assert obj.raw_length("span_corruption", inputs_length=inputs_length, noise_density=density,
                         mean_noise_span_length=mu) == raw
   fn = obj.make_objective("span_corruption", vocab_size=V, num_extra_ids=200,
@@ -113,7 +116,7 @@ def test_full_segment_fills_inputs_and_targets_exactly(inputs_length, density, m
 def test_random_spans_mask_exact_counts_many_seeds():
   g = rng(1)
   for _ in range(300):
-    m = obj.random_spans_noise_mask(568, 0.15, 3.0, g)
+    m = noise_lib.random_spans_noise_mask(568, 0.15, 3.0, g)
     assert m.dtype == bool and m.shape == (568,)
     assert m.sum() == 85 and runs(m) == 28 and runs(~m) == 28
     assert not m[0] and m[-1]
@@ -123,11 +126,11 @@ def test_random_spans_mask_float32_rounding():
   # T5 computes length * density in float32: 190 * float32(0.15) = 28.500001 -> 29 noise tokens,
   # where float64 gives 28.499999... -> 28.
   assert round(190 * 0.15) == 28
-  m = obj.random_spans_noise_mask(190, 0.15, 3.0, rng())
+  m = noise_lib.random_spans_noise_mask(190, 0.15, 3.0, rng())
   assert m.sum() == 29 and runs(m) == 10  # round(29/3) = 10
   # Half-to-even: 10 * 0.15 = 1.5 -> 2; 30 * 0.15 = 4.5 -> 4.
-  assert obj.random_spans_noise_mask(10, 0.15, 3.0, rng()).sum() == 2
-  assert obj.random_spans_noise_mask(30, 0.15, 3.0, rng()).sum() == 4
+  assert noise_lib.random_spans_noise_mask(10, 0.15, 3.0, rng()).sum() == 2
+  assert noise_lib.random_spans_noise_mask(30, 0.15, 3.0, rng()).sum() == 4
 
 
 def test_random_spans_mask_is_uniform_over_compositions():
@@ -137,7 +140,7 @@ def test_random_spans_mask_is_uniform_over_compositions():
   counts = {}
   n = 4500
   for _ in range(n):
-    m = obj.random_spans_noise_mask(8, 0.5, 2.0, g)
+    m = noise_lib.random_spans_noise_mask(8, 0.5, 2.0, g)
     counts[m.tobytes()] = counts.get(m.tobytes(), 0) + 1
   assert len(counts) == 9
   for c in counts.values():
@@ -157,20 +160,20 @@ def test_random_spans_edge_cases():
     ex = sc(t[:length], rng())
     np.testing.assert_array_equal(ex["inputs"], inputs)
     np.testing.assert_array_equal(ex["targets"], targets)
-  m = obj.random_spans_noise_mask(20, 0.15, 3.0, rng())
+  m = noise_lib.random_spans_noise_mask(20, 0.15, 3.0, rng())
   np.testing.assert_array_equal(m, [False] * 17 + [True] * 3)  # 3 noise, 1 span
   ex = obj.make_objective("span_corruption", vocab_size=V, noise_density=0.0)(A, rng())
   np.testing.assert_array_equal(ex["inputs"], A)
   np.testing.assert_array_equal(ex["targets"], [X0])
   # density 1 is clamped to length - 1 noise tokens; fine while spans <= non-noise tokens.
-  m = obj.random_spans_noise_mask(10, 1.0, 10.0, rng())
+  m = noise_lib.random_spans_noise_mask(10, 1.0, 10.0, rng())
   np.testing.assert_array_equal(m, [False] + [True] * 9)
   with pytest.raises(ValueError, match="non-noise"):
-    obj.random_spans_noise_mask(10, 1.0, 3.0, rng())  # 3 spans, 1 non-noise token (T5 fails)
+    noise_lib.random_spans_noise_mask(10, 1.0, 3.0, rng())  # 3 spans, 1 non-noise token (T5 fails)
 
 
 def test_random_roll_keeps_counts():
-  m = obj.random_spans_noise_mask(100, 0.15, 3.0, rng(), random_roll=True)
+  m = noise_lib.random_spans_noise_mask(100, 0.15, 3.0, rng(), random_roll=True)
   assert m.sum() == 15
 
 
@@ -313,7 +316,7 @@ def test_mixture_weights_and_mode_tokens():
 
 
 def test_ul2_preset():
-  members = obj.ul2_denoisers()
+  members = mixtures_lib.ul2_denoisers()
   assert len(members) == 7
   assert [m["params"].get("mean_noise_span_length") for m in members[:6]] == [3, 8, 3, 8, 64, 64]
   assert [m["params"]["noise_density"] for m in members] == [.15, .15, .5, .5, .15, .5, .5]
@@ -323,7 +326,7 @@ def test_ul2_preset():
   fn = obj.make_objective("mixture", vocab_size=V, num_extra_ids=n_extra, preset="ul2",
                           inputs_length=512, targets_length=512)
   raw = obj.raw_length("mixture", inputs_length=512, targets_length=512, preset="ul2")
-  assert raw == obj.random_spans_helper(511, 0.5, 64.0)[0]  # longest member, 1 mode token
+  assert raw == lengths_lib.random_spans_helper(511, 0.5, 64.0)[0]  # longest member, 1 mode token
   obj.check_lengths("mixture", inputs_length=512, targets_length=512, num_extra_ids=n_extra,
                     preset="ul2")
   g = rng(9)
@@ -389,7 +392,7 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="1-D"):
     obj.make_objective("full_lm", vocab_size=V)(np.zeros((2, 3), np.int32), rng())
   with pytest.raises(ValueError, match="shape"):
-    obj.drop_noise_tokens(A, np.zeros(3, bool))
+    noise_lib.drop_noise_tokens(A, np.zeros(3, bool))
 
 
 def test_raw_and_targets_lengths():
@@ -445,11 +448,48 @@ def test_objectives_pickle():
 
 
 def test_iid_and_prefix_masks_at_density_and_length_extremes():
-  assert obj.iid_noise_mask(5, 1.0, rng()).all() and not obj.iid_noise_mask(5, 0.0, rng()).any()
-  assert obj.iid_noise_mask(0, 0.5, rng()).shape == (0,)
-  np.testing.assert_array_equal(obj.random_prefix_noise_mask(2, 0.5, rng()), [True, False])
-  np.testing.assert_array_equal(obj.random_prefix_noise_mask(1, 0.5, rng()), [False])
+  assert noise_lib.iid_noise_mask(5, 1.0, rng()).all() and not noise_lib.iid_noise_mask(5, 0.0, rng()).any()
+  assert noise_lib.iid_noise_mask(0, 0.5, rng()).shape == (0,)
+  np.testing.assert_array_equal(noise_lib.random_prefix_noise_mask(2, 0.5, rng()), [True, False])
+  np.testing.assert_array_equal(noise_lib.random_prefix_noise_mask(1, 0.5, rng()), [False])
   with pytest.raises(ValueError, match="noise_density must be in"):
-    obj.iid_noise_mask(5, 1.01, rng())
+    noise_lib.iid_noise_mask(5, 1.01, rng())
   with pytest.raises(ValueError, match=r"noise_density must be in \(0, 0.5\]"):
-    obj.random_prefix_noise_mask(5, 0.0, rng())
+    noise_lib.random_prefix_noise_mask(5, 0.0, rng())
+
+
+def test_records_params_are_the_functions_keyword_defaults():
+  """Each record's params are its function's keyword parameters (the only ones accepted)."""
+  import inspect
+  for name, record in obj.OBJECTIVES.items():
+    sig = inspect.signature(record.fn)
+    defaults = {k: p.default for k, p in sig.parameters.items()
+                if p.kind is p.KEYWORD_ONLY and k not in ("vocab_size", "num_extra_ids")}
+    assert dict(record.params) == defaults, name
+
+
+def test_a_new_objective_is_one_record(monkeypatch):
+  """Registering one record makes every entry point know the objective."""
+  def reverse(tokens, rng, *, vocab_size, num_extra_ids=100, keep=1):
+    del rng, vocab_size, num_extra_ids
+    return {"inputs": tokens[:keep], "targets": tokens[::-1]}
+
+  record = obj.Objective(reverse, dict(keep=1), raw_length=lambda p, li, lt: li - 1,
+                         targets_length=lambda p, li, lt, q: li,
+                         layout=obj.Layout(concatenate=False))
+  monkeypatch.setitem(obj.OBJECTIVES, "reverse", record)
+  fn = obj.make_objective("reverse", vocab_size=V, keep=2)
+  out = fn(np.arange(3, 8, dtype=np.int32), np.random.default_rng(0))
+  assert out["inputs"].tolist() == [3, 4] and out["targets"].tolist() == [7, 6, 5, 4, 3]
+  assert obj.layout("reverse").concatenate is False
+  assert obj.raw_length("reverse", inputs_length=16) == 15
+  assert obj.required_targets_length("reverse", inputs_length=16) == 16
+  assert obj.sentinel_overflow_probability("reverse", inputs_length=16) == 0.0
+  obj.check_lengths("reverse", inputs_length=16, targets_length=16)
+  with pytest.raises(ValueError, match="targets_length >= 16"):
+    obj.check_lengths("reverse", inputs_length=16, targets_length=15)
+  with pytest.raises(ValueError, match="unknown parameter"):
+    obj.make_objective("reverse", vocab_size=V, drop=1)
+  mix = obj.make_objective("mixture", vocab_size=V, inputs_length=16, targets_length=16,
+                           denoisers=[{"objective": "reverse"}, {"objective": "prefix_lm"}])
+  assert [m[3] for m in mix.members] == [15, 15]

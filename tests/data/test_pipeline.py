@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from lm.data import pipeline
+from lm.data import pipeline, shards
 from lm.data import tokenizer as tok_lib
 
 WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron "
@@ -146,7 +146,7 @@ def test_state_restores_across_process_counts(corpus_file, tok, before, after):
       next(it)
     states.append(json.loads(json.dumps(it.get_state())))
     it.close()
-  merged = json.loads(json.dumps(pipeline.merge_states(states[::-1])))
+  merged = json.loads(json.dumps(shards.merge_states(states[::-1])))
   assert sorted(merged["shards"], key=int) == [str(k) for k in range(4)]
   resumed = []
   for p in range(after):
@@ -167,9 +167,9 @@ def test_state_errors(corpus_file, tok):
   for it in its:
     it.close()
   with pytest.raises(ValueError, match="different positions"):
-    pipeline.merge_states(states)
+    shards.merge_states(states)
   with pytest.raises(ValueError, match="at least one"):
-    pipeline.merge_states([])
+    shards.merge_states([])
   whole = pipeline.DataPipeline(spec, tokenizer=tok).train_iterator()
   with pytest.raises(ValueError, match=r"no position for virtual shard\(s\) \[2, 3\]"):
     whole.set_state(states[0])  # process 0 of 2 holds shards 0 and 1 only

@@ -105,7 +105,6 @@ def test_corrupt_cached_tokenizer_is_rebuilt(tmp_path, monkeypatch, caplog):
   """Row k: the default tokenizer's cache entry, damaged, is rebuilt (not a crash)."""
   import os
 
-  from lm.data import pipeline
   monkeypatch.setenv("LM_CACHE_DIR", str(tmp_path))
   monkeypatch.setattr(corpus, "default_corpus", lambda: TEXT)
   path = os.path.join(str(tmp_path), "tokenizers", "stdlib-docs-unigram-200.model")
@@ -113,7 +112,7 @@ def test_corrupt_cached_tokenizer_is_rebuilt(tmp_path, monkeypatch, caplog):
   with open(path, "wb") as f:
     f.write(b"\x00garbage" * 100)
   with caplog.at_level("WARNING"):
-    rebuilt = pipeline.default_tokenizer(200, extra_ids=10)
+    rebuilt = tok_lib.default_tokenizer(200, extra_ids=10)
   assert path in caplog.text and "rebuilding" in caplog.text
   assert rebuilt.vocab_size == 210
   assert tok_lib.load_tokenizer(path, extra_ids=10).encode("a container").tolist() == \
