@@ -38,7 +38,9 @@ from typing import Mapping
 
 import numpy as np
 
-ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
+from lm.architecture import LAYOUTS
+
+ARCHITECTURES = LAYOUTS  # the data layouts, named in lm/architecture.py
 
 
 def _trim_append_eos(tokens: np.ndarray, max_len: int | None, eos_id: int) -> np.ndarray:

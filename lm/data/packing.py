@@ -36,8 +36,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from lm.architecture import LAYOUTS
+
 STACKS = ("encoder", "decoder")
-ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
+ARCHITECTURES = LAYOUTS  # the data layouts, named in lm/architecture.py
 
 
 def feature_lengths(architecture: str, inputs_length: int, targets_length: int
