@@ -30,11 +30,13 @@ Hardware and time:
     the default (embedded corpus, tokenizer trained on the fly) only makes the config run.
 
 `arg` keys (configs.common.parse_arg; defaults in brackets):
-  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures)
+  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures;
+             config.model.architecture, from which lm/config.py derives the model's mask
+             type and stacks and the data layout)
   objective  [span_corruption] | iid_replace_spans | drop_tokens | bert | mass | deshuffle |
              prefix_lm | full_lm | ul2                              (T5 Tables 4-7, UL2)
-  size       [base] | tiny | small_cpu | small | large | xl | xxl (t5_1_1) or small | base |
-             large | 3b | 11b (t5_1_0)
+  size       [base] | tiny | small_cpu (the "cpu" family) | small | large | xl | xxl (t5_1_1)
+             or small | base | large | 3b | 11b (t5_1_0): a row of lm/model/presets.py
   family     [t5_1_1] | t5_1_0
   noise      [-1 = the objective's default] corruption rate (T5 Table 6)
   span       [-1 = default] mean span length for span_corruption (T5 Table 7)

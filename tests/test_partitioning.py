@@ -128,7 +128,7 @@ def test_real_base_preset_specs_on_2x4_mesh_divide_evenly():
   from lm.model.presets import make_config
   from lm.model.transformer import Transformer
   mesh = partitioning.make_mesh((1, 2, 4))
-  model = Transformer(make_config("t5_1_1_base"))
+  model = Transformer(make_config("t5_1_1", "base", "encoder_decoder"))
   batch = {"encoder_input_tokens": jnp.zeros((1, 8), jnp.int32),
            "decoder_input_tokens": jnp.zeros((1, 4), jnp.int32),
            "decoder_target_tokens": jnp.zeros((1, 4), jnp.int32)}

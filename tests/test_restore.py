@@ -108,8 +108,10 @@ def test_unknown_step_lists_the_available_ones(run):
 
 @pytest.mark.parametrize("override, match", [
     ("--config.model.emb_dim=96", "emb_dim: 64 in the run, 96 overridden"),
-    ("--config.model.mask_type=prefix_lm", "mask_type"),
-    ("--config.data.architecture=causal", "architecture"),
+    ("--config.model.architecture=prefix_lm", "mask_type: 'encoder_decoder' in the run, "
+     "'prefix_lm' overridden"),
+    ("--config.model.architecture=shared", "shared_encoder_decoder"),
+    ("--config.model.num_layers=1", "num_encoder_layers"),
 ])
 def test_shape_or_architecture_changing_override_is_refused(run, override, match):
   with pytest.raises(restore.IncompatibleCheckpointError, match=match):
