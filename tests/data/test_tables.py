@@ -145,5 +145,5 @@ def test_full_size_rows(table):
       assert d.inputs_length == 512, p.name
       if table in SAME_TEXT:  # split_tokens_to_inputs_length: 511 + EOS
         assert raw == 511, (p.name, raw)
-      elif d.objective == "span_corruption" and d.objective_params.mean_noise_span_length == 3:
+      elif d.objective == "span_corruption" and d.objective_params["mean_noise_span_length"] == 3:
         assert (raw, d.targets_length) == (568, 114), p.name  # T5's 512/114 span corruption
