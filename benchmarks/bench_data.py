@@ -65,7 +65,7 @@ CASES = {  # objective -> (architecture, params)
     "full_lm": ("causal", {}),
     "mixture": ("encoder_decoder", {"preset": "ul2"}),
 }
-MODELS = ("t5_1_1_small", "t5_1_1_base")
+MODELS = {"t5_1_1_small": ("t5_1_1", "small"), "t5_1_1_base": ("t5_1_1", "base")}
 MFU = 0.5
 
 
@@ -187,12 +187,13 @@ def measure(batches, seconds: float) -> dict[str, float]:
 
 
 def model_for(preset: str, architecture: str):
-  config = presets.make_config(preset)
+  """MODELS[preset]'s size as `architecture`; decoder-only with both stacks' layers (same FLOPs)."""
+  family, size = MODELS[preset]
+  config = presets.make_config(family, size, "encoder_decoder")
   if architecture == "encoder_decoder":
     return config
-  return presets.make_config(preset, mask_type=architecture, num_encoder_layers=0,
-                             num_decoder_layers=config.num_encoder_layers +
-                             config.num_decoder_layers)
+  return presets.make_config(family, size, architecture,
+                             num_layers=config.num_encoder_layers + config.num_decoder_layers)
 
 
 def _chip_peaks() -> dict[str, float]:

@@ -9,7 +9,7 @@ d_model 512, vocab 32128; float32), initialised by lm with a fixed seed and writ
 Hugging Face directory with ``lm.model.hf_t5.save_hf_t5``; lm decodes it through
 ``lm.model.hf_t5.load_hf_t5`` + ``lm.decoding``, transformers through
 ``T5ForConditionalGeneration.from_pretrained`` + ``generate`` (eager attention, KV cache).
-A decoder-only model (``causal_lm_small``: 8 layers of the same shape) is decoded by lm
+A decoder-only model (``t5_1_1/small/causal``: 8 layers of the same shape) is decoded by lm
 only: transformers has no T5 decoder-only model to compare with, so its rows show lm's
 figures alone.
 
@@ -45,8 +45,8 @@ sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
 
-FULL = {"encdec": "t5_1_1_small", "deconly": "causal_lm_small"}
-QUICK = {"encdec": "tiny", "deconly": "tiny_causal"}
+FULL = {"encdec": "t5_1_1/small/encoder_decoder", "deconly": "t5_1_1/small/causal"}
+QUICK = {"encdec": "cpu/tiny/encoder_decoder", "deconly": "cpu/tiny/causal"}
 
 
 def _count_tokens(tokens: np.ndarray) -> int:
@@ -93,7 +93,7 @@ def lm_worker(args, cases) -> dict:
       if kind == "encdec":
         config, params = hf_t5.load_hf_t5(args.hf_dir, dtype="float32")
       else:
-        config = presets.make_config(args.presets["deconly"], dtype="float32", dropout_rate=0.0)
+        config = presets.from_name(args.presets["deconly"], dtype="float32", dropout_rate=0.0)
         init = {"decoder_input_tokens": np.zeros((1, 8), np.int32)}
         params = jax.jit(Transformer(config).init)(jax.random.PRNGKey(0), init)["params"]
       models[kind] = (Transformer(config), params)
@@ -171,7 +171,7 @@ def _write_model(directory: str, preset: str) -> None:
   import jax
   from lm.model import hf_t5, presets
   from lm.model.transformer import Transformer
-  config = presets.make_config(preset, dtype="float32", dropout_rate=0.0)
+  config = presets.from_name(preset, dtype="float32", dropout_rate=0.0)
   init = {"encoder_input_tokens": np.ones((1, 8), np.int32), "decoder_input_tokens": np.zeros((1, 8), np.int32)}
   params = jax.jit(Transformer(config).init)(jax.random.PRNGKey(0), init)["params"]
   hf_t5.save_hf_t5(directory, config, params)

@@ -1,8 +1,8 @@
 """Model throughput benchmark: jitted forward + backward of the presets, tokens/s and MFU.
 
     python benchmarks/bench_model.py                        # tiny, t5_1_1_small, decoder-only
-    python benchmarks/bench_model.py --presets t5_1_1_small --batch 8 --steps 5 --dtype float32
-    python benchmarks/bench_model.py --presets t5_1_1_small --compare_hf   # + HF PyTorch T5
+    python benchmarks/bench_model.py --presets t5_1_1/small/encoder_decoder --batch 8 --steps 5 --dtype float32
+    python benchmarks/bench_model.py --presets t5_1_1/small/encoder_decoder --compare_hf   # + HF PyTorch T5
 
 What is timed: ``jax.jit(jax.value_and_grad(loss))(params, batch)`` where loss is the
 mean token cross entropy of ``Transformer(config).apply`` (no optimizer update, no
@@ -51,10 +51,11 @@ import hf_reference  # noqa: E402  (benchmarks/)
 import results  # noqa: E402  (benchmarks/)
 from lm import hostmem, metrics  # noqa: E402
 from lm.model import accounting  # noqa: E402
-from lm.model.presets import make_config  # noqa: E402
+from lm.model.presets import from_name  # noqa: E402
 from lm.model.transformer import Transformer, TransformerConfig  # noqa: E402
 
-DEFAULT_PRESETS = "tiny,tiny_causal,t5_1_1_small,decoder_only_small,causal_lm_small"
+DEFAULT_PRESETS = ("cpu/tiny/encoder_decoder,cpu/tiny/causal,t5_1_1/small/encoder_decoder,"
+                   "t5_1_1/small/prefix_lm,t5_1_1/small/causal")
 
 
 def make_batch(config: TransformerConfig, batch_size: int, inputs_length: int,
@@ -146,7 +147,8 @@ def compare_hf(config: TransformerConfig, batch, lm_step, args) -> dict:
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--presets", default=DEFAULT_PRESETS, help="comma-separated MODEL_PRESETS names")
+  parser.add_argument("--presets", default=DEFAULT_PRESETS, help="comma-separated family/size/architecture names "
+                      "(lm/model/presets.py)")
   parser.add_argument("--batch", type=int, default=4)
   parser.add_argument("--steps", type=int, default=5, help="timed steps (per round with --compare_hf)")
   parser.add_argument("--inputs_length", type=int, default=512)
@@ -190,7 +192,7 @@ def main(argv=None) -> None:
     overrides = dict(dropout_rate=0.0, scan_layers=args.scan_layers, remat_policy=args.remat_policy)
     if args.dtype != "preset":
       overrides["dtype"] = args.dtype
-    config = make_config(name, **overrides)
+    config = from_name(name, **overrides)
     batch = make_batch(config, args.batch, li, lt)
     tokens = args.batch * (li + lt)
     flops = accounting.training_flops(config, li, lt, args.batch)

@@ -61,11 +61,13 @@ import fair  # noqa: E402  (benchmarks/)
 import hf_reference  # noqa: E402  (benchmarks/)
 import results  # noqa: E402  (benchmarks/)
 from configs import t5 as t5_config  # noqa: E402
+from lm import config as config_lib  # noqa: E402
+from lm.architecture import ARCHITECTURES  # noqa: E402
 from lm import hostmem, metrics, partitioning, steps, train  # noqa: E402
 from lm.data import features  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
-ARCHS = ("encoder_decoder", "shared", "prefix_lm", "causal")
+ARCHS = ARCHITECTURES  # lm/architecture.py
 SIZES = ("tiny", "small")
 
 
@@ -74,7 +76,8 @@ def random_batch(architecture: str, inputs_length: int, targets_length: int, bat
   """Random full rows with the pipeline's features for ``architecture`` (data architecture).
 
   Args:
-    architecture: "encoder_decoder", "prefix_lm" or "causal" (``config.data.architecture``).
+    architecture: "encoder_decoder", "prefix_lm" or "causal" (the data layout,
+      ``lm.config.data_spec(config).architecture``).
     inputs_length, targets_length: Li, Lt (decoder-only rows are Li + Lt long).
     batch_size: B.
     vocab_size: token ids are drawn from [2, vocab_size).
@@ -157,7 +160,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   config.lock()
   run = train.build_run(config, mesh=mesh)  # what lm.train compiles, over `mesh`
   model_config = run.model_config
-  d = config.data
+  d = run.data_spec
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size
   init_batch = features.zero_batch(d.architecture, li, lt)
   local = random_batch(d.architecture, li, lt, b, model_config.vocab_size)
@@ -190,7 +193,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
       state, _ = compiled(state, batch)
       jax.block_until_ready(state)
     compare = compare_hf(model_config, local, lm_step, args)
-  return {"arch": arch, "size": size, "preset": config.model.preset, "dtype": dtype,
+  return {"arch": arch, "size": size, "preset": config_lib.preset_name(config), "dtype": dtype,
           "batch": b, "li": li, "lt": lt, "rows": feature_lengths, "compare_hf": compare,
           "params": accounting.count_params(model_config),
           "flops": accounting.training_flops(model_config, li, lt, b),

@@ -1,6 +1,6 @@
 r"""GPT-3 family (Brown et al., 2020, Table 2.1): causal LM with full-LM loss, for planning.
 
-Command (one size; the shapes are the paper's, lm/model/presets.py `gpt3_*`):
+Command (one size; the shapes are the paper's: the `gpt3` size table of lm/model/presets.py):
   python -m lm.main --workdir=/tmp/gpt3_125m --config=configs/gpt3.py:size=125m
 CPU-sized try-out of the same code path (tiny causal model, embedded corpus, ~2 min):
   python -m lm.main --workdir=/tmp/gpt_local --config=configs/gpt3.py:runlocal
@@ -24,6 +24,7 @@ from __future__ import annotations
 import ml_collections
 
 from configs import common, t5
+from lm import config as config_lib
 
 # size -> (learning rate, batch size in 2048-token sequences), GPT-3 Table 2.1 (its batch
 # sizes 0.5M / 1M / 2M / 3.2M tokens are 256 / 512 / 1024 / 1536 sequences of 2048).
@@ -53,9 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   lr, batch_seqs = GPT3_HPARAMS[arg.size]
 
   if not arg.runlocal:
-    from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
-    config.model.preset = f"gpt3_{arg.size}"
-    for key, value in MODEL_PRESETS[config.model.preset].items():
+    for key, value in config_lib.model_section("gpt3", arg.size, "causal").items():
       config.model[key] = value
     config.model.max_length = context
     config.data.batch_size = int(batch_seqs * 2048 // context)  # same tokens per step

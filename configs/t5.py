@@ -8,11 +8,11 @@ Laptop / CI run (tiny model, embedded corpus, tokenizer trained on the fly, 2-co
   python -m lm.main --workdir=/tmp/t5_local --config=configs/t5.py:runlocal
 Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.data.batch_size=256`
 (locked: a misspelt field fails with its name). Check a config without running it:
-  python -c "from configs import t5; t5.validate(t5.get_config('arch=causal'))"
+  python -c "from configs import t5; from lm import config; config.validate(t5.get_config('arch=causal'))"
 
 Hardware and time:
   runlocal: 2-core CPU, 1 JAX device. Measured on this 2-core machine (shared with other jobs)
-    with the pieces the trainer calls (configs.common.data_spec + DataPipeline,
+    with the pieces the trainer calls (lm.config.data_spec + DataPipeline,
     lm.steps.train_step jitted with partitioning shardings; not yet through lm.main):
     ~13 s to train the 1000-piece tokenizer on first use (cached afterwards), ~10 s to
     compile, then ~0.05 s/step: 1000 steps in ~80 s end to end.
@@ -30,11 +30,13 @@ Hardware and time:
     the default (embedded corpus, tokenizer trained on the fly) only makes the config run.
 
 `arg` keys (configs.common.parse_arg; defaults in brackets):
-  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures)
+  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures;
+             config.model.architecture, from which lm/config.py derives the model's mask
+             type and stacks and the data layout)
   objective  [span_corruption] | iid_replace_spans | drop_tokens | bert | mass | deshuffle |
              prefix_lm | full_lm | ul2                              (T5 Tables 4-7, UL2)
-  size       [base] | tiny | small_cpu | small | large | xl | xxl (t5_1_1) or small | base |
-             large | 3b | 11b (t5_1_0)
+  size       [base] | tiny | small_cpu (the "cpu" family) | small | large | xl | xxl (t5_1_1)
+             or small | base | large | 3b | 11b (t5_1_0): a row of lm/model/presets.py
   family     [t5_1_1] | t5_1_0
   noise      [-1 = the objective's default] corruption rate (T5 Table 6)
   span       [-1 = default] mean span length for span_corruption (T5 Table 7)
@@ -60,17 +62,21 @@ targets (data.inputs_length = 0, data.targets_length = 512), T5's `lm.gin` 128 x
 """
 from __future__ import annotations
 
+import math
+
 import ml_collections
 from ml_collections import config_dict
 
 from configs import common
-from configs.common import validate  # noqa: F401  (re-exported: configs.t5.validate)
+from lm import architecture, optim, partitioning
+from lm import config as config_lib
+from lm.data import objectives
+from lm.data.tokenizer import padded_vocab_size
+from lm.model import presets
 
-ARCHS = ("encoder_decoder", "shared", "prefix_lm", "causal")
-FAMILIES = ("t5_1_1", "t5_1_0")
-CPU_SIZES = ("tiny", "small_cpu")
-T5_1_1_SIZES = ("small", "base", "large", "xl", "xxl")
-T5_1_0_SIZES = ("small", "base", "large", "3b", "11b")
+ARCHS = architecture.ARCHITECTURES    # T5 Table 2 (lm/architecture.py)
+FAMILIES = ("t5_1_1", "t5_1_0")      # size tables of lm/model/presets.py
+CPU_SIZES = presets.sizes("cpu")      # the "cpu" family's sizes, with either family
 
 # name -> (lm.data.objectives name, params). Defaults are the T5 paper's (§3.3).
 OBJECTIVE_PRESETS = {
@@ -99,7 +105,6 @@ MODE_TOKENS = ("ids", "text")
 
 def gin_targets_length(objective: str, params: dict, inputs_length: int) -> int | None:
   """T5's gin targets length for this objective, scaled to inputs_length; None = derive it."""
-  import math  # pylint: disable=g-import-not-at-top
   if objective in _FULL_SEQUENCE_TARGETS:
     return int(inputs_length)
   if objective in ("span_corruption", "full_lm", "mixture"):
@@ -112,59 +117,23 @@ def gin_targets_length(objective: str, params: dict, inputs_length: int) -> int 
   return math.ceil(gin * int(inputs_length) / 512)
 
 
-def model_preset_name(arch: str, size: str, family: str = "t5_1_1") -> tuple[str, dict]:
-  """(lm.model.presets name, TransformerConfig overrides) for an architecture and size.
+def model_preset(size: str, family: str = "t5_1_1") -> tuple[str, str]:
+  """(family, size) of the size table row (lm/model/presets.py) for the `size`/`family` args.
 
-  Decoder-only models have the per-layer shape of the encoder-decoder preset and as many
-  layers as ONE of its stacks (T5 Table 2: "LM" and "prefix LM" with P parameters).
+  The CPU sizes (tiny, small_cpu) are the "cpu" family's whatever `family` says. The
+  architecture is not part of the preset: decoder-only models have the per-layer shape of
+  the size and as many layers as ONE stack (T5 Table 2: "LM" and "prefix LM" with P
+  parameters).
   """
-  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
-  if arch not in ARCHS:
-    raise ValueError(f"unknown arch {arch!r}; choose one of {ARCHS}.")
   if family not in FAMILIES:
     raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}.")
   if size in CPU_SIZES:
-    base = size
-  else:
-    sizes = T5_1_1_SIZES if family == "t5_1_1" else T5_1_0_SIZES
-    if size not in sizes:
-      raise ValueError(f"unknown size {size!r} for family {family}; choose one of "
-                       f"{CPU_SIZES + sizes}.")
-    base = f"{family}_{size}"
-  if arch == "encoder_decoder":
-    return base, {}
-  if arch == "shared":
-    if f"{base}_shared" in MODEL_PRESETS:
-      return f"{base}_shared", {}
-    return base, {"shared_encoder_decoder": True}
-  named = {("prefix_lm", "tiny"): "tiny_prefix_lm", ("causal", "tiny"): "tiny_causal"}
-  if family == "t5_1_1" and size in ("small", "base", "large"):
-    named[("prefix_lm", size)] = f"decoder_only_{size}"
-    named[("causal", size)] = f"causal_lm_{size}"
-  if family == "t5_1_0" and size == "base":
-    named[("prefix_lm", size)] = "t5_1_0_prefix_lm_base"
-    named[("causal", size)] = "t5_1_0_lm_base"
-  if (arch, size) in named and named[(arch, size)] in MODEL_PRESETS:
-    return named[(arch, size)], {}
-  return base, {"mask_type": arch, "num_encoder_layers": 0}
-
-
-def _model_dict(arch: str, size: str, family: str) -> ml_collections.ConfigDict:
-  """Every TransformerConfig field, resolved from the preset (so each is overridable)."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
-  from lm.model.transformer import TransformerConfig  # pylint: disable=g-import-not-at-top
-  name, overrides = model_preset_name(arch, size, family)
-  resolved = dataclasses.asdict(TransformerConfig(**{**MODEL_PRESETS[name], **overrides}))
-  model = ml_collections.ConfigDict({"preset": name})
-  for field in dataclasses.fields(TransformerConfig):
-    value = resolved[field.name]
-    if value is None:  # typed placeholder so --config.model.x=... can set it later
-      kind = {"head_dim": int, "max_length": int}.get(field.name, str)
-      model[field.name] = config_dict.placeholder(kind)
-    else:
-      model[field.name] = value
-  return model
+    return "cpu", size
+  sizes = presets.sizes(family)
+  if size not in sizes:
+    raise ValueError(f"unknown size {size!r} for family {family}; choose one of "
+                     f"{CPU_SIZES + sizes}.")
+  return family, size
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -180,17 +149,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if arg.objective not in OBJECTIVE_PRESETS:
     raise ValueError(f"unknown objective {arg.objective!r}; choose one of "
                      f"{sorted(OBJECTIVE_PRESETS)}.")
+  if arg.arch not in ARCHS:
+    raise ValueError(f"unknown arch {arg.arch!r}; choose one of {ARCHS}.")
   size = arg.size or ("tiny" if arg.runlocal else "base")
-  data_architecture = "encoder_decoder" if arch_is_encdec(arg.arch) else arg.arch
+  encdec = architecture.is_encoder_decoder(arg.arch)
 
   config = ml_collections.ConfigDict()
   config.arg = arg.to_dict()  # for the record (wandb, workdir config.json)
 
-  # --- model (TransformerConfig fields; presets in lm/model/presets.py) -----------------
-  config.model = _model_dict(arg.arch, size, arg.family)
+  # --- model (family/size/architecture + TransformerConfig fields; lm.config.model_section)
+  # config.model.architecture owns the architecture: the model's mask type and stacks and
+  # the data layout are derived from it (lm/architecture.py).
+  config.model = config_lib.model_section(*model_preset(size, arg.family), arg.arch)
 
-  # --- data (lm.data.pipeline.DataSpec fields) ------------------------------------------
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top
+  # --- data (lm.data.pipeline.DataSpec fields; its architecture is the model's) ----------
   objective, params = OBJECTIVE_PRESETS[arg.objective]
   params = dict(params)
   if arg.noise >= 0:
@@ -209,7 +181,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   gin = gin_targets_length(objective, params, inputs_length) if arg.lengths == "gin" else None
   if objective == "full_lm":
     targets_length = inputs_length  # full LM: the targets ARE the sequence (inputs empty)
-    if not arch_is_encdec(arg.arch):
+    if not encdec:
       inputs_length = 0  # decoder-only rows of targets_length tokens (T5 lm.gin: 128 x 512)
   elif gin is not None:
     targets_length = gin
@@ -240,7 +212,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       objective, inputs_length=inputs_length, targets_length=targets_length, **params))
   d.objective = objective
   d.objective_params = ml_collections.ConfigDict(params)
-  d.architecture = data_architecture
   # Decoder-only denoising: loss on the targets part only (False) or on inputs and targets
   # (True, Mesh TensorFlow's default; arch=causal only, validation rejects it elsewhere).
   d.loss_on_inputs = arg.loss_on_inputs
@@ -266,27 +237,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The on-the-fly tokenizer has default_vocab_size pieces + extra ids, padded to 128
   # (32000 + 100 -> 32128 as T5). With data.tokenizer set, the trainer checks the model's
   # vocab_size against the loaded tokenizer (lm.data.tokenizer.check_vocab_size).
-  from lm.data.tokenizer import padded_vocab_size  # pylint: disable=g-import-not-at-top
   config.model.vocab_size = padded_vocab_size(d.default_vocab_size + d.extra_ids)
 
   # --- optimizer, schedule, loss (t5x losses.py, adafactor.py) -------------------------------------
-  o = config.optim = ml_collections.ConfigDict()
-  o.name = "adafactor"                 # | adamw
-  o.grad_clip_norm = 0.0               # global-norm clipping before the optimizer; 0 = off
-  o.grad_accum_steps = 1               # microbatches per step (lax.scan in lm/steps.py)
-  o.adafactor = ml_collections.ConfigDict(dict(
-      decay_rate=0.8, decay_offset=0, factored=True, multiply_by_parameter_scale=True,
-      clipping_threshold=1.0, momentum=0.0, eps=1e-30, min_dim_size_to_factor=128,
-      weight_decay_rate=0.0))
-  o.adamw = ml_collections.ConfigDict(dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1))
-
-  s = config.schedule = ml_collections.ConfigDict()
-  s.name = "rsqrt"                     # | cosine | linear | constant
-  s.base_lr = 1.0                      # rsqrt: lr = base_lr / sqrt(max(step, warmup_steps))
-  s.warmup_steps = 100 if arg.runlocal else 10_000
-  s.decay_steps = 0                    # cosine/linear: step where the decay ends (incl. warmup)
-  s.end_factor = 0.0                   # cosine/linear: final lr = base_lr * end_factor
-  s.linear_warmup = False              # rsqrt: also ramp linearly over warmup_steps
+  # The sections start from lm.optim's settings, which hold the defaults: Adafactor with
+  # T5's settings (name: adafactor | adamw; adamw: GPT-3's b1 0.9, b2 0.95, eps 1e-8, weight
+  # decay 0.1), no global-norm clipping, 1 microbatch per step; rsqrt schedule
+  # lr = base_lr / sqrt(max(step, warmup_steps)) with base_lr 1 and 10^4 warmup steps
+  # (name: rsqrt | cosine | linear | constant; decay_steps and end_factor for cosine/linear).
+  config.optim = config_lib.section(optim.OptimConfig())
+  config.schedule = config_lib.section(optim.ScheduleConfig())
+  if arg.runlocal:
+    config.schedule.warmup_steps = 100
 
   config.loss = ml_collections.ConfigDict(dict(
       z_loss=1e-4, label_smoothing=0.0,
@@ -295,7 +257,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   # --- partitioning ----------------------------------------------------------------------
   config.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1)))  # (data, fsdp, tensor)
-  from lm import partitioning  # pylint: disable=g-import-not-at-top
   config.logical_axis_rules = tuple(partitioning.DEFAULT_LOGICAL_AXIS_RULES)
 
   # --- checkpointing, logging, loop ------------------------------------------------------
@@ -314,7 +275,3 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       seed=0))
   config.lock()
   return config
-
-
-def arch_is_encdec(arch: str) -> bool:
-  return arch in ("encoder_decoder", "shared")

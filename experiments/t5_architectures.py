@@ -38,11 +38,11 @@ How the rows map onto configs/t5.py (paper §3.2):
 - Tokens per step: every row consumes 128 sequences of ~512 text tokens per step (511 raw
   tokens + EOS for the denoising and prefix-LM rows, 512 for the language model);
   tests/data/test_tables.py checks it, with the loss mask of each layout.
-- shared = arch=shared (preset t5_1_0_base_shared: one stack's parameters for both sides);
-  6 layers = 6+6 layers of the base shape (the t5_1_0_base_6layers shape, set through
-  model.num_{encoder,decoder}_layers; runlocal halves the tiny model's 2+2 to 1+1);
-  Language model = arch=causal (t5_1_0_lm_base, 12 layers), Prefix LM = arch=prefix_lm
-  (t5_1_0_prefix_lm_base, 12 layers, bidirectional over the input part).
+- every row is the t5_1_0 base size (lm/model/presets.py) with its architecture:
+  shared = arch=shared (one stack's parameters for both sides); 6 layers = 6+6 layers of
+  the base shape (model.num_layers=6, the layers per stack; runlocal halves the tiny
+  model's 2+2 to 1+1); Language model = arch=causal (12 layers), Prefix LM = arch=prefix_lm
+  (12 layers, bidirectional over the input part).
 
 Our runs report pre-training losses; the paper reports only downstream scores after
 fine-tuning, and losses of different objectives (or of decoder-only models that see the
@@ -53,8 +53,8 @@ from __future__ import annotations
 from experiments import common
 from experiments.common import BASELINE, scores
 
-_SIX_LAYERS = {"model.num_encoder_layers": 6, "model.num_decoder_layers": 6}
-_SIX_LAYERS_RUNLOCAL = {"model.num_encoder_layers": 1, "model.num_decoder_layers": 1}
+_SIX_LAYERS = {"model.num_layers": 6}            # per stack: 6 + 6
+_SIX_LAYERS_RUNLOCAL = {"model.num_layers": 1}
 
 # (name, arch, 6-layer override, reference) for the denoising and the LM halves.
 _DENOISING = (

@@ -1,45 +1,534 @@
-"""A run's config as the library sees it: ConfigDict -> model / data objects, config.json I/O.
+"""The boundary between a run's ConfigDict and the library: typed settings, checks, config.json.
 
-    config = load_config_json("<workdir>/config.json")          # what lm/train.py wrote
-    config = apply_overrides(config, ["--config.data.eval_batch_size=32"])
-    model = model_config(config)                                  # TransformerConfig
-    spec = data_spec(config)                                      # lm.data.pipeline.DataSpec
+The config files (configs/*.py) are data: a locked ConfigDict that `lm.main` overrides from
+the command line. Everything the library takes from it is built here, once, into frozen
+objects; no other module reads the ConfigDict's sections for their meaning:
 
-`model_config` and `data_spec` are the builders the trainer uses (configs/common.py
-re-exports them), kept here so that library code that starts from a finished run
-(lm/restore.py, lm/evaluate.py) needs nothing from configs/.
+    validate(config, num_devices)        # every problem at once, before anything is built
+    model = model_config(config)         # lm.model.transformer.TransformerConfig
+    spec = data_spec(config)             # lm.data.pipeline.DataSpec
+    opt = optim_config(config)           # lm.optim.OptimConfig  -> optim.make_optimizer
+    sched = schedule_config(config)      # lm.optim.ScheduleConfig -> optim.make_schedule
+    loop = loop_config(config)           # LoopConfig (steps, logging, eval, seed)
+    ckpt = checkpoint_config(config)     # CheckpointConfig
+    train_step_kwargs(config), eval_step_kwargs(config)   # lm.steps keyword arguments
+
+The model section names its preset (`family`, `size`: a row of lm/model/presets.py's size
+tables) and the architecture, `config.model.architecture`, the one owner of that fact
+(lm/architecture.py): the model's mask_type, shared_encoder_decoder and stacks and the data
+pipeline's layout (DataSpec.architecture) are derived from it. `num_layers` is the depth of
+one stack (decoder-only: the one stack). Every other TransformerConfig field is resolved in
+the section, so each can be overridden (`--config.model.dropout_rate=0`).
+
+config.json files written before the architecture had one owner (`model.preset`,
+`model.mask_type`, ..., `data.architecture`) are migrated on load (`load_config_json`).
 """
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import flax.linen as nn
+import jax
 import ml_collections
+import numpy as np
+from ml_collections import config_dict
+
+from lm import architecture as architecture_lib
+from lm import losses, optim, partitioning
+from lm.data import features, objectives, pipeline
+from lm.data.tokenizer import padded_vocab_size
+from lm.model import presets
+from lm.model.transformer import Transformer, TransformerConfig
+
+WANDB_MODES = ("auto", "online", "offline", "disabled")
+
+# config.model fields that are not TransformerConfig fields: the preset's name and the two
+# facts the architecture-dependent TransformerConfig fields are derived from.
+MODEL_NAME_FIELDS = ("family", "size")
+DERIVED_MODEL_FIELDS = ("mask_type", "shared_encoder_decoder", "num_encoder_layers",
+                        "num_decoder_layers")
 
 
-def model_config(config: ml_collections.ConfigDict):
-  """The frozen `TransformerConfig` for `config.model` (every field except "preset").
+# --- typed settings of the loop and the checkpoints -----------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """`config.train`: the training loop.
+
+  Attributes:
+    num_steps: optimizer steps of the run (a resumed run continues to it).
+    log_every: steps per logged metrics window.
+    eval_every: steps between evaluations (0 = none).
+    eval_steps: eval batches per evaluation (0 = the whole eval set).
+    seed: the root PRNG seed (params init, dropout).
+  """
+  num_steps: int
+  log_every: int
+  eval_every: int
+  eval_steps: int
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """`config.ckpt`: checkpointing (lm/checkpoint.py).
+
+  Attributes:
+    every_steps: steps between saves (the last step is always saved).
+    keep: the newest checkpoints kept; keep_best: the best by `best_metric` kept too.
+    best_metric: the eval metric that ranks checkpoints (lower is better).
+    async_save: save in the background.
+    init_from: parameters to start a new run from (a checkpoint or HF T5 directory), or None.
+  """
+  every_steps: int
+  keep: int
+  keep_best: int
+  best_metric: str
+  async_save: bool
+  init_from: str | None
+
+
+# --- config sections <-> typed settings -------------------------------------------------
+
+
+def from_mapping(cls: type, values: Mapping[str, Any], where: str = "config") -> Any:
+  """The frozen dataclass `cls` from a config section (nested dataclasses recursively).
+
+  Fields missing from `values` take the dataclass's default (the one place it is held).
 
   Raises:
-    ValueError: from TransformerConfig's validation, naming the bad field.
+    ValueError: a key that is not a field of `cls` (naming it and the known ones), or a
+      field without default that `values` lacks.
   """
-  from lm.model.transformer import TransformerConfig  # pylint: disable=g-import-not-at-top
-  fields = {k: v for k, v in config.model.to_dict().items() if k != "preset"}
-  return TransformerConfig(**fields)
+  values = values.to_dict() if isinstance(values, ml_collections.ConfigDict) else dict(values)
+  fields = {f.name: f for f in dataclasses.fields(cls)}
+  unknown = sorted(set(values) - set(fields))
+  if unknown:
+    raise ValueError(f"unknown field {where}.{unknown[0]}; expected one of {sorted(fields)}")
+  kwargs = {}
+  for name, value in values.items():
+    default = fields[name].default
+    if dataclasses.is_dataclass(default) and isinstance(value, Mapping):
+      value = from_mapping(type(default), value, f"{where}.{name}")
+    kwargs[name] = value
+  try:
+    return cls(**kwargs)
+  except TypeError as e:
+    raise ValueError(f"{where}: {e}") from None
 
 
-def data_spec(config: ml_collections.ConfigDict):
-  """The frozen `lm.data.pipeline.DataSpec` for `config.data` (same field names)."""
-  from lm.data.pipeline import DataSpec  # pylint: disable=g-import-not-at-top
+def section(settings: Any) -> ml_collections.ConfigDict:
+  """A config section (ConfigDict) holding the fields of a frozen settings object.
+
+  The config files start their optim / schedule sections from the settings' defaults:
+  `config.optim = section(optim.OptimConfig())`.
+  """
+  return ml_collections.ConfigDict(dataclasses.asdict(settings))
+
+
+def optim_config(config: ml_collections.ConfigDict) -> optim.OptimConfig:
+  """`config.optim` as lm.optim.OptimConfig."""
+  return from_mapping(optim.OptimConfig, config.optim, "config.optim")
+
+
+def schedule_config(config: ml_collections.ConfigDict) -> optim.ScheduleConfig:
+  """`config.schedule` as lm.optim.ScheduleConfig."""
+  return from_mapping(optim.ScheduleConfig, config.schedule, "config.schedule")
+
+
+def loop_config(config: ml_collections.ConfigDict) -> LoopConfig:
+  """`config.train` as LoopConfig."""
+  return from_mapping(LoopConfig, config.train, "config.train")
+
+
+def checkpoint_config(config: ml_collections.ConfigDict) -> CheckpointConfig:
+  """`config.ckpt` as CheckpointConfig."""
+  return from_mapping(CheckpointConfig, config.ckpt, "config.ckpt")
+
+
+def train_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Keyword arguments of `lm.steps.train_step` taken from config.loss / config.optim.
+
+    step = functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
+                             **train_step_kwargs(config))
+  """
+  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing),
+              normalization=str(config.loss.normalization),
+              normalizing_constant=float(config.loss.normalizing_constant),
+              num_microbatches=int(config.optim.grad_accum_steps))
+
+
+def eval_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Keyword arguments of `lm.steps.eval_step` (same loss settings as training)."""
+  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing))
+
+
+# --- the model section ------------------------------------------------------------------
+
+
+def model_section(family: str, size: str, architecture: str,
+                  **overrides: Any) -> ml_collections.ConfigDict:
+  """`config.model` for a preset: its name, the architecture and every resolved field.
+
+  Args:
+    family, size: a row of lm/model/presets.py's size tables.
+    architecture: one of lm.architecture.ARCHITECTURES.
+    **overrides: `num_layers` or TransformerConfig fields that replace the preset's.
+
+  Returns:
+    A ConfigDict with family, size, architecture, num_layers and every TransformerConfig
+    field except DERIVED_MODEL_FIELDS (None values as typed placeholders, so that
+    `--config.model.max_length=...` can set them).
+
+  Raises:
+    ValueError: unknown family, size, architecture or override.
+  """
+  resolved = dataclasses.asdict(presets.make_config(family, size, architecture, **overrides))
+  model = ml_collections.ConfigDict({"family": family, "size": size,
+                                     "architecture": architecture,
+                                     "num_layers": resolved["num_decoder_layers"]})
+  for field in dataclasses.fields(TransformerConfig):
+    if field.name in DERIVED_MODEL_FIELDS:
+      continue
+    value = resolved[field.name]
+    if value is None:
+      kind = {"head_dim": int, "max_length": int}.get(field.name, str)
+      model[field.name] = config_dict.placeholder(kind)
+    else:
+      model[field.name] = value
+  return model
+
+
+def architecture(config: ml_collections.ConfigDict) -> str:
+  """`config.model.architecture`, checked (encoder_decoder, shared, prefix_lm, causal).
+
+  Raises:
+    ValueError: an unknown architecture, naming the field.
+  """
+  arch = config.model.architecture
+  if arch not in architecture_lib.ARCHITECTURES:
+    raise ValueError(f"unknown config.model.architecture {arch!r}; expected one of "
+                     f"{list(architecture_lib.ARCHITECTURES)}")
+  return arch
+
+
+def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
+  """The frozen `TransformerConfig` of `config.model`.
+
+  mask_type, shared_encoder_decoder and the stacks' depths come from `architecture` and
+  `num_layers` (lm.architecture.model_fields); family/size only name the preset.
+
+  Raises:
+    ValueError: an unknown architecture, or TransformerConfig's validation naming the
+      bad field.
+  """
+  fields = config.model.to_dict()
+  for name in MODEL_NAME_FIELDS:
+    fields.pop(name, None)
+  arch = architecture(config)
+  fields.pop("architecture")
+  num_layers = fields.pop("num_layers")
+  return TransformerConfig(**fields, **architecture_lib.model_fields(arch, num_layers))
+
+
+def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
+  """The frozen `lm.data.pipeline.DataSpec` of `config.data` (same field names).
+
+  DataSpec.architecture (the feature layout) is derived from config.model.architecture.
+
+  Raises:
+    ValueError: an unknown architecture, or DataSpec's validation.
+  """
   fields = config.data.to_dict()
   fields.pop("allow_truncated_targets", None)  # a validation switch, not a DataSpec field
+  fields["architecture"] = architecture_lib.layout(architecture(config))
   fields["paths"] = tuple(fields["paths"])
   fields["eval_paths"] = tuple(fields["eval_paths"])
   fields["objective_params"] = dict(fields["objective_params"])
-  return DataSpec(**fields)
+  return pipeline.DataSpec(**fields)
+
+
+def preset_name(config: ml_collections.ConfigDict) -> str:
+  """"family/size/architecture" of config.model (lm.model.presets.preset_name)."""
+  m = config.model
+  return presets.preset_name(m.get("family"), m.get("size"), m.get("architecture"))
+
+
+# --- validation -------------------------------------------------------------------------
+
+
+def _mesh_shape_errors(shape: Any, num_devices: int | None) -> list[str]:
+  try:
+    parsed = partitioning.mesh_shape_tuple(shape)
+    if len(parsed) != len(partitioning.AXIS_NAMES):
+      return [f"config.mesh.shape {parsed} needs {len(partitioning.AXIS_NAMES)} sizes for axes "
+              f"{partitioning.AXIS_NAMES}."]
+    if num_devices is not None:
+      partitioning.parse_mesh_shape(parsed, num_devices)
+  except ValueError as e:
+    return [f"config.mesh.shape: {e}"]
+  return []
+
+
+# The config field that sets each logical parameter axis's size (lm/model names).
+_LOGICAL_AXIS_FIELDS = {
+    "vocab": "config.model.vocab_size", "embed": "config.model.emb_dim",
+    "mlp": "config.model.mlp_dim", "heads": "config.model.num_heads",
+    "kv": "config.model.head_dim", "joined_kv": "config.model.num_heads * head_dim",
+    "relpos_buckets": "config.model.relative_num_buckets",
+}
+
+
+def _param_divisibility_errors(config: ml_collections.ConfigDict, model: TransformerConfig,
+                               mesh_shape: tuple[int, ...], rules: Any) -> list[str]:
+  """Each sharded parameter dim must be divisible by its mesh axes' device count.
+
+  The params' logical axes come from tracing the model's init (`jax.eval_shape`,
+  nothing allocated), mapped to mesh axes by the same rules as training.
+  """
+  d = config.data
+  layout = model.mask_type
+  batch = features.zero_batch(layout, d.inputs_length, d.targets_length, segments=False)
+  boxed = jax.eval_shape(lambda b: Transformer(model).init(jax.random.key(0), b)["params"],
+                         batch)
+  logical = nn.get_partition_spec(boxed)
+  sizes = dict(zip(partitioning.AXIS_NAMES, mesh_shape))
+  errors, seen = [], set()
+  flat = jax.tree_util.tree_flatten_with_path(nn.meta.unbox(boxed))[0]
+  names = jax.tree.leaves(logical, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  for (path, leaf), axes in zip(flat, names):
+    spec = nn.logical_to_mesh_axes(tuple(axes), rules)
+    for dim, logical_name, mesh_axes in zip(leaf.shape, tuple(axes), tuple(spec)):
+      if mesh_axes is None:
+        continue
+      mesh_axes = mesh_axes if isinstance(mesh_axes, tuple) else (mesh_axes,)
+      count = int(np.prod([sizes[a] for a in mesh_axes]))
+      key = (logical_name, dim, mesh_axes)
+      if dim % count and key not in seen:
+        seen.add(key)
+        field = _LOGICAL_AXIS_FIELDS.get(logical_name, f"the {logical_name!r} dim")
+        errors.append(
+            f"{field}={dim} is not divisible by the {count} devices of mesh axis "
+            f"{'x'.join(mesh_axes)} that shard it (logical axis {logical_name!r}, param "
+            f"{jax.tree_util.keystr(path)}, config.mesh.shape={tuple(mesh_shape)}); change "
+            "the size or the mesh shape.")
+  return errors
+
+
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Checks a config before anything is built or compiled.
+
+  Args:
+    config: a config from configs/*.py (after command-line overrides).
+    num_devices: if given (jax.device_count()), also check that the mesh fits and that
+      the batch splits over the batch shards.
+
+  Raises:
+    ValueError: listing every problem found, each saying which field to change.
+  """
+  errors: list[str] = []
+
+  # model (the architecture, the one owner of the layout, is checked with it)
+  try:
+    model = model_config(config)
+  except (ValueError, TypeError) as e:
+    errors.append(f"config.model: {e}")
+    model = None
+  arch = config.model.get("architecture")
+  layout = architecture_lib.layout(arch) if arch in architecture_lib.ARCHITECTURES else None
+  encdec = layout == "encoder_decoder"
+  d = config.data
+  if model is not None:
+    if d.tokenizer is None:
+      vocab = d.default_vocab_size + d.extra_ids
+      if model.vocab_size not in (vocab, padded_vocab_size(vocab)):
+        errors.append(f"config.model.vocab_size={model.vocab_size} does not match the on-the-fly "
+                      f"tokenizer ({d.default_vocab_size} pieces + {d.extra_ids} extra ids = "
+                      f"{vocab}); set config.model.vocab_size={padded_vocab_size(vocab)}.")
+    if model.position_encoding == "learned" and model.max_length is not None:
+      row = (max(d.inputs_length, d.targets_length) if encdec
+             else d.inputs_length + d.targets_length)
+      if row > model.max_length:
+        errors.append(f"config.model.max_length={model.max_length} is shorter than the "
+                      f"sequence length {row}; raise it or shorten config.data lengths.")
+
+  # data
+  for name in ("targets_length", "batch_size", "num_threads"):
+    if not d[name] > 0:
+      errors.append(f"config.data.{name} must be positive, got {d[name]}.")
+  if not d.prefetch_batches >= 0:
+    errors.append(f"config.data.prefetch_batches must be >= 0 (0 = no prefetching), got "
+                  f"{d.prefetch_batches}.")
+  if "max_bad_fraction" in d and not 0.0 <= d.max_bad_fraction <= 1.0:
+    errors.append(f"config.data.max_bad_fraction must be in [0, 1], got {d.max_bad_fraction}.")
+  if not 0.0 <= d.validation_fraction < 1.0:
+    errors.append(f"config.data.validation_fraction must be in [0, 1), got "
+                  f"{d.validation_fraction}.")
+  known_objective = d.objective in objectives.OBJECTIVES
+  if not known_objective:
+    errors.append(f"config.data.objective={d.objective!r} is unknown; choose one of "
+                  f"{sorted(objectives.OBJECTIVES)}.")
+  no_inputs = (known_objective and not objectives.layout(d.objective).has_inputs
+               and layout is not None and not encdec)
+  if not (d.inputs_length > 0 or (d.inputs_length == 0 and no_inputs)):
+    errors.append(f"config.data.inputs_length must be positive, got {d.inputs_length} (0 only "
+                  "for a decoder-only architecture with objective 'full_lm').")
+  if d.loss_on_inputs and layout == "prefix_lm":
+    errors.append("config.data.loss_on_inputs=True with config.model.architecture='prefix_lm': "
+                  "the prefix is bidirectional, so each inputs position would see its own next "
+                  "token; set loss_on_inputs=False or use arch=causal.")
+  elif d.loss_on_inputs and encdec:
+    errors.append("config.data.loss_on_inputs=True needs a decoder-only architecture (the "
+                  "encoder has no loss); set it to False.")
+  if known_objective and d.inputs_length >= 0 and d.targets_length > 0:
+    try:
+      objectives.check_lengths(d.objective, inputs_length=d.inputs_length,
+                               targets_length=d.targets_length, num_extra_ids=d.extra_ids,
+                               allow_truncated_targets=bool(d.get("allow_truncated_targets")),
+                               **d.objective_params.to_dict())
+    except ValueError as e:
+      errors.append(f"config.data: {e}")
+
+  # optimizer, schedule, loss
+  try:
+    optim.make_optimizer(optim_config(config), optim.make_schedule(schedule_config(config)))
+  except ValueError as e:
+    errors.append(f"config.optim/schedule: {e}")
+  k = config.optim.grad_accum_steps
+  if not k >= 1:
+    errors.append(f"config.optim.grad_accum_steps must be >= 1, got {k}.")
+  elif d.batch_size % k:
+    errors.append(f"config.data.batch_size={d.batch_size} is not divisible by "
+                  f"config.optim.grad_accum_steps={k}.")
+  lc = config.loss
+  if lc.normalization not in losses.NORMALIZATIONS:
+    errors.append(f"config.loss.normalization={lc.normalization!r}; choose one of "
+                  f"{losses.NORMALIZATIONS}.")
+  if lc.normalization == "constant" and not lc.normalizing_constant > 0:
+    errors.append("config.loss.normalizing_constant must be > 0 with normalization='constant'.")
+  if not 0.0 <= lc.label_smoothing < 1.0:
+    errors.append(f"config.loss.label_smoothing must be in [0, 1), got {lc.label_smoothing}.")
+  if lc.z_loss < 0:
+    errors.append(f"config.loss.z_loss must be >= 0, got {lc.z_loss}.")
+
+  # mesh and rules
+  errors += _mesh_shape_errors(config.mesh.shape, num_devices)
+  try:
+    rules = partitioning.rules_from_config(config.logical_axis_rules)
+    for name, axes in rules:
+      for axis in (axes if isinstance(axes, tuple) else (axes,)):
+        if axis is not None and axis not in partitioning.AXIS_NAMES:
+          errors.append(f"config.logical_axis_rules: {name!r} -> unknown mesh axis {axis!r}; "
+                        f"mesh axes are {partitioning.AXIS_NAMES}.")
+  except ValueError as e:
+    errors.append(f"config.logical_axis_rules: {e}")
+  if num_devices is not None and not errors:
+    shape = partitioning.parse_mesh_shape(config.mesh.shape, num_devices)
+    errors += _param_divisibility_errors(config, model, shape, rules)
+    shards = math.prod(shape[:2])
+    micro = d.batch_size // k
+    if micro % shards:
+      errors.append(f"config.data.batch_size={d.batch_size} / grad_accum_steps={k} = {micro} "
+                    f"rows per microbatch is not divisible by the {shards} batch shards "
+                    f"(data x fsdp of mesh {shape}).")
+  # Checked after the mesh (which runs on an error-free config only): independent of it.
+  if not d.num_shards > 0:
+    errors.append(f"config.data.num_shards must be positive, got {d.num_shards}.")
+  else:
+    for name in ("batch_size", "eval_batch_size"):
+      if d[name] is not None and d[name] > 0 and d[name] % d.num_shards:
+        errors.append(f"config.data.{name}={d[name]} is not divisible by config.data.num_shards="
+                      f"{d.num_shards} (virtual data shards); set num_shards to a divisor of "
+                      "it (a multiple of the process count).")
+
+  # loop, checkpoints, wandb
+  for build in (loop_config, checkpoint_config):
+    try:
+      build(config)
+    except ValueError as e:
+      errors.append(str(e))
+  t = config.train
+  if not t.num_steps > 0:
+    errors.append(f"config.train.num_steps must be > 0, got {t.num_steps}.")
+  if not t.log_every > 0:
+    errors.append(f"config.train.log_every must be > 0, got {t.log_every}.")
+  if t.eval_every < 0 or t.eval_steps < 0:
+    errors.append("config.train.eval_every and eval_steps must be >= 0 (0 = no eval).")
+  c = config.ckpt
+  if not c.every_steps > 0:
+    errors.append(f"config.ckpt.every_steps must be > 0, got {c.every_steps}.")
+  if c.keep < 0 or c.keep_best < 0:
+    errors.append("config.ckpt.keep and keep_best must be >= 0.")
+  if config.wandb.mode not in WANDB_MODES:
+    errors.append(f"config.wandb.mode={config.wandb.mode!r}; choose one of {WANDB_MODES}.")
+
+  if errors:
+    raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+# --- config.json ------------------------------------------------------------------------
+
+# Model presets of config.json files written before the size tables (lm/model/presets.py
+# then named a size plus an architecture): name -> (family, size).
+_OLD_PRESET_NAMES = {
+    "t5_1_0_base_shared": ("t5_1_0", "base"), "t5_1_0_base_6layers": ("t5_1_0", "base"),
+    "t5_1_0_lm_base": ("t5_1_0", "base"), "t5_1_0_prefix_lm_base": ("t5_1_0", "base"),
+    "tiny": ("cpu", "tiny"), "tiny_prefix_lm": ("cpu", "tiny"), "tiny_causal": ("cpu", "tiny"),
+    "small_cpu": ("cpu", "small_cpu"),
+}
+
+
+def _old_preset(name: str) -> tuple[str, str]:
+  """(family, size) of a pre-size-table preset name (the name itself if unrecognised)."""
+  if name in _OLD_PRESET_NAMES:
+    return _OLD_PRESET_NAMES[name]
+  for prefix in ("decoder_only_", "causal_lm_"):
+    if name.startswith(prefix):
+      return "t5_1_1", name[len(prefix):]
+  for family in presets.FAMILIES:
+    if name.startswith(family + "_"):
+      return family, name[len(family) + 1:]
+  return "", name
+
+
+def migrate(raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
+  """An older run's config (as a JSON dict) in today's form; today's configs unchanged.
+
+  Before the architecture had one owner, config.model held `preset` (a size plus an
+  architecture), mask_type, shared_encoder_decoder, num_encoder_layers and
+  num_decoder_layers, and config.data an `architecture`. They become model.family,
+  model.size, model.architecture and model.num_layers; the model and the DataSpec built
+  from the result are the run's own.
+
+  Raises:
+    ValueError: the old fields disagree (an architecture its data layout does not fit, or
+      an encoder-decoder with stacks of different depths, which a config cannot express).
+  """
+  model = dict(raw["model"])
+  data = dict(raw["data"])
+  if "architecture" in model:
+    return raw
+  arch = architecture_lib.of_model(model.pop("mask_type", "encoder_decoder"),
+                                   bool(model.pop("shared_encoder_decoder", False)))
+  enc = int(model.pop("num_encoder_layers", 0))
+  dec = int(model.pop("num_decoder_layers"))
+  if architecture_lib.is_encoder_decoder(arch) and enc != dec:
+    raise ValueError(f"{where}: num_encoder_layers={enc} != num_decoder_layers={dec}; configs "
+                     "have one num_layers per stack, so this run cannot be loaded.")
+  family, size = _old_preset(str(model.pop("preset", "")))
+  data_arch = data.pop("architecture", architecture_lib.layout(arch))
+  if data_arch != architecture_lib.layout(arch):
+    raise ValueError(f"{where}: data.architecture={data_arch!r} does not fit the model's "
+                     f"architecture {arch!r}.")
+  model = {"family": family, "size": size, "architecture": arch, "num_layers": dec, **model}
+  return {**raw, "model": model, "data": data}
 
 
 def _tuples(value: Any) -> Any:
@@ -55,10 +544,12 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
   """Reads a config.json written by lm/train.py back into a ConfigDict.
 
   Lists become tuples (as in the config files). Fields that were None in the run are
-  None here and take any type when overridden.
+  None here and take any type when overridden. An older run's config is migrated
+  (`migrate`).
 
   Raises:
-    FileNotFoundError: no such file. ValueError: not a JSON object.
+    FileNotFoundError: no such file. ValueError: not a JSON object, or an old config
+    whose fields disagree.
   """
   if not os.path.isfile(path):
     raise FileNotFoundError(f"{path} does not exist (lm.train writes it when a run starts).")
@@ -69,7 +560,7 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
       raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(raw, dict) or "model" not in raw or "data" not in raw:
     raise ValueError(f"{path} is not an lm run config (no 'model' and 'data' sections).")
-  return ml_collections.ConfigDict(_tuples(raw))
+  return ml_collections.ConfigDict(_tuples(migrate(raw, path)))
 
 
 _TRUE = ("1", "true", "yes", "y", "on")

@@ -1,7 +1,10 @@
 """Optimizers and learning-rate schedules, built from optax (nothing hand-written).
 
-`make_schedule(config.schedule)` -> step -> lr, and
-`make_optimizer(config.optim, schedule)` -> optax.GradientTransformation.
+`make_schedule(ScheduleConfig)` -> step -> lr, and
+`make_optimizer(OptimConfig, schedule)` -> optax.GradientTransformation. The frozen
+settings objects below hold the one copy of every default (T5's Adafactor, GPT-3's AdamW);
+lm/config.py builds them from a run's config.optim / config.schedule sections, and the
+config files start their sections from them.
 
 T5 (docs/t5_reference.md §3.6): Adafactor(decay_rate=0.8, factored, clipping_threshold=1.0,
 multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
@@ -23,7 +26,7 @@ batch's gradient exactly (not a mean of per-microbatch means).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
 from typing import Any
 
 import jax
@@ -34,8 +37,61 @@ SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
 OPTIMIZERS = ("adafactor", "adamw")
 
 
-def _get(cfg: Mapping[str, Any], name: str, default: Any = None) -> Any:
-  return cfg.get(name, default) if hasattr(cfg, "get") else getattr(cfg, name, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+  """`config.schedule`: the learning-rate schedule (see `make_schedule`).
+
+  Defaults: T5 pre-training, lr = 1 / sqrt(max(step, 10^4)) (docs/t5_reference.md §3.6).
+  """
+  name: str = "rsqrt"            # rsqrt | cosine | linear | constant
+  base_lr: float = 1.0
+  warmup_steps: int = 10_000
+  decay_steps: int = 0           # cosine/linear: the step where the decay ends (incl. warmup)
+  end_factor: float = 0.0        # cosine/linear: final lr = base_lr * end_factor
+  linear_warmup: bool = False    # rsqrt: also ramp linearly over warmup_steps
+
+
+@dataclasses.dataclass(frozen=True)
+class AdafactorConfig:
+  """`config.optim.adafactor`; defaults are T5's (docs/t5_reference.md §3.6)."""
+  decay_rate: float = 0.8
+  decay_offset: int = 0
+  factored: bool = True
+  multiply_by_parameter_scale: bool = True
+  clipping_threshold: float = 1.0  # 0 = off
+  momentum: float = 0.0            # 0 = none
+  eps: float = 1e-30
+  min_dim_size_to_factor: int = 128
+  weight_decay_rate: float = 0.0   # 0 = off
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamWConfig:
+  """`config.optim.adamw`; defaults are GPT-3's (paper §2.3, Appendix B)."""
+  b1: float = 0.9
+  b2: float = 0.95
+  eps: float = 1e-8
+  weight_decay: float = 0.1  # on matrices only
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+  """`config.optim`: the optimizer (see `make_optimizer`) and gradient accumulation.
+
+  Attributes:
+    name: "adafactor" (T5) or "adamw".
+    grad_clip_norm: > 0 clips the global gradient norm before the optimizer; 0 = off
+      (T5's default: Adafactor clips its updates itself).
+    grad_accum_steps: microbatches per step (lm/steps.py's lax.scan, not optax).
+    adafactor, adamw: each optimizer's settings (the one not named is unused).
+  """
+  name: str = "adafactor"
+  grad_clip_norm: float = 0.0
+  grad_accum_steps: int = 1
+  adafactor: AdafactorConfig = AdafactorConfig()
+  adamw: AdamWConfig = AdamWConfig()
 
 
 def rsqrt_schedule(base_lr: float, warmup_steps: int,
@@ -60,8 +116,8 @@ def rsqrt_schedule(base_lr: float, warmup_steps: int,
   return schedule
 
 
-def make_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
-  """Builds a learning-rate schedule from `config.schedule`.
+def make_schedule(cfg: ScheduleConfig) -> optax.Schedule:
+  """Builds a learning-rate schedule (lm.config.schedule_config(config) gives `cfg`).
 
   Fields: name (rsqrt|cosine|linear|constant), base_lr, warmup_steps, decay_steps
   (total steps of warmup + decay for cosine/linear), end_factor (final lr = base_lr *
@@ -76,11 +132,11 @@ def make_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
   Returns:
     optax schedule: int step -> float32 lr.
   """
-  name = _get(cfg, "name")
-  base_lr = float(_get(cfg, "base_lr"))
-  warmup = int(_get(cfg, "warmup_steps", 0))
-  decay_steps = int(_get(cfg, "decay_steps", 0) or 0)
-  end_factor = float(_get(cfg, "end_factor", 0.0))
+  name = cfg.name
+  base_lr = float(cfg.base_lr)
+  warmup = int(cfg.warmup_steps)
+  decay_steps = int(cfg.decay_steps or 0)
+  end_factor = float(cfg.end_factor)
   if warmup < 0:
     raise ValueError(f"schedule.warmup_steps must be >= 0, got {warmup}.")
   if not base_lr > 0:  # also catches NaN
@@ -89,7 +145,7 @@ def make_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
   if not end_factor >= 0:
     raise ValueError(f"schedule.end_factor must be >= 0, got {end_factor}.")
   if name == "rsqrt":
-    return rsqrt_schedule(base_lr, warmup, bool(_get(cfg, "linear_warmup", False)))
+    return rsqrt_schedule(base_lr, warmup, bool(cfg.linear_warmup))
   if name in ("cosine", "linear") and decay_steps <= warmup:
     raise ValueError(f"schedule {name!r} needs schedule.decay_steps ({decay_steps}) > "
                      f"warmup_steps ({warmup}); decay_steps counts warmup too.")
@@ -227,8 +283,8 @@ def _check_range(name: str, value: float, low: float, high: float, *,
     raise ValueError(f"optim.{name} must be in {bound}, got {value}.")
 
 
-def make_optimizer(cfg: Mapping[str, Any], schedule: optax.Schedule) -> optax.GradientTransformation:
-  """Builds the optimizer from `config.optim`.
+def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.GradientTransformation:
+  """Builds the optimizer (lm.config.optim_config(config) gives `cfg`).
 
   Fields: name (adafactor|adamw), grad_clip_norm (> 0 clips the global gradient norm
   before the optimizer; 0 = off, T5's default since Adafactor clips updates itself),
@@ -237,50 +293,48 @@ def make_optimizer(cfg: Mapping[str, Any], schedule: optax.Schedule) -> optax.Gr
   weight_decay_rate (0 = off)}, adamw.{b1, b2, eps, weight_decay}.
 
   Args:
-    cfg: config.optim.
+    cfg: the optimizer settings.
     schedule: from `make_schedule`.
 
   Returns:
     optax.GradientTransformation whose update needs `params` (Adafactor's parameter
     scaling, AdamW's decay).
   """
-  name = _get(cfg, "name")
-  clip = float(_get(cfg, "grad_clip_norm", 0.0) or 0.0)
+  name = cfg.name
+  clip = float(cfg.grad_clip_norm or 0.0)
   if name == "adafactor":
-    a = _get(cfg, "adafactor")
-    momentum = float(_get(a, "momentum", 0.0) or 0.0)
-    clipping = float(_get(a, "clipping_threshold", 1.0) or 0.0)
-    wd = float(_get(a, "weight_decay_rate", 0.0) or 0.0)
-    _check_range("adafactor.decay_rate", float(_get(a, "decay_rate", 0.8)), 0.0, 1.0,
-                 high_open=False)
+    a = cfg.adafactor
+    momentum = float(a.momentum or 0.0)
+    clipping = float(a.clipping_threshold or 0.0)
+    wd = float(a.weight_decay_rate or 0.0)
+    _check_range("adafactor.decay_rate", float(a.decay_rate), 0.0, 1.0, high_open=False)
     _check_range("adafactor.momentum", momentum, 0.0, 1.0)
     _check_range("adafactor.clipping_threshold", clipping, 0.0, float("inf"))
     _check_range("adafactor.weight_decay_rate", wd, 0.0, float("inf"))
-    _check_range("adafactor.eps", float(_get(a, "eps", 1e-30)), 0.0, float("inf"))
-    if int(_get(a, "min_dim_size_to_factor", 128)) < 1:
+    _check_range("adafactor.eps", float(a.eps), 0.0, float("inf"))
+    if int(a.min_dim_size_to_factor) < 1:
       raise ValueError("optim.adafactor.min_dim_size_to_factor must be >= 1, got "
-                       f"{_get(a, 'min_dim_size_to_factor')}.")
+                       f"{a.min_dim_size_to_factor}.")
     tx = optax.adafactor(
         learning_rate=schedule,
-        min_dim_size_to_factor=int(_get(a, "min_dim_size_to_factor", 128)),
-        decay_rate=float(_get(a, "decay_rate", 0.8)),
-        decay_offset=int(_get(a, "decay_offset", 0)),
-        multiply_by_parameter_scale=bool(_get(a, "multiply_by_parameter_scale", True)),
+        min_dim_size_to_factor=int(a.min_dim_size_to_factor),
+        decay_rate=float(a.decay_rate),
+        decay_offset=int(a.decay_offset),
+        multiply_by_parameter_scale=bool(a.multiply_by_parameter_scale),
         clipping_threshold=clipping if clipping > 0 else None,
         momentum=momentum if momentum > 0 else None,
         weight_decay_rate=wd if wd > 0 else None,
-        eps=float(_get(a, "eps", 1e-30)),
-        factored=bool(_get(a, "factored", True)))
+        eps=float(a.eps),
+        factored=bool(a.factored))
     tx = as_t5_matrices(per_layer(tx))
   elif name == "adamw":
-    a = _get(cfg, "adamw")
-    _check_range("adamw.b1", float(_get(a, "b1", 0.9)), 0.0, 1.0)
-    _check_range("adamw.b2", float(_get(a, "b2", 0.999)), 0.0, 1.0)
-    _check_range("adamw.eps", float(_get(a, "eps", 1e-8)), 0.0, float("inf"))
-    _check_range("adamw.weight_decay", float(_get(a, "weight_decay", 0.0)), 0.0, float("inf"))
-    tx = optax.adamw(learning_rate=schedule, b1=float(_get(a, "b1", 0.9)),
-                     b2=float(_get(a, "b2", 0.999)), eps=float(_get(a, "eps", 1e-8)),
-                     weight_decay=float(_get(a, "weight_decay", 0.0)), mask=_decay_mask)
+    a = cfg.adamw
+    _check_range("adamw.b1", float(a.b1), 0.0, 1.0)
+    _check_range("adamw.b2", float(a.b2), 0.0, 1.0)
+    _check_range("adamw.eps", float(a.eps), 0.0, float("inf"))
+    _check_range("adamw.weight_decay", float(a.weight_decay), 0.0, float("inf"))
+    tx = optax.adamw(learning_rate=schedule, b1=float(a.b1), b2=float(a.b2), eps=float(a.eps),
+                     weight_decay=float(a.weight_decay), mask=_decay_mask)
   else:
     raise ValueError(f"unknown optim.name {name!r}; choose one of {OPTIMIZERS}.")
   if clip < 0:

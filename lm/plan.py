@@ -53,6 +53,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from lm import config as config_lib
 from lm import metrics as metrics_lib
 from lm import partitioning
 from lm.model import accounting
@@ -210,7 +211,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
       "num_slices": target.num_slices, "num_devices": target.num_devices,
       "chip": dataclasses.asdict(target.chip) if target.chip else None,
       "memory_per_device": target.memory_bytes,
-      "model": {"preset": config.model.get("preset"), "params": accounting.count_params(mc),
+      "model": {"preset": config_lib.preset_name(config), "params": accounting.count_params(mc),
                 "mask_type": mc.mask_type, "dtype": mc.dtype, "scan_layers": mc.scan_layers,
                 "remat_policy": mc.remat_policy},
       "batch_size": int(d.batch_size), "inputs_length": int(d.inputs_length),

@@ -191,12 +191,6 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
         f"config override changes the model's shapes or architecture ({changed[0]}); only "
         f"{', '.join('model.' + f for f in RUNTIME_MODEL_FIELDS)} may be overridden when "
         "restoring.")
-  arch = config.data.architecture
-  if (arch == "encoder_decoder") != model_config.is_encoder_decoder or (
-      arch == "causal" and model_config.mask_type == "prefix_lm"):
-    raise IncompatibleCheckpointError(
-        f"config.data.architecture={arch!r} does not fit the model's mask_type="
-        f"{model_config.mask_type!r}; do not override data.architecture.")
 
   meta = checkpoint.read_meta(ckpt_dir, step, context=f"restoring {workdir}")
   step = int(meta["step"])

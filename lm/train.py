@@ -41,8 +41,8 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from configs import common
 from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
+from lm import config as config_lib
 from lm import workdir as workdir_lib
 from lm.data import features
 from lm.data import pipeline as pipeline_lib
@@ -146,6 +146,7 @@ class RunBuild:
 
   Attributes:
     model_config, model: the Transformer and its frozen config.
+    data_spec: the data pipeline's frozen spec (its architecture is the model's layout).
     schedule, tx: the learning-rate schedule and the optax optimizer.
     mesh, rules: the device mesh and the logical-axis rules.
     rng: the run's root PRNG key (config.train.seed).
@@ -162,6 +163,7 @@ class RunBuild:
   """
   model_config: TransformerConfig
   model: Transformer
+  data_spec: pipeline_lib.DataSpec
   schedule: Any
   tx: Any
   mesh: Any
@@ -216,11 +218,12 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     num_devices = len(devices)
   else:
     num_devices = mesh.size
-  common.validate(config, num_devices=num_devices)
-  model_config = common.model_config(config)
+  config_lib.validate(config, num_devices=num_devices)
+  model_config = config_lib.model_config(config)
   model = Transformer(model_config)
-  schedule = optim.make_schedule(config.schedule)
-  tx = optim.make_optimizer(config.optim, schedule)
+  spec = config_lib.data_spec(config)
+  schedule = optim.make_schedule(config_lib.schedule_config(config))
+  tx = optim.make_optimizer(config_lib.optim_config(config), schedule)
   if mesh is None:
     mesh = partitioning.make_mesh(config.mesh.shape, devices=devices)
   elif tuple(mesh.shape.values()) != partitioning.parse_mesh_shape(config.mesh.shape,
@@ -228,21 +231,22 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     raise ValueError(f"mesh {dict(mesh.shape)} does not match config.mesh.shape "
                      f"{tuple(config.mesh.shape)}.")
   rules = partitioning.rules_from_config(config.logical_axis_rules)
-  d = config.data
-  rng = jax.random.key(config.train.seed)
-  shapes = batch_shapes(d.architecture, d.inputs_length, d.targets_length, d.batch_size)
+  rng = jax.random.key(config_lib.loop_config(config).seed)
+  shapes = batch_shapes(spec.architecture, spec.inputs_length, spec.targets_length,
+                        spec.batch_size)
   abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
-      d.architecture, d.inputs_length, d.targets_length), model=model, tx=tx)
+      spec.architecture, spec.inputs_length, spec.targets_length), model=model, tx=tx)
   state_sh = partitioning.state_shardings(abstract, boxed, mesh, rules, tx=tx)
   batch_sh = partitioning.batch_shardings(shapes, mesh)
   train_fn = jax.jit(
       functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
-                        **common.train_step_kwargs(config)),
+                        **config_lib.train_step_kwargs(config)),
       in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(steps.eval_step, model=model,
-                                      **common.eval_step_kwargs(config)),
+                                      **config_lib.eval_step_kwargs(config)),
                     in_shardings=(state_sh.params, batch_sh))
-  return RunBuild(model_config=model_config, model=model, schedule=schedule, tx=tx, mesh=mesh,
+  return RunBuild(model_config=model_config, model=model, data_spec=spec, schedule=schedule,
+                  tx=tx, mesh=mesh,
                   rules=rules, rng=rng, abstract_state=abstract, boxed_params=boxed,
                   state_shardings=state_sh, batch_shapes=shapes, batch_shardings=batch_sh,
                   train_step=train_fn, eval_step=eval_fn)
@@ -390,7 +394,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
   model_config, model, tx, mesh = run.model_config, run.model, run.tx, run.mesh
-  data = pipeline_lib.DataPipeline(common.data_spec(config), process_index=jax.process_index(),
+  data = pipeline_lib.DataPipeline(run.data_spec, process_index=jax.process_index(),
                                    process_count=jax.process_count())
   _vocab_check(data, model_config)
 
@@ -411,11 +415,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state_sh,
                 train_fn, eval_fn, rng, peak, *, model, tx) -> dict[str, float]:
   """The part of train_and_evaluate that runs under the workdir lock (and axis rules)."""
-  d = config.data
+  d = data.spec
+  loop = config_lib.loop_config(config)
+  ckpt_settings = config_lib.checkpoint_config(config)
   ckpt = checkpoint.CheckpointManager(  # checks the directory is writable (before compiling)
-      workdir / "checkpoints", every_steps=config.ckpt.every_steps,
-      keep=config.ckpt.keep, keep_best=config.ckpt.keep_best,
-      best_metric=config.ckpt.best_metric, async_save=config.ckpt.async_save,
+      workdir / "checkpoints", every_steps=ckpt_settings.every_steps,
+      keep=ckpt_settings.keep, keep_best=ckpt_settings.keep_best,
+      best_metric=ckpt_settings.best_metric, async_save=ckpt_settings.async_save,
       signature=checkpoint.run_signature(
           dataclasses.asdict(model_config), abstract,
           tokenizer_sha256=checkpoint.tokenizer_hash(data.tokenizer.model_proto)))
@@ -440,14 +446,14 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
     state = jax.jit(functools.partial(steps.create_train_state, model=model, tx=tx),
                     out_shardings=state_sh)(rng, dummy_batch(
                         d.architecture, d.inputs_length, d.targets_length))
-    if config.ckpt.init_from:
-      params = init_params_from(config.ckpt.init_from, model_config, abstract.params,
+    if ckpt_settings.init_from:
+      params = init_params_from(ckpt_settings.init_from, model_config, abstract.params,
                                 state_sh.params)
       state = state.replace(params=params)
-      logging.info("initialised parameters from %s", config.ckpt.init_from)
+      logging.info("initialised parameters from %s", ckpt_settings.init_from)
 
   start = int(state.step)
-  num_steps = int(config.train.num_steps)
+  num_steps = int(loop.num_steps)
   if start >= num_steps:
     logging.warning("%s is already at step %d (train.num_steps=%d): nothing to do; raise "
                     "--config.train.num_steps to continue training.", workdir, start, num_steps)
@@ -473,7 +479,7 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
         step += 1
         ckpt.raise_if_save_failed()
         stop = preemption.should_stop()
-        log_now = step % config.train.log_every == 0 or step == num_steps
+        log_now = step % loop.log_every == 0 or step == num_steps
         force = step == num_steps or stop
         save_now = force or ckpt.should_save(step)
         if log_now or save_now:  # fetch and check before anything is saved
@@ -495,10 +501,10 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
           last = dict(values)
           acc, packing_eff, t_last = None, [], now
         eval_metrics = {}
-        if config.train.eval_every and (step % config.train.eval_every == 0
+        if loop.eval_every and (step % loop.eval_every == 0
                                         or step == num_steps):
           eval_metrics = evaluate(eval_fn, state.params, data, mesh,
-                                  config.train.eval_steps or None)
+                                  loop.eval_steps or None)
           writer.write(step, eval_metrics, prefix_console="eval")
           last.update(eval_metrics)
         if save_now:

@@ -60,16 +60,17 @@ def fake_run(workdir: str, arch: str = "encoder_decoder", saved_steps=(2, 4)) ->
   import dataclasses  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from lm import checkpoint, optim, steps, train  # pylint: disable=g-import-not-at-top
-  from lm.config import model_config  # pylint: disable=g-import-not-at-top
+  from lm import config as config_lib  # pylint: disable=g-import-not-at-top
   from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from lm.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
   os.makedirs(workdir)
   spm = os.path.join(workdir, "spm.model")
   tokenizer_lib.train_tokenizer(SPM_TEXT, vocab_size=28, extra_ids=100, output=spm)
   config = tiny_config(arch, **{"data.tokenizer": spm, "model.vocab_size": 128})
-  model = Transformer(model_config(config))
-  tx = optim.make_optimizer(config.optim, optim.make_schedule(config.schedule))
-  d = config.data
+  model = Transformer(config_lib.model_config(config))
+  tx = optim.make_optimizer(config_lib.optim_config(config),
+                            optim.make_schedule(config_lib.schedule_config(config)))
+  d = config_lib.data_spec(config)
   batch = train.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
   rng = jax.random.key(0)
   abstract, _ = steps.abstract_train_state(rng, batch, model=model, tx=tx)

@@ -135,13 +135,13 @@ def test_bench_train_tiny_prints_table_and_fair_comparison(tmp_path):
 
 @pytest.mark.slow
 def test_bench_model_tiny_prints_summary(tmp_path):
-  out = _run("bench_model.py", "--presets", "tiny", "--inputs_length", "64",
+  out = _run("bench_model.py", "--presets", "cpu/tiny/encoder_decoder", "--inputs_length", "64",
              "--targets_length", "16", "--steps", "1", "--host_memory", "default",
              "--json", str(tmp_path / "m.json"))
   assert "host memory glibc default" in out
   assert "Summary" in out and "MFU" in out.split("Summary")[1], out
   doc = json.loads((tmp_path / "m.json").read_text())
-  assert doc["results"]["presets"][0]["preset"] == "tiny"
+  assert doc["results"]["presets"][0]["preset"] == "cpu/tiny/encoder_decoder"
 
 
 @pytest.mark.slow

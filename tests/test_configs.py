@@ -1,8 +1,11 @@
-"""configs/common.py parse_arg + validate, configs/t5.py presets (no training here)."""
+"""configs/common.py parse_arg, lm/config.py validate and builders, configs/t5.py (no training)."""
+import json
+
 import jax
 import pytest
 
 from configs import common, t5
+from lm import config as config_lib
 
 
 def test_parse_arg_types_bare_flags_and_errors():
@@ -24,36 +27,101 @@ def test_parse_arg_types_bare_flags_and_errors():
     common.parse_arg("steps=1,steps=2", steps=1)
 
 
-@pytest.mark.parametrize("arg, preset, mask_type, targets_length", [
-    ("", "t5_1_1_base", "encoder_decoder", 114),
-    ("runlocal", "tiny", "encoder_decoder", 14),
-    ("arch=shared,family=t5_1_0,objective=iid_replace_spans", "t5_1_0_base_shared",
-     "encoder_decoder", 188),
-    ("arch=prefix_lm,size=small", "decoder_only_small", "prefix_lm", 114),
-    ("arch=causal,objective=full_lm,runlocal", "tiny_causal", "causal", 64),
-    ("arch=causal,size=xl", "t5_1_1_xl", "causal", 114),
-    ("objective=span_corruption,noise=0.5,span=10", "t5_1_1_base", "encoder_decoder", None),
-    ("objective=ul2,size=large", "t5_1_1_large", "encoder_decoder", None),
+@pytest.mark.parametrize("arg, preset, mask_type, shared, targets_length", [
+    ("", "t5_1_1/base/encoder_decoder", "encoder_decoder", False, 114),
+    ("runlocal", "cpu/tiny/encoder_decoder", "encoder_decoder", False, 14),
+    ("arch=shared,family=t5_1_0,objective=iid_replace_spans", "t5_1_0/base/shared",
+     "encoder_decoder", True, 188),
+    ("arch=prefix_lm,size=small", "t5_1_1/small/prefix_lm", "prefix_lm", False, 114),
+    ("arch=causal,objective=full_lm,runlocal", "cpu/tiny/causal", "causal", False, 64),
+    ("arch=causal,size=xl", "t5_1_1/xl/causal", "causal", False, 114),
+    ("objective=span_corruption,noise=0.5,span=10", "t5_1_1/base/encoder_decoder",
+     "encoder_decoder", False, None),
+    ("objective=ul2,size=large", "t5_1_1/large/encoder_decoder", "encoder_decoder", False, None),
 ])
-def test_presets_validate(arg, preset, mask_type, targets_length):
+def test_presets_validate(arg, preset, mask_type, shared, targets_length):
   config = t5.get_config(arg)
-  common.validate(config, num_devices=jax.device_count())
-  assert config.model.preset == preset and config.model.mask_type == mask_type
+  config_lib.validate(config, num_devices=jax.device_count())
+  assert config_lib.preset_name(config) == preset
   if targets_length is not None:
     assert config.data.targets_length == targets_length
-  model = common.model_config(config)
+  model = config_lib.model_config(config)
   assert model.vocab_size == config.model.vocab_size
-  spec = common.data_spec(config)
-  assert spec.architecture == ("encoder_decoder" if mask_type == "encoder_decoder" else mask_type)
+  assert (model.mask_type, model.shared_encoder_decoder) == (mask_type, shared)
+  spec = config_lib.data_spec(config)
+  assert spec.architecture == mask_type  # the layout is derived from config.model.architecture
   assert spec.objective == config.data.objective
 
 
+def test_architecture_is_one_config_field():
+  """config.model.architecture owns the architecture: no mask_type / data.architecture
+  fields to disagree with it, and changing it changes the model and the data layout."""
+  config = t5.get_config("runlocal")
+  for field in ("mask_type", "shared_encoder_decoder", "num_encoder_layers",
+                "num_decoder_layers", "preset"):
+    assert field not in config.model
+  assert "architecture" not in config.data
+  config.model.architecture = "prefix_lm"
+  model = config_lib.model_config(config)
+  assert (model.mask_type, model.num_encoder_layers, model.num_decoder_layers) == (
+      "prefix_lm", 0, 2)
+  assert config_lib.data_spec(config).architecture == "prefix_lm"
+  config.model.architecture = "shared"
+  model = config_lib.model_config(config)
+  assert model.shared_encoder_decoder and model.num_encoder_layers == 2
+  assert config_lib.data_spec(config).architecture == "encoder_decoder"
+  config.model.architecture = "rnn"
+  with pytest.raises(ValueError, match=r"unknown config.model.architecture 'rnn'; expected one "
+                     r"of \['encoder_decoder', 'shared', 'prefix_lm', 'causal'\]"):
+    config_lib.validate(config)
+  with pytest.raises(ValueError, match="unknown config.model.architecture 'rnn'"):
+    config_lib.data_spec(config)
+
+
 def test_decoder_only_presets_have_one_stack_of_layers():
-  encdec = t5.get_config("size=base").model
-  dec = t5.get_config("arch=causal,size=base").model
+  encdec = config_lib.model_config(t5.get_config("size=base"))
+  dec = config_lib.model_config(t5.get_config("arch=causal,size=base"))
   assert dec.num_encoder_layers == 0 and dec.num_decoder_layers == encdec.num_encoder_layers
-  xl = t5.get_config("arch=prefix_lm,size=xl").model  # no named preset: generic override
-  assert xl.preset == "t5_1_1_xl" and xl.num_encoder_layers == 0 and xl.emb_dim == 2048
+  xl = t5.get_config("arch=prefix_lm,size=xl")
+  model = config_lib.model_config(xl)
+  assert config_lib.preset_name(xl) == "t5_1_1/xl/prefix_lm"
+  assert model.num_encoder_layers == 0 and model.num_decoder_layers == 24
+  assert model.emb_dim == 2048
+
+
+def test_old_config_json_is_migrated(tmp_path):
+  """A config.json written before config.model.architecture (model.preset, mask_type, ...,
+  data.architecture) loads as today's config, with the same model and data spec."""
+  config = t5.get_config("arch=causal,family=t5_1_0,objective=full_lm,runlocal")
+  old = config.to_dict()
+  model = config_lib.model_config(config)
+  for name in ("family", "size", "architecture", "num_layers"):
+    del old["model"][name]
+  old["model"].update(preset="tiny_causal", mask_type="causal", shared_encoder_decoder=False,
+                      num_encoder_layers=0, num_decoder_layers=2)
+  old["data"]["architecture"] = "causal"
+  path = tmp_path / "config.json"
+  path.write_text(json.dumps(old))
+  loaded = config_lib.load_config_json(str(path))
+  assert (loaded.model.family, loaded.model.size, loaded.model.architecture,
+          loaded.model.num_layers) == ("cpu", "tiny", "causal", 2)
+  assert config_lib.model_config(loaded) == model
+  assert config_lib.data_spec(loaded).fingerprint() == config_lib.data_spec(config).fingerprint()
+  old["data"]["architecture"] = "encoder_decoder"
+  path.write_text(json.dumps(old))
+  with pytest.raises(ValueError, match="data.architecture='encoder_decoder' does not fit"):
+    config_lib.load_config_json(str(path))
+  old["data"]["architecture"] = "encoder_decoder"
+  old["model"].update(preset="t5_1_0_base_shared", mask_type="encoder_decoder",
+                      shared_encoder_decoder=True, num_encoder_layers=2, num_decoder_layers=2)
+  path.write_text(json.dumps(old))
+  shared = config_lib.load_config_json(str(path))
+  assert (shared.model.family, shared.model.size, shared.model.architecture) == (
+      "t5_1_0", "base", "shared")
+  old["model"]["num_encoder_layers"] = 3
+  path.write_text(json.dumps(old))
+  with pytest.raises(ValueError, match="num_encoder_layers=3 != num_decoder_layers=2"):
+    config_lib.load_config_json(str(path))
 
 
 def test_t5_defaults_match_the_notes():
@@ -105,8 +173,7 @@ def _broken(**changes):
     (dict(mesh__shape=(-1, -1, 1)), "config.mesh.shape: .*at most one may be -1"),
     (dict(mesh__shape=(3, 1, 1)), "does not fit 8 devices|has 3 devices but 8"),
     (dict(mesh__shape=(8, 1)), "needs 3 sizes"),
-    (dict(model__mask_type="causal", model__num_encoder_layers=0),
-     "does not fit config.data.architecture='encoder_decoder'"),
+    (dict(model__architecture="rnn"), "unknown config.model.architecture 'rnn'"),
     (dict(model__vocab_size=2000), "set config.model.vocab_size=1152"),
     (dict(model__mlp_activation="tanh"), "config.model: TransformerConfig: unknown mlp_activation"),
     (dict(optim__name="sgd"), "unknown optim.name 'sgd'"),
@@ -134,7 +201,7 @@ def _broken(**changes):
 ])
 def test_validate_errors_say_what_to_change(changes, message):
   with pytest.raises(ValueError, match=message):
-    common.validate(_broken(**changes), num_devices=8)
+    config_lib.validate(_broken(**changes), num_devices=8)
 
 
 def test_mesh_divisibility_follows_the_rules_and_runs_before_config_json(tmp_path):
@@ -143,14 +210,14 @@ def test_mesh_divisibility_follows_the_rules_and_runs_before_config_json(tmp_pat
   c = _broken(mesh__shape=(1, 1, 8), model__vocab_size=1100)
   with pytest.raises(ValueError, match=r"config.model.vocab_size=1100 is not divisible by the 8 "
                      r"devices of mesh axis tensor"):
-    common.validate(c, num_devices=8)
+    config_lib.validate(c, num_devices=8)
   # Pure data parallelism shards no param dim: 6 heads are fine on 8 devices.
-  common.validate(_broken(mesh__shape=(8, 1, 1), model__num_heads=6), num_devices=8)
+  config_lib.validate(_broken(mesh__shape=(8, 1, 1), model__num_heads=6), num_devices=8)
   # Rules that leave heads unsharded make the same config valid on a tensor axis of 8
   # (the vocab and mlp dims still divide).
   rules = [["batch", ["data", "fsdp"]], ["vocab", "tensor"], ["mlp", "tensor"],
            ["heads", None], ["joined_kv", None], ["embed", "fsdp"], ["kv", None]]
-  common.validate(_broken(mesh__shape=(1, 1, 8), model__num_heads=6, logical_axis_rules=rules),
+  config_lib.validate(_broken(mesh__shape=(1, 1, 8), model__num_heads=6, logical_axis_rules=rules),
                   num_devices=8)
   from lm import train
   workdir = tmp_path / "run"
@@ -162,20 +229,20 @@ def test_mesh_divisibility_follows_the_rules_and_runs_before_config_json(tmp_pat
 def test_validate_collects_several_errors_and_mesh_syntax_without_devices():
   c = _broken(data__objective="spam", loss__z_loss=-1.0)
   with pytest.raises(ValueError) as e:
-    common.validate(c)
+    config_lib.validate(c)
   assert "objective='spam'" in str(e.value) and "z_loss must be >= 0" in str(e.value)
-  common.validate(_broken(mesh__shape=(3, 1, 1)))  # fine until the device count is known
+  config_lib.validate(_broken(mesh__shape=(3, 1, 1)))  # fine until the device count is known
 
 
 def test_step_kwargs_match_step_signatures():
   import inspect
   from lm import steps
   c = t5.get_config("runlocal")
-  for fn, kwargs in ((steps.train_step, common.train_step_kwargs(c)),
-                     (steps.eval_step, common.eval_step_kwargs(c))):
+  for fn, kwargs in ((steps.train_step, config_lib.train_step_kwargs(c)),
+                     (steps.eval_step, config_lib.eval_step_kwargs(c))):
     params = inspect.signature(fn).parameters
     assert set(kwargs) <= set(params)
-  assert common.train_step_kwargs(c)["z_loss"] == 1e-4
+  assert config_lib.train_step_kwargs(c)["z_loss"] == 1e-4
 
 
 @pytest.mark.parametrize("noise,derived,gin", [(0.10, 139, 103), (0.15, 188, 192),
@@ -187,11 +254,11 @@ def test_table6_targets_lengths_derived_or_gin(noise, derived, gin):
   assert config.data.targets_length == derived and not config.data.allow_truncated_targets
   config = t5.get_config(arg + ",lengths=gin")
   assert config.data.targets_length == gin and config.data.allow_truncated_targets
-  t5.validate(config)  # the truncation is the explicit choice: accepted
+  config_lib.validate(config)  # the truncation is the explicit choice: accepted
   config.data.allow_truncated_targets = False
   if gin < derived:
     with pytest.raises(ValueError, match=f"needs targets_length >= {derived}"):
-      t5.validate(config)
+      config_lib.validate(config)
 
 
 def test_gin_lengths_of_other_objectives():
@@ -208,32 +275,32 @@ def test_gin_lengths_of_other_objectives():
 def test_loss_on_inputs_only_on_the_causal_architecture():
   config = t5.get_config("arch=causal,objective=iid_replace_spans,loss_on_inputs=True")
   assert config.data.loss_on_inputs
-  t5.validate(config)
-  for arch, field in (("prefix_lm", "loss_on_inputs=True with config.data.architecture="
+  config_lib.validate(config)
+  for arch, field in (("prefix_lm", "loss_on_inputs=True with config.model.architecture="
                                     "'prefix_lm'"),
                       ("encoder_decoder", "loss_on_inputs=True needs a decoder-only")):
     config = t5.get_config(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True")
     with pytest.raises(ValueError, match=field):
-      t5.validate(config)
+      config_lib.validate(config)
 
 
 def test_full_lm_decoder_only_rows_are_the_targets_length():
   # T5 lm.gin: 128 x 512 tokens; the decoder-only row holds no inputs part.
   config = t5.get_config("arch=causal,family=t5_1_0,objective=full_lm")
   assert (config.data.inputs_length, config.data.targets_length) == (0, 512)
-  t5.validate(config)
+  config_lib.validate(config)
   config = t5.get_config("arch=encoder_decoder,objective=full_lm")
   assert (config.data.inputs_length, config.data.targets_length) == (512, 512)
   config = t5.get_config("arch=causal,objective=iid_replace_spans")
   config.data.inputs_length = 0
   with pytest.raises(ValueError, match="inputs_length must be positive, got 0"):
-    t5.validate(config)
+    config_lib.validate(config)
 
 
 def test_ul2_mode_tokens_switch():
   assert "mode_tokens" not in t5.get_config("objective=ul2").data.objective_params
   config = t5.get_config("objective=ul2,mode_tokens=text")
   assert config.data.objective_params.mode_tokens == "text"
-  t5.validate(config)
+  config_lib.validate(config)
   with pytest.raises(ValueError, match="mode_tokens applies to objective=ul2 only"):
     t5.get_config("objective=span_corruption,mode_tokens=text")

@@ -16,7 +16,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-from configs import common as config_common  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lm import config as config_lib  # pylint: disable=wrong-import-position
 from experiments import common  # pylint: disable=wrong-import-position
 from launch import local  # pylint: disable=wrong-import-position
 from launch import report  # pylint: disable=wrong-import-position
@@ -53,7 +53,7 @@ def test_points_build_valid_configs(experiment, runlocal):
     assert tuple(p.reference) == common.COLUMNS
     assert all(isinstance(v, float) and 0 < v < 100 for v in p.reference.values())
     config = local.build_config(p)
-    config_common.validate(config)
+    config_lib.validate(config)
     assert config.arg.runlocal == runlocal
     for key, value in p.overrides.items():
       node = config
@@ -67,7 +67,8 @@ def test_baseline_is_the_papers(experiment):
   (baseline,) = [p for p in local.collect(experiment) if p.baseline]
   assert baseline.reference == common.BASELINE
   config = local.build_config(baseline)
-  assert config.model.preset == "t5_1_0_base"
+  assert (config.model.family, config.model.size, config.model.architecture) == (
+      "t5_1_0", "base", "encoder_decoder")
   assert config.data.objective == "iid_replace_spans"
   assert config.data.objective_params.noise_density == 0.15
   assert config.train.num_steps == 2 ** 19 and config.data.batch_size == 128
@@ -86,21 +87,22 @@ def test_architecture_rows():
       assert arch_objective == ("causal", "full_lm")
     else:
       assert config.data.objective == "prefix_lm", name
-  assert points["shared_denoising"].model.preset == "t5_1_0_base_shared"
-  assert points["lm_lm"].model.preset == "t5_1_0_lm_base"
-  assert points["prefixlm_denoising"].model.preset == "t5_1_0_prefix_lm_base"
-  from lm.model.presets import MODEL_PRESETS  # pylint: disable=g-import-not-at-top
-  six = MODEL_PRESETS["t5_1_0_base_6layers"]
+  for config in points.values():  # every row is the t5_1_0 base size
+    assert (config.model.family, config.model.size) == ("t5_1_0", "base")
+  assert points["shared_denoising"].model.architecture == "shared"
+  assert points["lm_lm"].model.architecture == "causal"
+  assert points["prefixlm_denoising"].model.architecture == "prefix_lm"
+  from lm.model import presets  # pylint: disable=g-import-not-at-top
+  six = presets.make_config("t5_1_0", "base", "encoder_decoder", num_layers=6)
   for name in ("encdec6_denoising", "encdec6_lm"):
-    model = points[name].model
-    for field in ("num_encoder_layers", "num_decoder_layers", "emb_dim", "mlp_dim", "num_heads",
-                  "head_dim", "mlp_activation", "tie_embeddings", "dropout_rate"):
-      assert model[field] == six[field], (name, field)
+    model = config_lib.model_config(points[name])
+    assert model == six, name
+    assert (model.num_encoder_layers, model.num_decoder_layers) == (6, 6)
   # runlocal halves the tiny model's layers instead of growing it to 6+6.
-  tiny = {p.name: local.build_config(p)
+  tiny = {p.name: config_lib.model_config(local.build_config(p))
           for p in local.collect("experiments/t5_architectures.py", runlocal=True)}
-  assert tiny["encdec6_lm"].model.num_encoder_layers == 1
-  assert tiny["encdec_lm"].model.num_encoder_layers == 2
+  assert tiny["encdec6_lm"].num_encoder_layers == tiny["encdec6_lm"].num_decoder_layers == 1
+  assert tiny["encdec_lm"].num_encoder_layers == 2
 
 
 def test_sweep_parameters():
@@ -190,7 +192,7 @@ def test_dry_run_prints_one_command_per_point(tmp_path):
     assert f"--workdir={os.path.join(root, point.name)}" in argv
     assert argv[-1] == "--config.train.num_steps=7"
     assert "--config.wandb.group=t5_architectures_runlocal" in argv
-  assert "--config.model.num_encoder_layers=1" in lines[2]
+  assert "--config.model.num_layers=1" in lines[2]
   assert not os.path.exists(root)  # a dry run writes nothing
 
   only = subprocess.run(

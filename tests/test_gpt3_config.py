@@ -1,7 +1,8 @@
 """configs/gpt3.py: the GPT-3 family's shapes and hyperparameters, validated before compiling."""
 import pytest
 
-from configs import common, gpt3
+from configs import gpt3
+from lm import config as common
 from lm.model import accounting
 
 # GPT-3 Table 2.1 parameter counts (the paper's names), our shapes within 3 %.
@@ -15,6 +16,8 @@ def test_sizes_validate_and_match_the_paper(size):
   common.validate(config)
   model = common.model_config(config)
   assert model.mask_type == "causal" and model.max_length == 2048
+  assert (config.model.family, config.model.size, config.model.architecture) == (
+      "gpt3", size, "causal")
   n = accounting.count_params(model)
   assert abs(n / PAPER_PARAMS[size] - 1) < 0.03, (size, n)
   lr, batch_seqs = gpt3.GPT3_HPARAMS[size]
@@ -27,7 +30,7 @@ def test_sizes_validate_and_match_the_paper(size):
 def test_runlocal_and_bad_args():
   config = gpt3.get_config("runlocal")
   common.validate(config)
-  assert config.data.objective == "full_lm" and config.model.mask_type == "causal"
+  assert config.data.objective == "full_lm" and config.model.architecture == "causal"
   with pytest.raises(ValueError, match="unknown size"):
     gpt3.get_config("size=7b")
   with pytest.raises(ValueError, match="unknown config arg"):

@@ -1,11 +1,13 @@
 """Schedules with exact values (docs/t5_reference.md §3.6) and optimizer construction."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 import pytest
 
+from lm import config as config_lib
 from lm import optim
 
 
@@ -13,7 +15,7 @@ def _sched(**kw):
   base = dict(name="rsqrt", base_lr=1.0, warmup_steps=10_000, decay_steps=0, end_factor=0.0,
               linear_warmup=False)
   base.update(kw)
-  return optim.make_schedule(ml_collections.ConfigDict(base))
+  return optim.make_schedule(config_lib.from_mapping(optim.ScheduleConfig, base))
 
 
 def test_t5_rsqrt_schedule_exact_values():
@@ -58,12 +60,21 @@ def test_schedule_errors():
 
 
 def _optim_cfg(name="adafactor", clip=0.0):
-  return ml_collections.ConfigDict(dict(
+  return config_lib.from_mapping(optim.OptimConfig, dict(
       name=name, grad_clip_norm=clip, grad_accum_steps=1,
       adafactor=dict(decay_rate=0.8, decay_offset=0, factored=True,
                      multiply_by_parameter_scale=True, clipping_threshold=1.0, momentum=0.0,
                      eps=1e-30, min_dim_size_to_factor=128, weight_decay_rate=0.0),
       adamw=dict(b1=0.9, b2=0.95, eps=1e-8, weight_decay=0.1)))
+
+
+def test_settings_objects_are_typed_and_name_unknown_fields():
+  cfg = _optim_cfg("adamw")
+  assert isinstance(cfg.adamw, optim.AdamWConfig) and cfg.adamw.b2 == 0.95
+  assert optim.OptimConfig() == config_lib.from_mapping(optim.OptimConfig, {})
+  with pytest.raises(ValueError, match=r"unknown field config.optim.adamw.b3; expected one of "
+                     r"\['b1', 'b2', 'eps', 'weight_decay'\]"):
+    config_lib.from_mapping(optim.OptimConfig, {"adamw": {"b3": 0.9}}, "config.optim")
 
 
 def test_adafactor_matches_optax_t5_settings_and_factors_large_matrices():
@@ -143,7 +154,7 @@ def test_adamw_with_global_norm_clipping():
   # Clipping to global norm 1: each of the 12 entries becomes 1/sqrt(12); with eps=1
   # Adam's first update is lr * g / (|g| + 1), which depends on the clipped scale.
   cfg = _optim_cfg("adamw", clip=1.0)
-  cfg.adamw.eps = 1.0
+  cfg = dataclasses.replace(cfg, adamw=dataclasses.replace(cfg.adamw, eps=1.0))
   tx = optim.make_optimizer(cfg, sched)
   u, _ = tx.update(grads, tx.init(params), params)
   g = 1 / np.sqrt(12)

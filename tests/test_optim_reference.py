@@ -21,10 +21,10 @@ change from step to step (so the second-moment decay, momentum and clipping all 
 """
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
+from lm import config as config_lib
 from lm import optim
 
 D, N, H, F = 48, 4, 10, 40   # min_dim_size_to_factor = 32 below: D, N*H, F factor; H alone not
@@ -119,8 +119,8 @@ def _cfg(**adafactor):
            weight_decay_rate=0.0)
   grad_clip = adafactor.pop("grad_clip_norm", 0.0)
   a.update(adafactor)
-  return ml_collections.ConfigDict(dict(name="adafactor", grad_clip_norm=grad_clip,
-                                        grad_accum_steps=1, adafactor=a))
+  return config_lib.from_mapping(optim.OptimConfig, dict(
+      name="adafactor", grad_clip_norm=grad_clip, grad_accum_steps=1, adafactor=a))
 
 
 NON_DEFAULT = dict(decay_rate=0.65, decay_offset=3, factored=True,
@@ -240,7 +240,7 @@ def test_adamw_matches_numpy_over_varying_gradients_with_non_default_settings():
   rng = np.random.default_rng(3)
   params = {"w": rng.normal(size=(6, 5)).astype(np.float32),
             "scale": (1 + 0.1 * rng.normal(size=(5,))).astype(np.float32)}
-  cfg = ml_collections.ConfigDict(dict(
+  cfg = config_lib.from_mapping(optim.OptimConfig, dict(
       name="adamw", grad_clip_norm=3.0, grad_accum_steps=1,
       adamw=dict(b1=0.8, b2=0.95, eps=1e-3, weight_decay=0.05)))
   lr = lambda t: 0.05 * (1 + t) ** -0.5

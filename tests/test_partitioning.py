@@ -128,7 +128,7 @@ def test_real_base_preset_specs_on_2x4_mesh_divide_evenly():
   from lm.model.presets import make_config
   from lm.model.transformer import Transformer
   mesh = partitioning.make_mesh((1, 2, 4))
-  model = Transformer(make_config("t5_1_1_base"))
+  model = Transformer(make_config("t5_1_1", "base", "encoder_decoder"))
   batch = {"encoder_input_tokens": jnp.zeros((1, 8), jnp.int32),
            "decoder_input_tokens": jnp.zeros((1, 4), jnp.int32),
            "decoder_target_tokens": jnp.zeros((1, 4), jnp.int32)}
@@ -194,6 +194,7 @@ def _matrix_view_spec(path, spec, adafactor):
 
 def _optimizer_plan(setting):
   """(model, tx, schedule, batch, mesh, abstract state, its shardings) for one setting."""
+  from lm import config as config_lib
   from lm import optim, steps
   from lm.model.transformer import Transformer, TransformerConfig
   # emb 32 and heads * head_dim 32: the attention view [32, 32] is square, so its two
@@ -201,8 +202,10 @@ def _optimizer_plan(setting):
   model = Transformer(TransformerConfig(vocab_size=64, emb_dim=32, num_heads=4, head_dim=8,
                                         mlp_dim=64, num_encoder_layers=1, num_decoder_layers=1,
                                         dtype="float32"))
-  schedule = optim.make_schedule(dict(name="constant", base_lr=1e-3))
-  tx = optim.make_optimizer(_OPTIMIZERS[setting], schedule)
+  schedule = optim.make_schedule(optim.ScheduleConfig(name="constant", base_lr=1e-3,
+                                                      warmup_steps=0))
+  tx = optim.make_optimizer(config_lib.from_mapping(optim.OptimConfig, _OPTIMIZERS[setting]),
+                            schedule)
   batch = {"encoder_input_tokens": np.full((8, 8), 5, np.int32),
            "decoder_input_tokens": np.full((8, 4), 6, np.int32),
            "decoder_target_tokens": np.full((8, 4), 7, np.int32)}

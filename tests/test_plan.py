@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from configs import common, t5
+from configs import t5
+from lm import config as common
 from lm import metrics, plan, targets
 from lm.model import accounting
 

@@ -108,8 +108,10 @@ def test_unknown_step_lists_the_available_ones(run):
 
 @pytest.mark.parametrize("override, match", [
     ("--config.model.emb_dim=96", "emb_dim: 64 in the run, 96 overridden"),
-    ("--config.model.mask_type=prefix_lm", "mask_type"),
-    ("--config.data.architecture=causal", "architecture"),
+    ("--config.model.architecture=prefix_lm", "mask_type: 'encoder_decoder' in the run, "
+     "'prefix_lm' overridden"),
+    ("--config.model.architecture=shared", "shared_encoder_decoder"),
+    ("--config.model.num_layers=1", "num_decoder_layers: 2 in the run, 1 overridden"),
 ])
 def test_shape_or_architecture_changing_override_is_refused(run, override, match):
   with pytest.raises(restore.IncompatibleCheckpointError, match=match):
@@ -131,8 +133,7 @@ def test_checkpoint_of_another_architecture_or_vocabulary(run, tmp_path):
   src = run
 
   def to_prefix_lm(c):  # an encoder-decoder checkpoint under a decoder-only config
-    c["model"].update(mask_type="prefix_lm", num_encoder_layers=0)
-    c["data"]["architecture"] = "prefix_lm"
+    c["model"]["architecture"] = "prefix_lm"
   arch = copy_run(src, str(tmp_path / "arch"))
   _edit_config(arch, to_prefix_lm)
   with pytest.raises(restore.IncompatibleCheckpointError,
@@ -185,9 +186,26 @@ def test_checkpoint_of_a_same_shaped_other_architecture(tmp_path):
   assert restore.load_run(workdir).architecture == "prefix_lm"
 
   def to_causal(c):
-    c["model"]["mask_type"] = "causal"
-    c["data"]["architecture"] = "causal"
+    c["model"]["architecture"] = "causal"
   _edit_config(workdir, to_causal)
   with pytest.raises(restore.IncompatibleCheckpointError,
                      match="mask_type: 'prefix_lm' in the checkpoint, 'causal' in config.json"):
     restore.load_run(workdir)
+
+
+def test_config_json_of_an_older_run_is_migrated(tmp_path):
+  """A run written before config.model.architecture (model.preset, mask_type, num_*_layers,
+  data.architecture in config.json) restores with the same model."""
+  workdir = fake_run(str(tmp_path / "old"), arch="prefix_lm")
+  want = restore.load_run(workdir).model_config
+
+  def to_old(c):
+    for name in ("family", "size", "architecture", "num_layers"):
+      del c["model"][name]
+    c["model"].update(preset="tiny_prefix_lm", mask_type="prefix_lm",
+                      shared_encoder_decoder=False, num_encoder_layers=0, num_decoder_layers=2)
+    c["data"]["architecture"] = "prefix_lm"
+  _edit_config(workdir, to_old)
+  r = restore.load_run(workdir)
+  assert r.model_config == want and r.architecture == "prefix_lm"
+  assert (r.config.model.family, r.config.model.size) == ("cpu", "tiny")

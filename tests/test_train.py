@@ -67,9 +67,9 @@ def test_foreign_checkpoint_is_refused(tmp_path):
     assert f.read() == config_json  # the refused run wrote nothing
   assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "metrics.jsonl"]
   # The tokenizer's content is part of the checkpoint's signature.
-  from configs import common
+  from lm import config as config_lib
   from lm.data import pipeline
-  tokenizer = pipeline.DataPipeline(common.data_spec(_config())).tokenizer
+  tokenizer = pipeline.DataPipeline(config_lib.data_spec(_config())).tokenizer
   with open(os.path.join(workdir, "checkpoints", "2", "meta", "metadata"), encoding="utf-8") as f:
     meta = json.load(f)
   assert meta["signature"]["tokenizer_sha256"] == checkpoint.tokenizer_hash(
@@ -202,20 +202,21 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   import flax.linen as nn
   import jax
 
-  from configs import common
   from lm import checkpoint, optim, partitioning, steps, train
+  from lm import config as config_lib
   from lm.model import Transformer, hf_t5
 
   config = _config(steps=2)
-  model_config = common.model_config(config)
+  model_config = config_lib.model_config(config)
   model = Transformer(model_config)
-  d = config.data
+  d = config_lib.data_spec(config)
   batch = train.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
   params = nn.unbox(model.init(jax.random.key(7), batch)["params"])
   hf_dir = str(tmp_path / "hf")
   hf_t5.save_hf_t5(hf_dir, model_config, params)
 
-  tx = optim.make_optimizer(config.optim, optim.make_schedule(config.schedule))
+  tx = optim.make_optimizer(config_lib.optim_config(config),
+                            optim.make_schedule(config_lib.schedule_config(config)))
   abstract, boxed = steps.abstract_train_state(jax.random.key(0), batch, model=model, tx=tx)
   mesh = partitioning.make_mesh(config.mesh.shape)
   shardings = partitioning.state_shardings(abstract, boxed, mesh, tx=tx)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from lm.architecture import LAYOUTS
+
 STACKS = ("encoder", "decoder")
-ARCHITECTURES = ("encoder_decoder", "prefix_lm", "causal")
+ARCHITECTURES = LAYOUTS  # the data layouts, named in lm/architecture.py
 
 _DECODER_ONLY = ("decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights",
                  "decoder_causal_attention")

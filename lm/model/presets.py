@@ -1,126 +1,170 @@
-"""Model-size presets: name -> TransformerConfig kwargs, and ``make_config``.
+"""Model presets: size tables per family; the architecture is always an argument.
+
+    make_config("t5_1_1", "base", "encoder_decoder")      # T5.1.1 base, 12 + 12 layers
+    make_config("t5_1_0", "base", "causal")                # the paper's "LM" row: 12 layers
+    make_config("gpt3", "125m", "causal", dtype="float32")
+    from_name("cpu/tiny/prefix_lm")                        # family/size/architecture
+
+A size row is the per-stack shape (layers per stack, emb_dim, mlp_dim, num_heads, head_dim);
+`lm.architecture.model_fields` turns it into the model's stacks: encoder_decoder and shared
+have two stacks of `num_layers` (shared: one set of params run twice), the decoder-only
+architectures (prefix_lm, causal) one stack of `num_layers` (T5 Table 2: the decoder-only
+rows have as many layers as ONE stack of the encoder-decoder, P parameters).
 
 Families:
-- ``t5_1_1_{small,base,large,xl,xxl}``: T5.1.1 (docs/t5_reference.md §3.2), vocab 32128, GEGLU,
-  untied logits, RMSNorm, relative bias, dropout 0 (pre-training), bfloat16 activations.
-- ``t5_1_0_{small,base,large,3b,11b}``: the paper's T5 (paper §3.7; docs/t5_reference.md §1.1, §3.2): tied
-  embeddings (logits scaled by emb_dim**-0.5), ReLU MLP, dropout 0.1.
-- The paper's architecture table (Table 2) at base size: ``t5_1_0_base`` (encoder-decoder,
-  2P params), ``t5_1_0_base_shared`` (shared encoder/decoder, P), ``t5_1_0_base_6layers``
-  (6+6, P, M/2), ``t5_1_0_lm_base`` (causal decoder-only, 12 layers, P) and
-  ``t5_1_0_prefix_lm_base`` (prefix LM, 12 layers, P).
-- T5.1.1 decoder-only equivalents: ``decoder_only_{small,base,large}`` (prefix LM with the
-  same per-layer shape and as many layers as one stack) and ``causal_lm_{small,base,large}``.
-- ``gpt3_{125m,350m,760m,1_3b,2_7b,6_7b,13b,175b}``: GPT-3 paper Table 2.1 shapes (layers,
-  d_model, heads, d_head; d_ff = 4 d_model; 2048 context), causal, learned absolute
+- ``t5_1_1`` {small, base, large, xl, xxl}: T5.1.1 (docs/t5_reference.md §3.2), vocab 32128,
+  GEGLU, untied logits, RMSNorm, relative bias, dropout 0 (pre-training), bfloat16 activations.
+- ``t5_1_0`` {small, base, large, 3b, 11b}: the paper's T5 (paper §3.7; docs/t5_reference.md
+  §1.1, §3.2): tied embeddings (logits scaled by emb_dim**-0.5), ReLU MLP, dropout 0.1. The
+  paper's Table 2 rows are t5_1_0 base with each architecture; its "6 layers" row (P params,
+  M/2 compute) is t5_1_0 base with ``num_layers=6``.
+- ``gpt3`` {125m, 350m, 760m, 1_3b, 2_7b, 6_7b, 13b, 175b}: GPT-3 paper Table 2.1 shapes
+  (layers, d_model, heads, d_head; d_ff = 4 d_model; 2048 context), learned absolute
   positions, GELU, pre-LayerNorm, tied embeddings without logit scaling (init std 0.02),
-  vocab 50304 (GPT-2's 50257 padded to a multiple of 128). d_model 5140 for 13B is the
-  paper's printed value (40 heads x 128 = 5120 attention width); for 1.3B the paper prints
-  24 heads x 128, which would give 1.5B params, so we use 16 x 128 = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers
-  (only LayerNorm has a shift) and dense (not sparse-banded) attention.
-- CPU presets (float32): ``tiny`` (encoder-decoder, emb 64, 2+2 layers), ``tiny_prefix_lm``,
-  ``tiny_causal``, ``small_cpu`` (emb 256, 4+4 layers).
+  vocab 50304 (GPT-2's 50257 padded to a multiple of 128); GPT-3 itself is ``causal``.
+  d_model 5140 for 13B is the paper's printed value (40 heads x 128 = 5120 attention width);
+  for 1.3B the paper prints 24 heads x 128, which would give 1.5B params, so we use 16 x 128
+  = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers (only LayerNorm
+  has a shift) and dense (not sparse-banded) attention.
+- ``cpu`` {tiny, small_cpu}: T5.1.1 blocks in float32 for CPU runs: tiny (emb 64, 2 layers
+  per stack), small_cpu (emb 256, 4 layers per stack).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from lm import architecture as architecture_lib
 from lm.model.transformer import TransformerConfig
 
 _T5_1_1 = dict(vocab_size=32128, mlp_activation="gated_gelu", tie_embeddings=False,
                position_encoding="t5_relative", norm_type="rmsnorm", dropout_rate=0.0,
                dtype="bfloat16")
 _T5_1_0 = dict(_T5_1_1, mlp_activation="relu", tie_embeddings=True, dropout_rate=0.1)
+_GPT3 = dict(vocab_size=50304, mlp_activation="gelu", position_encoding="learned",
+             max_length=2048, norm_type="layernorm", norm_position="pre", tie_embeddings=True,
+             tied_logits_scale=False, embedding_init_stddev=0.02, dropout_rate=0.0,
+             dtype="bfloat16")
+_CPU = dict(_T5_1_1, dtype="float32")
 
-# (layers per stack, emb_dim, mlp_dim, num_heads, head_dim)
-_T5_1_1_SIZES = {
-    "small": (8, 512, 1024, 6, 64),
-    "base": (12, 768, 2048, 12, 64),
-    "large": (24, 1024, 2816, 16, 64),
-    "xl": (24, 2048, 5120, 32, 64),
-    "xxl": (24, 4096, 10240, 64, 64),
+
+def _row(num_layers, emb_dim, mlp_dim, num_heads, head_dim) -> dict[str, int]:
+  return dict(num_layers=num_layers, emb_dim=emb_dim, mlp_dim=mlp_dim, num_heads=num_heads,
+              head_dim=head_dim)
+
+
+def _gpt3_row(num_layers, d_model, num_heads, head_dim) -> dict[str, int]:
+  return _row(num_layers, d_model, 4 * d_model, num_heads, head_dim)
+
+
+# family -> (the family's fields, {size: per-stack shape}).
+FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {
+    "t5_1_1": (_T5_1_1, {
+        "small": _row(8, 512, 1024, 6, 64),
+        "base": _row(12, 768, 2048, 12, 64),
+        "large": _row(24, 1024, 2816, 16, 64),
+        "xl": _row(24, 2048, 5120, 32, 64),
+        "xxl": _row(24, 4096, 10240, 64, 64),
+    }),
+    "t5_1_0": (_T5_1_0, {
+        "small": _row(6, 512, 2048, 8, 64),
+        "base": _row(12, 768, 3072, 12, 64),
+        "large": _row(24, 1024, 4096, 16, 64),
+        "3b": _row(24, 1024, 16384, 32, 128),
+        "11b": _row(24, 1024, 65536, 128, 128),
+    }),
+    "gpt3": (_GPT3, {
+        "125m": _gpt3_row(12, 768, 12, 64),
+        "350m": _gpt3_row(24, 1024, 16, 64),
+        "760m": _gpt3_row(24, 1536, 16, 96),
+        "1_3b": _gpt3_row(24, 2048, 16, 128),  # paper prints 24 heads; 16 x 128 = d_model
+        "2_7b": _gpt3_row(32, 2560, 32, 80),
+        "6_7b": _gpt3_row(32, 4096, 32, 128),
+        "13b": _gpt3_row(40, 5140, 40, 128),
+        "175b": _gpt3_row(96, 12288, 96, 128),
+    }),
+    "cpu": (_CPU, {
+        "tiny": _row(2, 64, 128, 4, 16),
+        "small_cpu": _row(4, 256, 1024, 4, 64),
+    }),
 }
-_T5_1_0_SIZES = {
-    "small": (6, 512, 2048, 8, 64),
-    "base": (12, 768, 3072, 12, 64),
-    "large": (24, 1024, 4096, 16, 64),
-    "3b": (24, 1024, 16384, 32, 128),
-    "11b": (24, 1024, 65536, 128, 128),
-}
-# (layers, d_model, heads, d_head)
-_GPT3_SIZES = {
-    "125m": (12, 768, 12, 64),
-    "350m": (24, 1024, 16, 64),
-    "760m": (24, 1536, 16, 96),
-    "1_3b": (24, 2048, 16, 128),  # the paper prints 24 heads; 16 x 128 = d_model gives its 1.3B
-    "2_7b": (32, 2560, 32, 80),
-    "6_7b": (32, 4096, 32, 128),
-    "13b": (40, 5140, 40, 128),
-    "175b": (96, 12288, 96, 128),
-}
 
 
-def _shape(layers, emb, mlp, heads, head_dim, *, decoder_only=None):
-  if decoder_only is None:
-    return dict(num_encoder_layers=layers, num_decoder_layers=layers, emb_dim=emb, mlp_dim=mlp,
-                num_heads=heads, head_dim=head_dim, mask_type="encoder_decoder")
-  return dict(num_encoder_layers=0, num_decoder_layers=layers, emb_dim=emb, mlp_dim=mlp,
-              num_heads=heads, head_dim=head_dim, mask_type=decoder_only)
+def sizes(family: str) -> tuple[str, ...]:
+  """The size names of `family`, smallest first.
+
+  Raises:
+    ValueError: unknown family.
+  """
+  if family not in FAMILIES:
+    raise ValueError(f"unknown model family {family!r}; expected one of {list(FAMILIES)}")
+  return tuple(FAMILIES[family][1])
 
 
-def _build() -> dict[str, dict[str, Any]]:
-  presets: dict[str, dict[str, Any]] = {}
-  for size, shape in _T5_1_1_SIZES.items():
-    presets[f"t5_1_1_{size}"] = dict(_T5_1_1, **_shape(*shape))
-  for size, shape in _T5_1_0_SIZES.items():
-    presets[f"t5_1_0_{size}"] = dict(_T5_1_0, **_shape(*shape))
-  base = _T5_1_0_SIZES["base"]
-  presets["t5_1_0_base_shared"] = dict(presets["t5_1_0_base"], shared_encoder_decoder=True)
-  presets["t5_1_0_base_6layers"] = dict(_T5_1_0, **_shape(6, *base[1:]))
-  presets["t5_1_0_lm_base"] = dict(_T5_1_0, **_shape(*base, decoder_only="causal"))
-  presets["t5_1_0_prefix_lm_base"] = dict(_T5_1_0, **_shape(*base, decoder_only="prefix_lm"))
-  for size in ("small", "base", "large"):
-    shape = _T5_1_1_SIZES[size]
-    presets[f"decoder_only_{size}"] = dict(_T5_1_1, **_shape(*shape, decoder_only="prefix_lm"))
-    presets[f"causal_lm_{size}"] = dict(_T5_1_1, **_shape(*shape, decoder_only="causal"))
-  for size, (layers, d, heads, head_dim) in _GPT3_SIZES.items():
-    presets[f"gpt3_{size}"] = dict(
-        vocab_size=50304, mask_type="causal", num_encoder_layers=0, num_decoder_layers=layers,
-        emb_dim=d, num_heads=heads, head_dim=head_dim, mlp_dim=4 * d, mlp_activation="gelu",
-        position_encoding="learned", max_length=2048, norm_type="layernorm", norm_position="pre",
-        tie_embeddings=True, tied_logits_scale=False, embedding_init_stddev=0.02,
-        dropout_rate=0.0, dtype="bfloat16")
-  tiny = dict(_T5_1_1, emb_dim=64, num_heads=4, head_dim=16, mlp_dim=128, dtype="float32")
-  presets["tiny"] = dict(tiny, num_encoder_layers=2, num_decoder_layers=2, mask_type="encoder_decoder")
-  presets["tiny_prefix_lm"] = dict(tiny, num_encoder_layers=0, num_decoder_layers=2, mask_type="prefix_lm")
-  presets["tiny_causal"] = dict(tiny, num_encoder_layers=0, num_decoder_layers=2, mask_type="causal")
-  presets["small_cpu"] = dict(_T5_1_1, emb_dim=256, num_heads=4, head_dim=64, mlp_dim=1024,
-                              num_encoder_layers=4, num_decoder_layers=4,
-                              mask_type="encoder_decoder", dtype="float32")
-  return presets
+def preset_fields(family: str, size: str) -> dict[str, Any]:
+  """The family's fields and the size's per-stack shape, with ``num_layers`` (per stack).
+
+  Raises:
+    ValueError: unknown family or size.
+  """
+  if size not in sizes(family):
+    raise ValueError(f"unknown size {size!r} for model family {family!r}; expected one of "
+                     f"{list(sizes(family))}")
+  common, table = FAMILIES[family]
+  return {**common, **table[size]}
 
 
-MODEL_PRESETS: dict[str, dict[str, Any]] = _build()
-
-
-def make_config(name: str, **overrides) -> TransformerConfig:
-  """TransformerConfig from a preset name plus keyword overrides.
+def make_config(family: str, size: str, architecture: str, **overrides) -> TransformerConfig:
+  """The TransformerConfig of a family's size as `architecture`, plus keyword overrides.
 
   Args:
-    name: a key of MODEL_PRESETS.
-    **overrides: TransformerConfig fields that replace the preset's.
+    family: a key of FAMILIES ("t5_1_1", "t5_1_0", "gpt3", "cpu").
+    size: one of `sizes(family)`.
+    architecture: one of lm.architecture.ARCHITECTURES (encoder_decoder, shared,
+      prefix_lm, causal); it sets mask_type, shared_encoder_decoder and the stacks.
+    **overrides: ``num_layers`` (layers per stack) and TransformerConfig fields other than
+      the ones the architecture sets.
   Returns:
     The validated TransformerConfig.
   Raises:
-    ValueError: unknown preset name or unknown override key.
+    ValueError: unknown family, size, architecture or override key.
   """
-  if name not in MODEL_PRESETS:
-    raise ValueError(f"unknown model preset {name!r}; known: {sorted(MODEL_PRESETS)}")
-  fields = set(TransformerConfig.__dataclass_fields__)
-  unknown = sorted(set(overrides) - fields)
+  fields = preset_fields(family, size)
+  architecture_lib.check(architecture)
+  derived = set(architecture_lib.model_fields(architecture, 1))
+  known = (set(TransformerConfig.__dataclass_fields__) - derived) | {"num_layers"}
+  unknown = sorted(set(overrides) - known)
   if unknown:
-    raise ValueError(f"unknown TransformerConfig field(s) {unknown} for preset {name!r}")
-  return TransformerConfig(**{**MODEL_PRESETS[name], **overrides})
+    raise ValueError(f"unknown override(s) {unknown} for {family}/{size}; expected "
+                     f"TransformerConfig fields or num_layers (the architecture sets "
+                     f"{sorted(derived)})")
+  fields.update(overrides)
+  num_layers = fields.pop("num_layers")
+  return TransformerConfig(**fields, **architecture_lib.model_fields(architecture, num_layers))
 
 
-__all__ = ["MODEL_PRESETS", "make_config"]
+def preset_name(family: str, size: str, architecture: str) -> str:
+  """"family/size/architecture", the form `from_name` reads (benchmarks' --presets)."""
+  return f"{family}/{size}/{architecture}"
+
+
+def from_name(name: str, **overrides) -> TransformerConfig:
+  """`make_config` of a "family/size/architecture" name, e.g. "t5_1_1/small/causal".
+
+  Raises:
+    ValueError: a malformed name, or unknown family, size or architecture.
+  """
+  parts = name.split("/")
+  if len(parts) != 3:
+    raise ValueError(f"model preset {name!r} must look like family/size/architecture, e.g. "
+                     "t5_1_1/small/encoder_decoder")
+  return make_config(*parts, **overrides)
+
+
+def all_names() -> list[str]:
+  """Every family/size/architecture name."""
+  return [preset_name(f, s, a) for f in FAMILIES for s in sizes(f)
+          for a in architecture_lib.ARCHITECTURES]
+
+
+__all__ = ["FAMILIES", "all_names", "from_name", "make_config", "preset_fields", "preset_name",
+           "sizes"]

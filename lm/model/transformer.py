@@ -73,13 +73,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lm.architecture import LAYOUTS
 from lm.model import masks as masks_lib
 from lm.model import position
 from lm.model.attention import MultiHeadAttention
 from lm.model.layers import (MLP_ACTIVATIONS, NORM_TYPES, Embed, MlpBlock, broadcast_dropout,
                              dense, make_norm, mlp_kernel_init, param_with_axes)
 
-MASK_TYPES = ("encoder_decoder", "prefix_lm", "causal")
+MASK_TYPES = LAYOUTS  # named in lm/architecture.py
 NORM_POSITIONS = ("pre", "post")
 DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
 REMAT_POLICIES = {

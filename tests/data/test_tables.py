@@ -19,7 +19,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from configs import common as config_common
+from lm import config as config_lib
 from launch import local
 from lm.data import objectives, packing, pipeline
 from numeric_tokenizer import DOC_STRIDE, NumericTokenizer, raw_ids, segments, write_documents
@@ -102,7 +102,7 @@ def _measure_spec(spec_json: str, corpus: str) -> dict:
 
 
 def _measure(config, corpus: str) -> dict:
-  spec = config_common.data_spec(config)
+  spec = config_lib.data_spec(config)
   fields = {k: v for k, v in dataclasses.asdict(spec).items()
             if k not in ("format", "paths", "tokenizer", "validation_fraction", "num_threads",
                          "prefetch_batches")}
@@ -134,16 +134,16 @@ def test_full_size_rows(table):
   points = local.collect(table)
   for p in points:
     config = local.build_config(p)
-    d = config.data
+    d = config_lib.data_spec(config)
     assert d.batch_size == 128 and config.train.num_steps == 2 ** 19, p.name
     lengths = packing.feature_lengths(d.architecture, d.inputs_length, d.targets_length)
     raw = objectives.raw_length(d.objective, inputs_length=d.inputs_length,
-                                targets_length=d.targets_length, **d.objective_params.to_dict())
+                                targets_length=d.targets_length, **d.objective_params)
     if d.objective == "full_lm":  # T5 lm.gin: 128 x 512 targets, nothing else in the row
       assert lengths == {"decoder": 512} and raw == 512, p.name
     else:  # 512 inputs tokens per sequence (paper §3.1)
       assert d.inputs_length == 512, p.name
       if table in SAME_TEXT:  # split_tokens_to_inputs_length: 511 + EOS
         assert raw == 511, (p.name, raw)
-      elif d.objective == "span_corruption" and d.objective_params.mean_noise_span_length == 3:
+      elif d.objective == "span_corruption" and d.objective_params["mean_noise_span_length"] == 3:
         assert (raw, d.targets_length) == (568, 114), p.name  # T5's 512/114 span corruption

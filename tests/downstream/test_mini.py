@@ -184,8 +184,8 @@ def test_pair_tasks_are_balanced_and_labels_follow_the_construction(synthetic):
 
 
 def test_every_example_is_well_formed_and_within_the_token_budget():
-  from lm.data import pipeline
-  tok = pipeline.default_tokenizer(1000)  # configs/t5.py:runlocal's (cached after first use)
+  from lm.data import tokenizer
+  tok = tokenizer.default_tokenizer(1000)  # configs/t5.py:runlocal's (cached after first use)
   for name in NAMES:
     t = task_lib.get_task(name)
     for split in SPLITS:

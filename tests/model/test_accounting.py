@@ -5,16 +5,17 @@ import jax
 import jax.numpy as jnp
 
 from lm.model import accounting
-from lm.model.presets import MODEL_PRESETS, make_config
+from lm.model.presets import all_names, from_name, make_config
+from lm.model.presets import sizes as presets_sizes
 from lm.model.transformer import Transformer, TransformerConfig
 
 
 @pytest.mark.parametrize("name,want", [
-    ("t5_1_1_small", 77.0e6), ("t5_1_1_base", 247.6e6), ("t5_1_1_large", 783.2e6),
-    ("t5_1_1_xl", 2.85e9), ("t5_1_1_xxl", 11.1e9), ("t5_1_0_base", 222.9e6),
+    ("t5_1_1/small", 77.0e6), ("t5_1_1/base", 247.6e6), ("t5_1_1/large", 783.2e6),
+    ("t5_1_1/xl", 2.85e9), ("t5_1_1/xxl", 11.1e9), ("t5_1_0/base", 222.9e6),
 ])
 def test_t5_param_counts(name, want):
-  got = accounting.count_params(make_config(name))
+  got = accounting.count_params(from_name(name + "/encoder_decoder"))
   tol = 0.001 if want < 1e9 else 0.005  # xl/xxl are quoted with 3 significant digits
   assert abs(got - want) / want < tol, (name, got)
 
@@ -24,37 +25,61 @@ def test_t5_1_1_small_exact_hand_count():
   attn, mlp = 4 * d * n * h, 3 * d * f
   want = (v * d * 2 + layers * (attn + mlp + 2 * d) + layers * (2 * attn + mlp + 3 * d)
           + 2 * d + 2 * n * 32)
-  assert accounting.count_params(make_config("t5_1_1_small")) == want
+  assert accounting.count_params(make_config("t5_1_1", "small", "encoder_decoder")) == want
 
 
 def test_shared_has_half_the_layer_params():
-  full = accounting.param_breakdown(make_config("t5_1_0_base"))
-  shared = accounting.param_breakdown(make_config("t5_1_0_base_shared"))
+  full = accounting.param_breakdown(make_config("t5_1_0", "base", "encoder_decoder"))
+  shared = accounting.param_breakdown(make_config("t5_1_0", "base", "shared"))
   assert "encoder/layers" not in shared
   assert shared["decoder/layers"] == full["decoder/layers"]
   ratio = shared["decoder/layers"] / (full["encoder/layers"] + full["decoder/layers"])
   assert 0.5 <= ratio < 0.6  # the decoder's cross-attention is the only non-shared part
   # Table 2: "Enc-dec, shared" and decoder-only have ~P params, enc-dec 2P.
-  lm = accounting.count_params(make_config("t5_1_0_lm_base"))
-  assert abs(accounting.count_params(make_config("t5_1_0_base_6layers")) - lm) / lm < 0.25
+  lm = accounting.count_params(make_config("t5_1_0", "base", "causal"))
+  six = make_config("t5_1_0", "base", "encoder_decoder", num_layers=6)
+  assert abs(accounting.count_params(six) - lm) / lm < 0.25
 
 
 def test_gpt3_param_counts():
   # Paper sizes; our models have no dense biases, so allow a few percent.
-  for name, want in [("gpt3_125m", 125e6), ("gpt3_350m", 350e6), ("gpt3_1_3b", 1.3e9),
-                     ("gpt3_6_7b", 6.7e9), ("gpt3_175b", 175e9)]:
-    got = accounting.count_params(make_config(name))
-    assert abs(got - want) / want < 0.06, (name, got)
+  for size, want in [("125m", 125e6), ("350m", 350e6), ("1_3b", 1.3e9), ("6_7b", 6.7e9),
+                     ("175b", 175e9)]:
+    got = accounting.count_params(make_config("gpt3", size, "causal"))
+    assert abs(got - want) / want < 0.06, (size, got)
 
 
 def test_every_preset_builds():
-  for name in MODEL_PRESETS:
-    assert isinstance(make_config(name), TransformerConfig)
-  with pytest.raises(ValueError, match="unknown model preset"):
-    make_config("t5_1_1_medium")
-  with pytest.raises(ValueError, match="unknown TransformerConfig field"):
-    make_config("tiny", emb_size=3)
-  assert make_config("tiny", dropout_rate=0.1).dropout_rate == 0.1
+  for name in all_names():  # every family x size x architecture
+    assert isinstance(from_name(name), TransformerConfig)
+  with pytest.raises(ValueError, match="unknown size 'medium' for model family 't5_1_1'"):
+    make_config("t5_1_1", "medium", "encoder_decoder")
+  with pytest.raises(ValueError, match="unknown model family 't5'; expected one of"):
+    make_config("t5", "base", "encoder_decoder")
+  with pytest.raises(ValueError, match="unknown architecture 'rnn'; expected one of"):
+    make_config("cpu", "tiny", "rnn")
+  with pytest.raises(ValueError, match=r"unknown override\(s\) \['emb_size'\]"):
+    make_config("cpu", "tiny", "encoder_decoder", emb_size=3)
+  with pytest.raises(ValueError, match=r"unknown override\(s\) \['mask_type'\].*the "
+                     "architecture sets"):
+    make_config("cpu", "tiny", "encoder_decoder", mask_type="causal")
+  with pytest.raises(ValueError, match="must look like family/size/architecture"):
+    from_name("t5_1_1_small")
+  assert make_config("cpu", "tiny", "encoder_decoder", dropout_rate=0.1).dropout_rate == 0.1
+
+
+def test_architecture_is_an_argument_of_every_size():
+  """Decoder-only = one stack of the size's layers; shared = two stacks of one param set."""
+  for family in ("t5_1_1", "gpt3", "cpu"):
+    for size in presets_sizes(family):
+      encdec = make_config(family, size, "encoder_decoder")
+      for arch, mask, enc in (("shared", "encoder_decoder", encdec.num_decoder_layers),
+                              ("prefix_lm", "prefix_lm", 0), ("causal", "causal", 0)):
+        other = make_config(family, size, arch)
+        assert (other.mask_type, other.num_encoder_layers) == (mask, enc)
+        assert other.num_decoder_layers == encdec.num_decoder_layers
+        assert (other.emb_dim, other.mlp_dim, other.num_heads) == (
+            encdec.emb_dim, encdec.mlp_dim, encdec.num_heads)
 
 
 def test_flops_hand_derived():
