@@ -76,8 +76,9 @@ import jax.numpy as jnp
 from lm.model import masks as masks_lib
 from lm.model import position
 from lm.model.attention import MultiHeadAttention
+from lm.model.fast_grads import dense
 from lm.model.layers import (MLP_ACTIVATIONS, NORM_TYPES, Embed, MlpBlock, broadcast_dropout,
-                             dense, make_norm, mlp_kernel_init, param_with_axes)
+                             make_norm, mlp_kernel_init, param_with_axes)
 
 MASK_TYPES = ("encoder_decoder", "prefix_lm", "causal")
 NORM_POSITIONS = ("pre", "post")
