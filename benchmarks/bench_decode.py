@@ -6,8 +6,8 @@
 
 Models: an encoder-decoder with the T5.1.1-small shape (``t5_1_1_small``: 8+8 layers,
 d_model 512, vocab 32128; float32), initialised by lm with a fixed seed and written as a
-Hugging Face directory with ``lm.model.hf_t5.save_hf_t5``; lm decodes it through
-``lm.model.hf_t5.load_hf_t5`` + ``lm.decoding``, transformers through
+Hugging Face directory with ``lm.checkpoint.hf_t5.save_hf_t5``; lm decodes it through
+``lm.checkpoint.hf_t5.load_hf_t5`` + ``lm.decoding``, transformers through
 ``T5ForConditionalGeneration.from_pretrained`` + ``generate`` (eager attention, KV cache).
 A decoder-only model (``t5_1_1/small/causal``: 8 layers of the same shape) is decoded by lm
 only: transformers has no T5 decoder-only model to compare with, so its rows show lm's
@@ -83,7 +83,8 @@ def _pin(threads: int) -> None:
 def lm_worker(args, cases) -> dict:
   import jax
   from lm import decoding
-  from lm.model import hf_t5, presets
+  from lm.checkpoint import hf_t5
+  from lm.model import presets
   from lm.model.transformer import Transformer
   out = {}
   models = {}
@@ -169,7 +170,8 @@ def _run_worker(system: str, args, hf_dir: str) -> dict:
 
 def _write_model(directory: str, preset: str) -> None:
   import jax
-  from lm.model import hf_t5, presets
+  from lm.checkpoint import hf_t5
+  from lm.model import presets
   from lm.model.transformer import Transformer
   config = presets.from_name(preset, dtype="float32", dropout_rate=0.0)
   init = {"encoder_input_tokens": np.ones((1, 8), np.int32), "decoder_input_tokens": np.zeros((1, 8), np.int32)}

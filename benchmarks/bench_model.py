@@ -19,7 +19,7 @@ CPU "MFU" is relative to what this machine's XLA achieves on one big GEMM.
 
 ``--compare_hf`` (only if torch and transformers are installed; skipped with a message
 otherwise) times HF ``T5ForConditionalGeneration`` built from the same config
-(``lm.model.hf_t5.config_to_hf``), float32, same batch, zero_grad + forward + backward of
+(``lm.checkpoint.hf_t5.config_to_hf``), float32, same batch, zero_grad + forward + backward of
 the mean cross entropy, in its OWN process (benchmarks/hf_reference.py), alternating with
 lm: ``--rounds`` rounds of ``--steps`` steps per side, order reversed every round, both
 sides on the same ``--threads`` CPUs with the same host-memory policy (benchmarks/fair.py).

@@ -4,7 +4,7 @@ run in its OWN worker process (benchmarks/fair.py).
 Used by bench_model.py (zero_grad + forward + backward) and bench_train.py (a full
 training step with transformers' Adafactor in T5's settings). ``start(...)`` launches
 ``python benchmarks/hf_reference.py --worker``, which builds
-``T5ForConditionalGeneration(T5Config(**lm.model.hf_t5.config_to_hf(config)))`` (dropout 0,
+``T5ForConditionalGeneration(T5Config(**lm.checkpoint.hf_t5.config_to_hf(config)))`` (dropout 0,
 CPU, float32, ``torch.manual_seed(0)``) on the benchmark's batch, runs the warm-up steps
 untimed, then times steps on request; the loss is HF's mean token cross entropy from
 ``labels``. The worker inherits the benchmark's CPU affinity (``fair.pin_cpus``), uses
@@ -51,7 +51,7 @@ def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
   Returns:
     a fair.Worker; ``worker.time(n)`` times n steps, ``worker.info`` has the versions.
   """
-  from lm.model.hf_t5 import config_to_hf  # pylint: disable=g-import-not-at-top
+  from lm.checkpoint.hf_t5 import config_to_hf  # pylint: disable=g-import-not-at-top
   hf_config = dict(config_to_hf(config), dropout_rate=0.0)
   hf_config.pop("architectures")
   keys = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")

@@ -53,6 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm import partitioning
+from lm.keypaths import in_scanned_stack
 from lm.model.transformer import Transformer, TransformerConfig
 
 EOS_ID = 1
@@ -405,7 +406,7 @@ def _cache_gather_fn(config: TransformerConfig):
     def leaf(path, x):
       if jnp.ndim(x) == 0:
         return x
-      scanned = config.scan_layers and any(getattr(p, "key", None) == "layers" for p in path)
+      scanned = config.scan_layers and in_scanned_stack(path)
       return jnp.take(x, indices, axis=1 if scanned else 0)
     return jax.tree_util.tree_map_with_path(leaf, state)
   return gather

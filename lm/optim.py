@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from lm.keypaths import in_scanned_stack, path_names, path_str
+
 SCHEDULES = ("rsqrt", "cosine", "linear", "constant")
 OPTIMIZERS = ("adafactor", "adamw")
 
@@ -203,7 +205,7 @@ def as_t5_matrices(tx: optax.GradientTransformation) -> optax.GradientTransforma
   """
   def to_matrices(tree):
     return jax.tree_util.tree_map_with_path(
-        lambda p, x: x.reshape(t5_matrix_shape(_path_names(p), x.shape)), tree)
+        lambda p, x: x.reshape(t5_matrix_shape(path_names(p), x.shape)), tree)
 
   def init(params):
     return tx.init(to_matrices(params))
@@ -215,16 +217,6 @@ def as_t5_matrices(tx: optax.GradientTransformation) -> optax.GradientTransforma
     return jax.tree.map(lambda u, shape: u.reshape(shape), new, shapes), state
 
   return optax.GradientTransformation(init, update)
-
-
-def _path_names(path) -> tuple[str, ...]:
-  """A jax key path as plain strings, e.g. ("encoder", "layers_0", "mlp", "wi")."""
-  return tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
-
-
-def _is_scanned(path) -> bool:
-  """True for a param of a scanned stack (a leading "layers" axis: `{stack}/layers/...`)."""
-  return any(getattr(k, "key", None) == "layers" for k in path)
 
 
 def per_layer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
@@ -244,12 +236,11 @@ def per_layer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
   def split(tree):
     plain, scanned = {}, {}
     for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
-      key = "/".join(_path_names(path))
-      (scanned if _is_scanned(path) else plain)[key] = x
+      (scanned if in_scanned_stack(path) else plain)[path_str(path)] = x
     return plain, scanned
 
   def has_scanned(tree):
-    return any(_is_scanned(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0])
+    return any(in_scanned_stack(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0])
 
   def init(params):
     if not has_scanned(params):
@@ -267,7 +258,7 @@ def per_layer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
     merged = {**new_plain, **new_scanned}
     leaves = []
     for path, _ in jax.tree_util.tree_flatten_with_path(updates)[0]:
-      leaves.append(merged["/".join(_path_names(path))])
+      leaves.append(merged[path_str(path)])
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(updates), leaves), (
         s_plain, s_scanned)
 

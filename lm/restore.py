@@ -15,7 +15,7 @@ checkpoint (never the optimizer state) onto a mesh of whatever devices are prese
 orbax reads the saved arrays onto the target NamedShardings, so another device count,
 mesh shape or process count than training used is fine.
 
-Before anything is read the checkpoint's signature (lm/checkpoint.py's `meta` item) is
+Before anything is read the checkpoint's signature (lm/checkpoint/manager.py's `meta` item) is
 compared with the config: a checkpoint of another architecture, vocabulary or shape than
 its config.json, an override that changes the model's shapes or architecture, or a
 tokenizer that does not fit the embedding is a one-line `IncompatibleCheckpointError`
@@ -37,10 +37,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lm import checkpoint, partitioning
 from lm import config as config_lib
-from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError
+from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5
 from lm.data import features
 from lm.data import tokenizer as tokenizer_lib
-from lm.model import hf_t5
 from lm.model.transformer import Transformer, TransformerConfig
 
 CONFIG_FILE = "config.json"          # written by lm/train.py

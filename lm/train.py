@@ -44,11 +44,12 @@ from jax.experimental import multihost_utils
 from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
 from lm import config as config_lib
 from lm import workdir as workdir_lib
+from lm.checkpoint import hf_t5
 from lm.data import features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
-from lm.model import accounting, hf_t5
+from lm.model import accounting
 from lm.model.transformer import Transformer, TransformerConfig
 
 CONFIG_FILE = "config.json"

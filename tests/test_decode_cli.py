@@ -12,7 +12,7 @@ import pytest
 
 from lm import decode, decoding
 from lm.data import tokenizer as tokenizer_lib
-from lm.model import hf_t5
+from lm.checkpoint import hf_t5
 from lm.model.transformer import Transformer
 
 from eval_runs import fake_run

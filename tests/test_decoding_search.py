@@ -355,7 +355,7 @@ HF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "h
 def test_hf_t5_checkpoints_decode_like_transformers_generate(name):
   """Goldens from transformers' generate (tests/testdata/make_hf_t5_decode_golden.py):
   greedy, and num_beams=4 with length_penalty=alpha, early_stopping=True."""
-  from lm.model import hf_t5
+  from lm.checkpoint import hf_t5
   golden = np.load(os.path.join(HF_DIR, name, "decode_golden.npz"))
   config, params = hf_t5.load_hf_t5(os.path.join(HF_DIR, name), dtype="float32")
   model = Transformer(config)

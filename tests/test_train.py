@@ -204,7 +204,8 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
 
   from lm import checkpoint, optim, partitioning, steps, train
   from lm import config as config_lib
-  from lm.model import Transformer, hf_t5
+  from lm.checkpoint import hf_t5
+  from lm.model import Transformer
 
   config = _config(steps=2)
   model_config = config_lib.model_config(config)

@@ -45,6 +45,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/model/layers.py": ["tests/model/test_transformer_reference.py"],
     "lm/model/attention.py": ["tests/model/test_attention.py",
                               "tests/model/test_attention_reference.py"],
+    "lm/model/fast_grads.py": ["tests/model/test_fast_grads.py", "tests/model/test_attention.py"],
     "lm/model/transformer.py": ["tests/model/test_transformer.py",
                                 "tests/model/test_transformer_reference.py"],
     "lm/model/accounting.py": ["tests/model/test_accounting.py"],

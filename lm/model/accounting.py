@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax.core import meta
 
+from lm.keypaths import path_names
 from lm.model.transformer import Transformer, TransformerConfig
 
 
@@ -86,8 +87,7 @@ def param_breakdown(config: TransformerConfig, depth: int = 2) -> dict[str, int]
   params = _abstract_params(config)
   counts: dict[str, int] = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    names = [getattr(p, "key", str(p)) for p in path]
-    group = "/".join(names[:depth])
+    group = "/".join(path_names(path)[:depth])
     counts[group] = counts.get(group, 0) + int(np.prod(leaf.shape))
   counts["total"] = sum(v for k, v in counts.items())
   return counts

@@ -2,7 +2,8 @@
 
 The attention layer consumes an additive bias (mask bias from masks.py plus any position
 bias) and never builds masks itself. As in T5 there is no 1/sqrt(head_dim) logit scaling:
-the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``).
+the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``). The
+softmax core's hand-written gradient and the flattened projections are in fast_grads.py.
 
 Params of ``MultiHeadAttention`` (no biases), all init variance_scaling(1.0, "fan_in",
 "normal") over the contracted axes (query additionally / sqrt(H)):
@@ -19,15 +20,15 @@ Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_di
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lm.model import position
-from lm.model.layers import dense, param_with_axes
+from lm.model import fast_grads, position
+from lm.model.fast_grads import dense
+from lm.model.layers import param_with_axes
 
 CACHE_MODES = (None, "prefill", "step")
 
@@ -37,7 +38,7 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
   """``softmax(Q K^T + bias) V`` with float32 logits and softmax, no logit scaling.
 
   Attention-weight dropout shares its mask over the query axis (t5x broadcast_dropout).
-  The gradient is hand-written (``_attend``), not traced through the softmax: see there.
+  The gradient is hand-written (``fast_grads.attend``), not traced through the softmax.
 
   Args:
     query: [B, L, N, H].
@@ -64,78 +65,7 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
     b, s, n, _ = key.shape
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, (b, n, 1, s))
     scale = jnp.where(keep, 1.0 / (1.0 - dropout_rate), 0.0).astype(jnp.float32)
-  return _attend(query, key, value, biases, scale, jnp.dtype(dtype))
-
-
-def _sum_to_shape(x, shape):
-  """Sums ``x`` [B, N, L, S] over the axes where ``shape`` (broadcastable to it) is 1.
-
-  The batch axis is summed as B slices added together: XLA:CPU reduces a major axis
-  ~20x slower than it adds slices (28 ms vs 1.4 ms for [4, 6, 512, 512]).
-  """
-  if x.shape == tuple(shape):
-    return x
-  if shape[0] == 1 and x.shape[0] > 1:
-    total = x[0]
-    for i in range(1, x.shape[0]):
-      total = total + x[i]
-    x = total[None]
-  axes = tuple(i for i in range(1, x.ndim) if shape[i] == 1 and x.shape[i] > 1)
-  return jnp.sum(x, axes, keepdims=True) if axes else x
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def _attend(query, key, value, biases, scale, dtype):
-  """Attention core with a hand-written gradient (the arguments of dot_product_attention).
-
-  Args:
-    query: [B, L, N, H]; key, value: [B, S, N, H].
-    biases: tuple of float32 arrays broadcastable to [B, N, L, S], added to the logits.
-    scale: None, or float32[B, N, 1, S] dropout multipliers (0 or 1 / (1 - rate)).
-    dtype: dtype of the weights fed to the value einsum and of the result.
-  Returns:
-    dtype[B, L, N, H].
-  """
-  return _attend_fwd(query, key, value, biases, scale, dtype)[0]
-
-
-def _attend_fwd(query, key, value, biases, scale, dtype):
-  logits = jnp.einsum("BLNH,BSNH->BNLS", query, key, preferred_element_type=jnp.float32)
-  for b in biases:
-    logits = logits + b
-  probs = jax.nn.softmax(logits, axis=-1)  # float32[B, N, L, S]
-  weights = probs if scale is None else probs * scale
-  out = jnp.einsum("BNLS,BSNH->BLNH", weights.astype(dtype), value.astype(dtype))
-  return out, (query, key, value, biases, probs, scale, out)
-
-
-def _attend_bwd(dtype, res, d_out):
-  """The softmax gradient as in FlashAttention: ``dS = P * (dP - rowsum(dO * O))``.
-
-  ``rowsum(dO * O)`` equals ``rowsum(P * dP)`` (dropout included, as O is built from the
-  dropped weights) but reads [B, L, N, H] instead of [B, N, L, S]; the key and value
-  gradients are computed transposed ([B, N, H, S]), the layout XLA:CPU multiplies fastest.
-  """
-  query, key, value, biases, probs, scale, out = res
-  f32 = jnp.float32
-  weights = (probs if scale is None else probs * scale).astype(dtype)
-  d_out = d_out.astype(dtype)
-  d_value = jnp.einsum("BLNH,BNLS->BNHS", d_out, weights, preferred_element_type=f32)
-  d_weights = jnp.einsum("BLNH,BSNH->BNLS", d_out, value.astype(dtype), preferred_element_type=f32)
-  d_probs = d_weights if scale is None else d_weights * scale
-  delta = jnp.einsum("BLNH,BLNH->BNL", d_out.astype(f32), out.astype(f32))[..., None]
-  d_logits = probs * (d_probs - delta)  # float32[B, N, L, S]
-  d_query = jnp.einsum("BNLS,BSNH->BLNH", d_logits.astype(query.dtype), key,
-                       preferred_element_type=f32)
-  d_key = jnp.einsum("BLNH,BNLS->BNHS", query, d_logits.astype(query.dtype),
-                     preferred_element_type=f32)
-  d_biases = tuple(_sum_to_shape(d_logits, b.shape) for b in biases)
-  d_scale = None if scale is None else jnp.zeros_like(scale)
-  return (d_query.astype(query.dtype), jnp.einsum("BNHS->BSNH", d_key).astype(key.dtype),
-          jnp.einsum("BNHS->BSNH", d_value).astype(value.dtype), d_biases, d_scale)
-
-
-_attend.defvjp(_attend_fwd, _attend_bwd)
+  return fast_grads.attend(query, key, value, biases, scale, jnp.dtype(dtype))
 
 
 class MultiHeadAttention(nn.Module):

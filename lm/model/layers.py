@@ -3,8 +3,9 @@
 Every parameter is created float32 and boxed with ``nn.with_logical_partitioning``;
 computation runs in the module's ``dtype`` (bfloat16 or float32). No biases except the
 LayerNorm shift (``norm_type="layernorm"``). Attention lives in attention.py.
-Dense products go through ``dense`` (flattened 2-D matmuls) and the T5.1.1 gated GELU
-through ``gated_gelu`` (hand-written backward); both for speed on XLA:CPU, same results.
+Dense products go through ``fast_grads.dense`` (flattened 2-D matmuls) and the T5.1.1
+gated GELU through ``fast_grads.gated_gelu`` (hand-written backward); both for speed on
+XLA:CPU, same results.
 
 Einsum letters: B batch, L length, D emb, F mlp, V vocab.
 """
@@ -15,7 +16,8 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from lm.model.fast_grads import dense, gated_gelu
 
 MLP_ACTIVATIONS = ("relu", "gelu", "gated_gelu", "swiglu")
 """``relu``: wo(relu(wi x)) (T5.1.0); ``gelu``: wo(gelu(wi x)) (GPT); ``gated_gelu``:
@@ -26,72 +28,6 @@ NORM_TYPES = ("rmsnorm", "layernorm")
 
 # Initializers of docs/t5_reference.md §3.3.
 mlp_kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
-
-
-_SQRT_2_OVER_PI = np.sqrt(2 / np.pi)
-
-
-def _gelu_tanh_parts(x):
-  """(cdf, tanh) of flax/jax's tanh-approximate GELU, gelu(x) = x * cdf, in x's dtype."""
-  c = _SQRT_2_OVER_PI.astype(x.dtype)
-  t = jnp.tanh(c * (x + 0.044715 * (x ** 3)))
-  return 0.5 * (1.0 + t), t
-
-
-@jax.custom_vjp
-def gated_gelu(a, b):
-  """``gelu(a) * b`` (tanh GELU, exactly ``nn.gelu(a) * b``) with a hand-written backward.
-
-  The backward recomputes tanh from ``a`` and returns both input gradients from one
-  elementwise pass; XLA's own derivative of the tanh GELU duplicated that work across
-  fusions (measured 5% of a t5_1_1_small training step on CPU).
-
-  Args:
-    a: [..., F] gate pre-activation (wi_0 x).
-    b: [..., F] linear branch (wi_1 x), same shape and dtype.
-  Returns:
-    [..., F] in the inputs' dtype.
-  """
-  return jax.nn.gelu(a, approximate=True) * b
-
-
-def _gated_gelu_fwd(a, b):
-  return gated_gelu(a, b), (a, b)
-
-
-def _gated_gelu_bwd(residuals, g):
-  a, b = residuals
-  cdf, t = _gelu_tanh_parts(a)
-  c = _SQRT_2_OVER_PI.astype(a.dtype)
-  dgelu = cdf + 0.5 * a * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * (a * a))
-  return g * b * dgelu, g * (a * cdf)
-
-
-gated_gelu.defvjp(_gated_gelu_fwd, _gated_gelu_bwd)
-
-
-def dense(x, kernel, num_contract: int = 1, preferred_element_type=None):
-  """``x @ kernel`` over x's trailing ``num_contract`` axes, as one 2-D matmul.
-
-  Same result as the einsum, but the leading (batch, length) axes are flattened into one
-  row axis first: XLA:CPU then runs the forward and both backward products as plain
-  row-major GEMMs, where the 3-D einsum made it transpose the [B, L, F] activation
-  gradient for every weight gradient (a 1.5x slower MLP backward on CPU).
-
-  Args:
-    x: [..., K1, ..., Kc] activations (c = num_contract).
-    kernel: [K1, ..., Kc, M1, ...] weights.
-    num_contract: how many trailing axes of x are contracted with kernel's leading ones.
-    preferred_element_type: passed to the matmul (e.g. float32 logits from bfloat16).
-  Returns:
-    [..., M1, ...] in x's dtype (or preferred_element_type).
-  """
-  lead = x.shape[:x.ndim - num_contract]
-  k_shape, m_shape = kernel.shape[:num_contract], kernel.shape[num_contract:]
-  assert x.shape[x.ndim - num_contract:] == k_shape, (x.shape, kernel.shape)
-  k = int(np.prod(k_shape))
-  y = jnp.dot(x.reshape(-1, k), kernel.reshape(k, -1), preferred_element_type=preferred_element_type)
-  return y.reshape(*lead, *m_shape)
 
 
 def param_with_axes(module: nn.Module, name: str, init, shape, axes):

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
+
+from lm.model import fast_grads
 
 POSITION_ENCODINGS = ("t5_relative", "rope", "alibi", "learned", "sinusoidal", "none")
 
@@ -98,34 +99,7 @@ class RelativePositionBias(nn.Module):
     buckets = relative_position_bucket(rp, bidirectional=bidirectional,
                                        num_buckets=self.num_buckets,
                                        max_distance=self.max_distance)
-    return _lookup_buckets(jnp.asarray(table, jnp.float32), buckets)
-
-
-@jax.custom_vjp
-def _lookup_buckets(table, buckets):
-  """``table[n, buckets[b, l, s]]`` as float32[B, N, L, S] (table float32[N, K], buckets int32[B, L, S]).
-
-  The gradient is one segment sum per head over contiguous [B * L * S] values. Left to
-  autodiff, the gather's transpose is a scatter whose updates XLA first transposes to
-  [B * L * S, N], and XLA:CPU fuses the summed per-layer bias gradients into that
-  transpose: a strided read that cost ~4% of a t5_1_1_small step.
-  """
-  return jnp.swapaxes(jnp.take(table, buckets, axis=1), 0, 1)
-
-
-def _lookup_buckets_fwd(table, buckets):
-  return _lookup_buckets(table, buckets), (table, buckets)
-
-
-def _lookup_buckets_bwd(res, d_bias):
-  table, buckets = res
-  flat = buckets.reshape(-1)
-  d_table = jnp.stack([jax.ops.segment_sum(d_bias[:, n].reshape(-1), flat, table.shape[1])
-                       for n in range(d_bias.shape[1])])
-  return d_table, None
-
-
-_lookup_buckets.defvjp(_lookup_buckets_fwd, _lookup_buckets_bwd)
+    return fast_grads.lookup_buckets(jnp.asarray(table, jnp.float32), buckets)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""TransformerConfig and the Transformer: one Flax Linen family for the T5 architectures.
+"""The Transformer: one Flax Linen family for the T5 architectures (config in config.py).
 
 The architecture is chosen by ``TransformerConfig.mask_type``:
   "encoder_decoder"  encoder (fully visible) + decoder (causal self-attn + cross-attn)
@@ -66,170 +66,65 @@ dropout, which is elementwise.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lm.architecture import LAYOUTS
 from lm.model import masks as masks_lib
 from lm.model import position
 from lm.model.attention import MultiHeadAttention
-from lm.model.layers import (MLP_ACTIVATIONS, NORM_TYPES, Embed, MlpBlock, broadcast_dropout,
-                             dense, make_norm, mlp_kernel_init, param_with_axes)
-
-MASK_TYPES = LAYOUTS  # named in lm/architecture.py
-NORM_POSITIONS = ("pre", "post")
-DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
-REMAT_POLICIES = {
-    "none": None,
-    "full": "full",  # save nothing, recompute the whole layer in the backward pass
-    "dots_saveable": jax.checkpoint_policies.dots_saveable,
-    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
-    "everything_saveable": jax.checkpoint_policies.everything_saveable,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """Hyperparameters (T5 names). Defaults are T5.1.1 (a t5_1_1_small-sized model).
-
-  Attributes:
-    vocab_size: V, including sentinels (32128 for the T5 vocabulary).
-    emb_dim: D.
-    num_heads: N.
-    head_dim: H; None means emb_dim // num_heads (must divide).
-    mlp_dim: F.
-    num_encoder_layers: encoder depth (must be 0 for decoder-only mask types).
-    num_decoder_layers: decoder depth.
-    mask_type: "encoder_decoder", "prefix_lm" or "causal".
-    shared_encoder_decoder: the decoder's params also run the encoder pass (T5 "shared").
-    dropout_rate: dropout everywhere dropout is applied (module docstring).
-    mlp_activation: "relu", "gelu", "gated_gelu" (T5.1.1) or "swiglu".
-    position_encoding: "t5_relative", "rope", "alibi", "learned", "sinusoidal", "none".
-    relative_num_buckets, relative_max_distance: T5 relative bias bucketing (32, 128).
-    max_length: table size for "learned" positions.
-    rope_max_wavelength: RoPE base.
-    norm_type: "rmsnorm" (T5, eps 1e-6) or "layernorm" (eps 1e-5, with bias).
-    norm_position: "pre" (norm before each sub-block + final norm) or "post".
-    tie_embeddings: logits = y @ E^T (T5.1.0), scaled by emb_dim**-0.5 if tied_logits_scale.
-    tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
-    embedding_init_stddev: token embedding init std (T5: 1.0; GPT: 0.02).
-    dtype: activation dtype "bfloat16" or "float32" (params and logits are float32).
-    remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", ...).
-    scan_layers: nn.scan over layers (params get a leading "layers" axis).
-  """
-  vocab_size: int = 32128
-  emb_dim: int = 512
-  num_heads: int = 6
-  head_dim: int | None = 64
-  mlp_dim: int = 1024
-  num_encoder_layers: int = 8
-  num_decoder_layers: int = 8
-  mask_type: str = "encoder_decoder"
-  shared_encoder_decoder: bool = False
-  dropout_rate: float = 0.0
-  mlp_activation: str = "gated_gelu"
-  position_encoding: str = "t5_relative"
-  relative_num_buckets: int = 32
-  relative_max_distance: int = 128
-  max_length: int | None = None
-  rope_max_wavelength: float = 10_000.0
-  norm_type: str = "rmsnorm"
-  norm_position: str = "pre"
-  tie_embeddings: bool = False
-  tied_logits_scale: bool = True
-  embedding_init_stddev: float = 1.0
-  dtype: str = "bfloat16"
-  remat_policy: str = "none"
-  scan_layers: bool = False
-
-  def __post_init__(self):
-    def check(ok, msg):
-      if not ok:
-        raise ValueError(f"TransformerConfig: {msg}")
-    for name in ("vocab_size", "emb_dim", "num_heads", "mlp_dim", "num_decoder_layers"):
-      value = getattr(self, name)
-      check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
-    check(isinstance(self.num_encoder_layers, int) and self.num_encoder_layers >= 0,
-          f"num_encoder_layers must be an int >= 0, got {self.num_encoder_layers!r}")
-    if self.head_dim is None:
-      check(self.emb_dim % self.num_heads == 0,
-            f"head_dim=None needs emb_dim ({self.emb_dim}) divisible by num_heads ({self.num_heads})")
-    else:
-      check(isinstance(self.head_dim, int) and self.head_dim > 0,
-            f"head_dim must be a positive int or None, got {self.head_dim!r}")
-    check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
-    check(self.mlp_activation in MLP_ACTIVATIONS,
-          f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")
-    check(self.position_encoding in position.POSITION_ENCODINGS,
-          f"unknown position_encoding {self.position_encoding!r}; expected one of {position.POSITION_ENCODINGS}")
-    check(self.norm_type in NORM_TYPES, f"unknown norm_type {self.norm_type!r}; expected one of {NORM_TYPES}")
-    check(self.norm_position in NORM_POSITIONS,
-          f"unknown norm_position {self.norm_position!r}; expected one of {NORM_POSITIONS}")
-    check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}; expected one of {tuple(DTYPES)}")
-    check(self.remat_policy in REMAT_POLICIES,
-          f"unknown remat_policy {self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
-    check(0.0 <= self.dropout_rate < 1.0, f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
-    if self.mask_type == "encoder_decoder":
-      check(self.num_encoder_layers > 0, "mask_type='encoder_decoder' needs num_encoder_layers > 0")
-    else:
-      check(self.num_encoder_layers == 0,
-            f"mask_type={self.mask_type!r} is decoder-only: set num_encoder_layers=0 "
-            f"(got {self.num_encoder_layers})")
-      check(not self.shared_encoder_decoder,
-            f"shared_encoder_decoder needs mask_type='encoder_decoder', got {self.mask_type!r}")
-    if self.shared_encoder_decoder:
-      check(self.num_encoder_layers == self.num_decoder_layers,
-            f"shared_encoder_decoder needs num_encoder_layers == num_decoder_layers, got "
-            f"{self.num_encoder_layers} and {self.num_decoder_layers}")
-    if self.position_encoding == "learned":
-      check(isinstance(self.max_length, int) and self.max_length > 0,
-            "position_encoding='learned' needs max_length (a positive int)")
-    if self.position_encoding == "rope":
-      check(self.resolved_head_dim % 2 == 0, f"rope needs an even head_dim, got {self.resolved_head_dim}")
-    if self.position_encoding == "sinusoidal":
-      check(self.emb_dim % 2 == 0, f"sinusoidal positions need an even emb_dim, got {self.emb_dim}")
-    if self.position_encoding == "t5_relative":
-      check(self.relative_num_buckets >= 4 and self.relative_max_distance > self.relative_num_buckets // 2,
-            "relative_num_buckets must be >= 4 and relative_max_distance > num_buckets / 2")
-
-  @property
-  def resolved_head_dim(self) -> int:
-    """H: head_dim, or emb_dim // num_heads when head_dim is None."""
-    return self.head_dim if self.head_dim is not None else self.emb_dim // self.num_heads
-
-  @property
-  def activation_dtype(self):
-    return DTYPES[self.dtype]
-
-  @property
-  def is_encoder_decoder(self) -> bool:
-    return self.mask_type == "encoder_decoder"
-
-  def replace(self, **overrides) -> "TransformerConfig":
-    return dataclasses.replace(self, **overrides)
+from lm.model.config import REMAT_POLICIES, TransformerConfig
+from lm.model.fast_grads import dense
+from lm.model.layers import (Embed, MlpBlock, broadcast_dropout, make_norm, mlp_kernel_init,
+                             param_with_axes)
 
 
 class TransformerLayer(nn.Module):
   """One block: self-attention, optional cross-attention, MLP; pre- or post-norm.
 
-  Returns ``(x, None)`` so it can be the body of ``nn.scan``.
+  How the layer runs (dropout, encoder pass, cache mode, cache length) is in its
+  attributes, not its call arguments: ``nn.remat`` and ``nn.scan`` then see only arrays
+  (or None) as arguments and no argument needs marking static. Returns ``(x, None)`` so it
+  can be the body of ``nn.scan``.
+
+  Attributes:
+    config: the model config.
+    has_cross_attention: the layer has ``encoder_decoder_attention`` params (the decoder
+      of an encoder-decoder).
+    deterministic: disables dropout.
+    encoder_pass: fully visible self-attention, no cross-attention, no cache (the encoder,
+      or the decoder's params running the encoder pass of a shared model).
+    cache_mode: None, "prefill" or "step" (``Stack``).
+    max_length: cache length for "prefill".
   """
   config: TransformerConfig
   has_cross_attention: bool = False
+  deterministic: bool = True
+  encoder_pass: bool = False
+  cache_mode: str | None = None
+  max_length: int | None = None
 
   @nn.compact
-  def __call__(self, x, self_bias, encoded, cross_bias, positions, cache_index,
-               deterministic: bool, encoder_pass: bool, cache_mode, max_length):
-    """dtype[B, L, D] -> (dtype[B, L, D], None); see ``Stack`` for the other arguments."""
+  def __call__(self, x, self_bias, encoded, cross_bias, rope_positions, cache_index):
+    """One layer.
+
+    Args:
+      x: dtype[B, L, D].
+      self_bias: tuple of float32 biases broadcastable to [B, N, L, S] (mask + position).
+      encoded: dtype[B, S_enc, D] encoder output, or None.
+      cross_bias: float32 [B, 1, L, S_enc] cross-attention mask bias, or None.
+      rope_positions: int32[B or 1, L] positions for RoPE, or None.
+      cache_index: int32[] first cache slot of this step ("step" only), else None.
+    Returns:
+      (dtype[B, L, D], None).
+    """
     cfg = self.config
     dtype = cfg.activation_dtype
     rate = cfg.dropout_rate
     pre = cfg.norm_position == "pre"
+    deterministic = self.deterministic
 
     def sublayer(x, norm_name, fn):
       norm = make_norm(cfg.norm_type, dtype, norm_name)
@@ -243,15 +138,15 @@ class TransformerLayer(nn.Module):
                                 dropout_rate=rate, use_rope=use_rope, dtype=dtype, name=name)
 
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
-    self_mode = None if encoder_pass else cache_mode
+    self_mode = None if self.encoder_pass else self.cache_mode
     x = sublayer(x, "pre_self_attention_layer_norm", lambda h: self_attention(
-        h, h, self_bias, q_positions=positions, kv_positions=positions,
+        h, h, self_bias, q_positions=rope_positions, kv_positions=rope_positions,
         deterministic=deterministic, cache_mode=self_mode, cache_index=cache_index,
-        max_length=max_length))
-    if self.has_cross_attention and not encoder_pass:
+        max_length=self.max_length))
+    if self.has_cross_attention and not self.encoder_pass:
       cross = attention("encoder_decoder_attention", "cross", False)
       x = sublayer(x, "pre_cross_attention_layer_norm", lambda h: cross(
-          h, encoded, cross_bias, deterministic=deterministic, cache_mode=cache_mode))
+          h, encoded, cross_bias, deterministic=deterministic, cache_mode=self.cache_mode))
     mlp = MlpBlock(mlp_dim=cfg.mlp_dim, activation=cfg.mlp_activation, dropout_rate=rate,
                    dtype=dtype, name="mlp")
     x = sublayer(x, "pre_mlp_layer_norm", lambda h: mlp(h, deterministic=deterministic))
@@ -268,7 +163,7 @@ class Stack(nn.Module):
   def __call__(self, x, *, segment_ids, positions=None, decoder_causal_attention=None,
                encoded=None, encoder_segment_ids=None, encoder_pass: bool = False,
                deterministic: bool = True, mode: str | None = None, max_length: int | None = None):
-    """Runs the stack.
+    """Runs the stack: attention masks, position encodings, the layers, the final norm.
 
     Args:
       x: dtype[B, L, D] token embeddings.
@@ -287,70 +182,124 @@ class Stack(nn.Module):
       dtype[B, L, D] normalised outputs.
     """
     cfg = self.config
-    b, l = x.shape[:2]
     cache_mode = None if encoder_pass else mode
     cache_index = None
-    pe = cfg.position_encoding
-
+    if self.has_cross_attention and not encoder_pass and cache_mode != "step" and (
+        encoded is None or encoder_segment_ids is None):
+      raise ValueError("the decoder of an encoder-decoder needs encoded and encoder_segment_ids")
     if cache_mode == "step":
-      if not self.has_variable("cache", "cache_index"):
-        raise ValueError("decode_step without a cache: run Transformer.prefill first")
-      index_var = self.variable("cache", "cache_index")
-      pos_var = self.variable("cache", "cache_positions")
-      valid_var = self.variable("cache", "cache_valid")
-      cache_index = index_var.value
-      slots = pos_var.value.shape[1]
-      if positions is None:
-        positions = cache_index + jnp.arange(l, dtype=jnp.int32)[None]
-      positions = jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (b, l))
-      zero = jnp.zeros((), jnp.int32)
-      pos_var.value = jax.lax.dynamic_update_slice(pos_var.value, positions, (zero, cache_index))
-      valid_var.value = jax.lax.dynamic_update_slice(valid_var.value, jnp.ones((b, l), bool),
-                                                     (zero, cache_index))
-      index_var.value = cache_index + l
-      q_slot = cache_index + jnp.arange(l)
-      order = jnp.arange(slots)[None, :] <= q_slot[:, None]  # [L, S]
-      self_mask = valid_var.value[:, None, None, :] & order[None, None]
-      q_positions, k_positions = positions, pos_var.value
-      cross_bias = None
-      if self.has_cross_attention:
-        enc_valid = self.variable("cache", "encoder_valid").value
-        cross_bias = masks_lib.mask_to_bias(jnp.broadcast_to(enc_valid[:, None, None, :],
-                                                             (b, 1, l, enc_valid.shape[1])))
+      self_mask, q_positions, k_positions, cross_bias, cache_index = self._step_masks(x, positions)
     else:
-      assert segment_ids.shape == (b, l), (segment_ids.shape, x.shape)
-      if positions is None:
-        positions = jnp.arange(l, dtype=jnp.int32)[None]
-      q_positions = k_positions = positions
-      if encoder_pass:
-        self_mask = masks_lib.make_fully_visible_mask(segment_ids)
-      elif cfg.mask_type == "prefix_lm":
-        self_mask = masks_lib.make_decoder_mask(segment_ids, decoder_causal_attention)
-      else:
-        self_mask = masks_lib.make_decoder_mask(segment_ids, None)
-      cross_bias = None
-      if self.has_cross_attention and not encoder_pass:
-        if encoded is None or encoder_segment_ids is None:
-          raise ValueError("the decoder of an encoder-decoder needs encoded and encoder_segment_ids")
-        cross_bias = masks_lib.mask_to_bias(
-            masks_lib.make_cross_attention_mask(segment_ids, encoder_segment_ids))
+      self_mask, q_positions, cross_bias = self._masks(
+          x, segment_ids, positions, decoder_causal_attention, encoder_segment_ids, encoder_pass)
+      k_positions = q_positions
       if cache_mode == "prefill":
-        if max_length is None or max_length < l:
-          raise ValueError(f"prefill needs max_decode_length >= prefix length {l}, got {max_length}")
-        pos = jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (b, l))
-        self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32)).value = (
-            jnp.asarray(l, jnp.int32))
-        self.variable("cache", "cache_positions", jnp.zeros, (b, max_length), jnp.int32).value = (
-            jnp.zeros((b, max_length), jnp.int32).at[:, :l].set(pos))
-        self.variable("cache", "cache_valid", jnp.zeros, (b, max_length), bool).value = (
-            jnp.zeros((b, max_length), bool).at[:, :l].set(segment_ids != 0))
-        if self.has_cross_attention:
-          self.variable("cache", "encoder_valid", jnp.zeros, encoder_segment_ids.shape, bool).value = (
-              encoder_segment_ids != 0)
+        self._start_cache(segment_ids, q_positions, encoder_segment_ids, max_length)
 
-    # Position encodings.
+    x, self_bias, rope_positions = self._position_encoding(x, self_mask, q_positions, k_positions,
+                                                           bidirectional=encoder_pass)
+    x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    x = self._layers(x, (self_bias, encoded, cross_bias, rope_positions, cache_index),
+                     deterministic=deterministic, encoder_pass=encoder_pass,
+                     cache_mode=cache_mode, max_length=max_length)
+    if cfg.norm_position == "pre":
+      x = make_norm(cfg.norm_type, cfg.activation_dtype, "final_norm")(x)
+    x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self, broadcast_length=not encoder_pass)
+    return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+
+  def _masks(self, x, segment_ids, positions, decoder_causal_attention, encoder_segment_ids,
+             encoder_pass):
+    """Masks of a full forward pass (or a prefill).
+
+    Returns:
+      (bool self-attention mask [B, 1, L, L], int32 positions [B or 1, L], float32
+      cross-attention bias [B, 1, L, S] or None).
+    """
+    b, l = x.shape[:2]
+    assert segment_ids.shape == (b, l), (segment_ids.shape, x.shape)
+    if positions is None:
+      positions = jnp.arange(l, dtype=jnp.int32)[None]
+    if encoder_pass:
+      self_mask = masks_lib.make_fully_visible_mask(segment_ids)
+    elif self.config.mask_type == "prefix_lm":
+      self_mask = masks_lib.make_decoder_mask(segment_ids, decoder_causal_attention)
+    else:
+      self_mask = masks_lib.make_decoder_mask(segment_ids, None)
+    cross_bias = None
+    if self.has_cross_attention and not encoder_pass:
+      cross_bias = masks_lib.mask_to_bias(
+          masks_lib.make_cross_attention_mask(segment_ids, encoder_segment_ids))
+    return self_mask, positions, cross_bias
+
+  def _start_cache(self, segment_ids, positions, encoder_segment_ids, max_length):
+    """Prefill: the stack's cache bookkeeping for a prefix of length L.
+
+    Writes ``cache_index`` (L), ``cache_positions`` int32[B, max_length] and
+    ``cache_valid`` bool[B, max_length] (the prefix's positions and non-padding slots),
+    and ``encoder_valid`` bool[B, S] for a decoder with cross-attention.
+    """
+    b, l = segment_ids.shape
+    if max_length is None or max_length < l:
+      raise ValueError(f"prefill needs max_decode_length >= prefix length {l}, got {max_length}")
+    pos = jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (b, l))
+    self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32)).value = (
+        jnp.asarray(l, jnp.int32))
+    self.variable("cache", "cache_positions", jnp.zeros, (b, max_length), jnp.int32).value = (
+        jnp.zeros((b, max_length), jnp.int32).at[:, :l].set(pos))
+    self.variable("cache", "cache_valid", jnp.zeros, (b, max_length), bool).value = (
+        jnp.zeros((b, max_length), bool).at[:, :l].set(segment_ids != 0))
+    if self.has_cross_attention:
+      self.variable("cache", "encoder_valid", jnp.zeros, encoder_segment_ids.shape, bool).value = (
+          encoder_segment_ids != 0)
+
+  def _step_masks(self, x, positions):
+    """Decode step: appends T tokens to the stack's cache bookkeeping; masks over the cache.
+
+    Args:
+      x: dtype[B, T, D] the new tokens' embeddings.
+      positions: int32[B or 1, T] or None (the cache slot indices).
+    Returns:
+      (bool self-attention mask [B, 1, T, M] over the M cache slots, int32 query
+      positions [B, T], int32 key positions [B, M], float32 cross-attention bias
+      [B, 1, T, S] or None, int32[] first slot written).
+    """
+    if not self.has_variable("cache", "cache_index"):
+      raise ValueError("decode_step without a cache: run Transformer.prefill first")
+    b, l = x.shape[:2]
+    index_var = self.variable("cache", "cache_index")
+    pos_var = self.variable("cache", "cache_positions")
+    valid_var = self.variable("cache", "cache_valid")
+    cache_index = index_var.value
+    slots = pos_var.value.shape[1]
+    if positions is None:
+      positions = cache_index + jnp.arange(l, dtype=jnp.int32)[None]
+    positions = jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (b, l))
+    zero = jnp.zeros((), jnp.int32)
+    pos_var.value = jax.lax.dynamic_update_slice(pos_var.value, positions, (zero, cache_index))
+    valid_var.value = jax.lax.dynamic_update_slice(valid_var.value, jnp.ones((b, l), bool),
+                                                   (zero, cache_index))
+    index_var.value = cache_index + l
+    q_slot = cache_index + jnp.arange(l)
+    order = jnp.arange(slots)[None, :] <= q_slot[:, None]  # [T, M]
+    self_mask = valid_var.value[:, None, None, :] & order[None, None]
+    cross_bias = None
+    if self.has_cross_attention:
+      enc_valid = self.variable("cache", "encoder_valid").value
+      cross_bias = masks_lib.mask_to_bias(jnp.broadcast_to(enc_valid[:, None, None, :],
+                                                           (b, 1, l, enc_valid.shape[1])))
+    return self_mask, positions, pos_var.value, cross_bias, cache_index
+
+  def _position_encoding(self, x, self_mask, q_positions, k_positions, *, bidirectional):
+    """The configured position encoding, as a logit bias, an added embedding or RoPE.
+
+    Returns:
+      (x with any absolute embedding added, tuple of self-attention biases: the mask bias
+      and any relative bias, int32 RoPE positions or None).
+    """
+    cfg = self.config
+    pe = cfg.position_encoding
     self_bias = (masks_lib.mask_to_bias(self_mask),)
-    bidirectional = encoder_pass
     if pe == "t5_relative":
       relpos = position.RelativePositionBias(num_heads=cfg.num_heads, num_buckets=cfg.relative_num_buckets,
                                              max_distance=cfg.relative_max_distance, name="relpos_bias")
@@ -362,33 +311,35 @@ class Stack(nn.Module):
           q_positions).astype(x.dtype)
     elif pe == "sinusoidal":
       x = x + position.sinusoidal_embedding(q_positions, cfg.emb_dim).astype(x.dtype)
-    x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
-    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-    rope_positions = q_positions if pe == "rope" else None
+    return x, self_bias, q_positions if pe == "rope" else None
 
-    # Layers.
+  def _layers(self, x, args, **mode):
+    """The ``num_layers`` layers (remat and scan as configured), each given ``args``.
+
+    Args:
+      x: dtype[B, L, D].
+      args: TransformerLayer's arguments after x (arrays or None).
+      **mode: TransformerLayer's run attributes (deterministic, encoder_pass, cache_mode,
+        max_length).
+    Returns:
+      dtype[B, L, D].
+    """
+    cfg = self.config
     layer_cls = TransformerLayer
-    policy_name = cfg.remat_policy
-    if policy_name != "none":
-      policy = REMAT_POLICIES[policy_name]
+    if cfg.remat_policy != "none":
+      policy = REMAT_POLICIES[cfg.remat_policy]
       layer_cls = nn.remat(layer_cls, policy=None if policy == "full" else policy,
-                           prevent_cse=not cfg.scan_layers, static_argnums=(7, 8, 9, 10))
-    args = (self_bias, encoded, cross_bias, rope_positions, cache_index, deterministic,
-            encoder_pass, cache_mode, max_length)
+                           prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
       scanned = nn.scan(layer_cls, variable_axes={"params": 0, "cache": 0},
                         split_rngs={"params": True, "dropout": True},
                         in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
                         metadata_params={nn.PARTITION_NAME: "layers"})
-      x, _ = scanned(cfg, self.has_cross_attention, name="layers")(x, *args)
+      x, _ = scanned(cfg, self.has_cross_attention, **mode, name="layers")(x, *args)
     else:
       for i in range(self.num_layers):
-        x, _ = layer_cls(cfg, self.has_cross_attention, name=f"layers_{i}")(x, *args)
-
-    if cfg.norm_position == "pre":
-      x = make_norm(cfg.norm_type, cfg.activation_dtype, "final_norm")(x)
-    x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self, broadcast_length=not encoder_pass)
-    return nn.with_logical_constraint(x, ("batch", "length", "embed"))
+        x, _ = layer_cls(cfg, self.has_cross_attention, **mode, name=f"layers_{i}")(x, *args)
+    return x
 
 
 class LogitsDense(nn.Module):
@@ -587,4 +538,4 @@ def unscanned_to_scan(params):
 
 
 __all__ = ["TransformerConfig", "Transformer", "TransformerLayer", "Stack", "LogitsDense",
-           "MASK_TYPES", "REMAT_POLICIES", "scan_to_unscanned", "unscanned_to_scan"]
+           "scan_to_unscanned", "unscanned_to_scan"]

@@ -260,6 +260,36 @@ def test_remat_same_logits_and_grads():
                          nn.meta.unbox(g0), nn.meta.unbox(g1))
 
 
+@pytest.mark.parametrize("scan,policy", [(False, "dots_saveable"), (True, "full")])
+def test_remat_with_dropout_and_decoding_is_bitwise_the_plain_model(scan, policy):
+  """Remat (any policy, scanned or not) recomputes the same dropout masks and runs the
+  cache modes: dropout, the encoder pass and the cache mode are layer attributes, so no
+  traced value reaches a Python branch."""
+  cfg = tiny(dropout_rate=0.3, scan_layers=scan)
+  params = nn.meta.unbox(init(cfg, "simple"))
+  batch = simple_batch(cfg)
+
+  def grads(cfg):
+    model = Transformer(cfg)
+    loss = lambda p: jnp.sum(model.apply({"params": p}, batch, enable_dropout=True,
+                                         rngs={"dropout": jax.random.PRNGKey(5)}) ** 2)
+    return jax.jit(jax.value_and_grad(loss))(params)
+
+  def decode(cfg):
+    model = Transformer(cfg)
+    prefix = {k: v[:, :3] for k, v in batch.items() if k.startswith("decoder")}
+    prefix.update(encoder_input_tokens=batch["encoder_input_tokens"])
+    first, state = model.apply({"params": params}, prefix, max_decode_length=5,
+                               method=Transformer.prefill, mutable=["cache"])
+    step, _ = model.apply({"params": params, **state}, batch["decoder_input_tokens"][:, 3:4],
+                          method=Transformer.decode_step, mutable=["cache"])
+    return first, step
+
+  remat = cfg.replace(remat_policy=policy)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, (grads(remat), decode(remat)),
+                         (grads(cfg), decode(cfg)))
+
+
 def test_dropout():
   cfg = tiny(dropout_rate=0.3, mask_type="causal")
   params = init(cfg, "simple")

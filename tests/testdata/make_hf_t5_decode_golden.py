@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from lm import decoding  # noqa: E402
-from lm.model import hf_t5  # noqa: E402
+from lm.checkpoint import hf_t5  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_t5")

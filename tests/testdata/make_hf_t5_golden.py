@@ -13,9 +13,9 @@ eager logits on a fixed batch whose second encoder row is padded. The inputs are
 tokens long so relative distances cross the bucket boundaries 16 and 32.
 
 It then checks the two directions against transformers and stops on any mismatch:
-  import: lm.model.hf_t5.load_hf_t5 + lm's Transformer reproduce the HF logits;
+  import: lm.checkpoint.hf_t5.load_hf_t5 + lm's Transformer reproduce the HF logits;
   export: a model initialised by lm (scanned layers; also a shared encoder/decoder
-          model), written by lm.model.hf_t5.save_hf_t5, loaded by transformers'
+          model), written by lm.checkpoint.hf_t5.save_hf_t5, loaded by transformers'
           from_pretrained, gives lm's logits.
 The max abs differences are recorded in hf_t5/report.json (the tests read only the
 checkpoints and golden.npz; they need neither torch nor transformers).
@@ -35,7 +35,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from lm.model import hf_t5  # noqa: E402
+from lm.checkpoint import hf_t5  # noqa: E402
 from lm.model.transformer import Transformer, TransformerConfig  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_t5")

@@ -1,4 +1,4 @@
-"""Checkpoints: an orbax CheckpointManager holding train state + data-iterator state + metadata.
+"""The CheckpointManager: orbax step directories of train state + data-iterator state + metadata.
 
     ckpt = CheckpointManager(workdir / "checkpoints", every_steps=1000, keep=3,
                              signature=run_signature(config.model.to_dict(), abstract_state))
@@ -18,8 +18,9 @@ items are committed, so a save that died half-way is never listed (and stale tmp
 dirs are deleted when a manager opens the directory).
 
 Restoring checks the checkpoint's meta against the running model first and raises a
-one-line `IncompatibleCheckpointError` instead of silently starting over (the signature
-covers the model config, the parameter shapes and, when given, the tokenizer's content).
+one-line `IncompatibleCheckpointError` instead of silently starting over (the signature,
+signature.py, covers the model config, the parameter shapes and, when given, the
+tokenizer's content).
 
 Integrity: `save` records two 32-bit position-weighted checksums of every array's bits
 (computed on device, so sharded and multi-host states cost one small jit); `restore`
@@ -33,8 +34,6 @@ step is intact, `CheckpointDamagedError` names the step directory and the steps 
 from __future__ import annotations
 
 import base64
-import hashlib
-import json
 import logging
 import os
 import threading
@@ -43,15 +42,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as ocp_managers
 
-_FORMAT = "lm.checkpoint/1"
-
+from lm.checkpoint.signature import param_shapes, shape_mismatch, state_checksums
 
 class IncompatibleCheckpointError(ValueError):
   """The directory holds a checkpoint that cannot be restored into this run."""
@@ -91,104 +87,6 @@ def check_writable(directory: str | epath.Path) -> None:
     raise CheckpointSaveError(
         f"checkpoint directory {directory} is not writable ({e.strerror or e}); fix its "
         "permissions or free space, or choose another --workdir.") from None
-
-
-def _as_uint32(x: jax.Array) -> jax.Array:
-  """The bits of `x` as a flat uint32 vector (any dtype; PRNG keys by their key data)."""
-  if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-    x = jax.random.key_data(x)
-  if x.dtype == jnp.bool_:
-    x = x.astype(jnp.uint8)
-  size = jnp.dtype(x.dtype).itemsize
-  if size == 4:
-    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
-  elif size == 8:
-    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)  # adds a trailing dim of 2
-  else:
-    uint = {1: jnp.uint8, 2: jnp.uint16}[size]
-    bits = jax.lax.bitcast_convert_type(x, uint).astype(jnp.uint32)
-  return bits.reshape(-1)
-
-
-@jax.jit
-def _checksums(leaves: list[jax.Array]) -> list[jax.Array]:
-  out = []
-  for x in leaves:
-    bits = _as_uint32(x)
-    i = jnp.arange(bits.size, dtype=jnp.uint32)
-    rot = (bits << 13) | (bits >> 19)
-    out.append(jnp.stack([jnp.sum(bits * (i * jnp.uint32(2654435761) + 1), dtype=jnp.uint32),
-                          jnp.sum(rot ^ (i * jnp.uint32(40503) + 7), dtype=jnp.uint32)]))
-  return out
-
-
-def state_checksums(state: Any) -> dict[str, list[int]]:
-  """{leaf path: [c1, c2]}: two uint32 position-weighted sums of each array's bits.
-
-  Integer sums wrap modulo 2**32, so the result does not depend on the sharding or the
-  number of processes; any changed, swapped or lost element changes it (except with
-  probability ~2**-64).
-  """
-  flat = jax.tree_util.tree_flatten_with_path(state)[0]
-  sums = jax.device_get(_checksums([x for _, x in flat]))
-  return {_path_str(p): [int(v) for v in np.asarray(c)] for (p, _), c in zip(flat, sums)}
-
-
-def _path_str(path) -> str:
-  return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
-                  for k in path)
-
-
-def param_shapes(params: Any) -> dict[str, list[int]]:
-  """{"encoder/layers_0/.../kernel": [d0, d1], ...} for a (possibly abstract) params tree."""
-  return {_path_str(p): list(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(params)[0]}
-
-
-def shape_mismatch(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str | None:
-  """The first difference between two `param_shapes` dicts, in words; None if equal."""
-  if theirs == ours:
-    return None
-  diff = [k for k in sorted(set(theirs) & set(ours)) if list(theirs[k]) != list(ours[k])]
-  if diff:
-    return f"param {diff[0]} has shape {list(theirs[diff[0]])} there vs {list(ours[diff[0]])} here"
-  only_theirs = sorted(set(theirs) - set(ours))
-  if only_theirs:
-    return f"param {only_theirs[0]} exists there but not here"
-  return f"param {sorted(set(ours) - set(theirs))[0]} exists here but not there"
-
-
-def config_hash(config: Mapping[str, Any]) -> str:
-  """Short stable hash of a JSON-able dict (e.g. config.model.to_dict())."""
-  text = json.dumps(config, sort_keys=True, default=str)
-  return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def tokenizer_hash(model_proto: bytes) -> str:
-  """sha256 (hex) of a tokenizer's serialized SentencePiece model proto."""
-  return hashlib.sha256(bytes(model_proto)).hexdigest()
-
-
-def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
-                  tokenizer_sha256: str | None = None) -> dict[str, Any]:
-  """What must match for a checkpoint to be restorable into this run.
-
-  Args:
-    model_config: the model's hyperparameters (config.model.to_dict() or
-      dataclasses.asdict(TransformerConfig)).
-    abstract_state: the (abstract) TrainState; its params' shapes are recorded.
-    tokenizer_sha256: `tokenizer_hash` of the run's tokenizer, so a tokenizer file
-      replaced at the same path (other token ids) is refused on resume; None = unchecked.
-
-  Returns:
-    JSON-able dict: model config, its hash, the params' shapes (and the tokenizer hash).
-  """
-  params = abstract_state.params if hasattr(abstract_state, "params") else abstract_state["params"]
-  model_config = json.loads(json.dumps(dict(model_config), sort_keys=True, default=str))
-  signature = {"format": _FORMAT, "model": model_config,
-               "model_hash": config_hash(model_config), "param_shapes": param_shapes(params)}
-  if tokenizer_sha256 is not None:
-    signature["tokenizer_sha256"] = tokenizer_sha256
-  return signature
 
 
 def _encode_data_state(data_state: Any) -> Any:

@@ -54,8 +54,10 @@ import json
 import os
 from typing import Any, Mapping
 
+import jax
 import numpy as np
 
+from lm.keypaths import path_names
 from lm.model.transformer import TransformerConfig, scan_to_unscanned, unscanned_to_scan
 
 CONFIG_NAME = "config.json"
@@ -425,17 +427,12 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]) -> tuple[dict
   elif not config.tied_logits_scale:
     tensors["lm_head.weight"] = tensors["shared.weight"].copy()  # tied without the scale
 
-  def leaves(tree, prefix=()):
-    for k, v in tree.items():
-      if isinstance(v, Mapping):
-        yield from leaves(v, prefix + (k,))
-      else:
-        yield prefix + (k,)
   source = params
   if config.shared_encoder_decoder:
     source = {k: v for k, v in params.items() if k != "encoder"}
     used = {p for p in used if p[0] != "encoder"}
-  extra = ["/".join(p) for p in leaves(source) if p not in used]
+  leaf_paths = (path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(source)[0])
+  extra = ["/".join(p) for p in leaf_paths if p not in used]
   if extra:
     raise HFConversionError(f"params with no HF T5 equivalent: {_format_names(extra)}")
   return hf_config, tensors
@@ -499,31 +496,23 @@ def save_hf_t5(directory: str | os.PathLike, config: TransformerConfig, params: 
 
 
 def main(argv=None) -> None:
-  """Command line: ``python -m lm.model.hf_t5 inspect SRC`` prints the lm config and
+  """Command line: ``python -m lm.checkpoint.hf_t5 inspect SRC`` prints the lm config and
   parameter count of an HF T5 directory; ``roundtrip SRC DST`` also exports it to DST.
   """
   import argparse
-  parser = argparse.ArgumentParser(prog="python -m lm.model.hf_t5", description=main.__doc__)
+  parser = argparse.ArgumentParser(prog="python -m lm.checkpoint.hf_t5", description=main.__doc__)
   parser.add_argument("command", choices=["inspect", "roundtrip"])
   parser.add_argument("src", help="HF save_pretrained directory")
   parser.add_argument("dst", nargs="?", help="output directory (roundtrip)")
   args = parser.parse_args(argv)
   config, params = load_hf_t5(args.src)
-  count = sum(int(np.prod(x.shape)) for x in _leaves(params))
+  count = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
   print(f"{args.src}: {count:,} params\n{config}")
   if args.command == "roundtrip":
     if not args.dst:
       parser.error("roundtrip needs DST")
     save_hf_t5(args.dst, config, params)
     print(f"wrote {args.dst}")
-
-
-def _leaves(tree):
-  for v in tree.values():
-    if isinstance(v, Mapping):
-      yield from _leaves(v)
-    else:
-      yield v
 
 
 __all__ = ["HFConversionError", "config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf",

@@ -1,4 +1,4 @@
-"""Tests of lm.model.hf_t5: HF T5 import/export, goldens from transformers (no torch needed)."""
+"""Tests of lm.checkpoint.hf_t5: HF T5 import/export, goldens from transformers (no torch needed)."""
 import json
 import os
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from lm.model import hf_t5
+from lm.checkpoint import hf_t5
 from lm.model.transformer import Transformer, TransformerConfig
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "..", "testdata", "hf_t5")
+GOLDEN = os.path.join(os.path.dirname(__file__), "testdata", "hf_t5")
 
 TINY_HF = dict(model_type="t5", vocab_size=48, d_model=12, d_kv=4, num_heads=2, d_ff=20,
                num_layers=2, num_decoder_layers=1, feed_forward_proj="gated-gelu",

@@ -1,0 +1,23 @@
+"""Checkpoints: lm's own run checkpoints and the Hugging Face T5 format.
+
+  manager.py    `CheckpointManager` (orbax step directories: train state, data-iterator
+                state, meta; verified restore with fallback) and the read-only helpers
+                `read_meta`, `restore_params`, `checkpoint_steps`.
+  signature.py  what identifies a checkpoint: `run_signature`, `param_shapes`,
+                `state_checksums`.
+  hf_t5.py      Hugging Face T5 `save_pretrained` directories <-> lm params
+                (`from lm.checkpoint import hf_t5`; `python -m lm.checkpoint.hf_t5`).
+
+The names below are the package's API (``from lm import checkpoint;
+checkpoint.CheckpointManager(...)``).
+"""
+from lm.checkpoint.manager import (CheckpointDamagedError, CheckpointManager, CheckpointSaveError,
+                                   IncompatibleCheckpointError, StepNotFoundError,
+                                   check_writable, checkpoint_steps, read_meta, restore_params)
+from lm.checkpoint.signature import (config_hash, param_shapes, run_signature, shape_mismatch,
+                                     state_checksums, tokenizer_hash)
+
+__all__ = ["CheckpointManager", "IncompatibleCheckpointError", "CheckpointDamagedError",
+           "CheckpointSaveError", "StepNotFoundError", "check_writable", "checkpoint_steps",
+           "read_meta", "restore_params", "run_signature", "param_shapes", "shape_mismatch",
+           "state_checksums", "config_hash", "tokenizer_hash"]

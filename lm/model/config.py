@@ -1,0 +1,152 @@
+"""TransformerConfig: the hyperparameters of lm's Transformer, validated on construction.
+
+Defaults are T5.1.1 (docs/t5_reference.md §3.1-3.4); the model and its param tree are
+described in transformer.py. Every choice-valued field has its tuple (or dict) of allowed
+values here, and a bad value fails at construction with the allowed ones listed.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from lm.architecture import LAYOUTS
+from lm.model import position
+from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
+
+MASK_TYPES = LAYOUTS  # named in lm/architecture.py
+NORM_POSITIONS = ("pre", "post")
+DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
+REMAT_POLICIES = {
+    "none": None,
+    "full": "full",  # save nothing, recompute the whole layer in the backward pass
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
+    "everything_saveable": jax.checkpoint_policies.everything_saveable,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyperparameters (T5 names). Defaults are T5.1.1 (a t5_1_1_small-sized model).
+
+  Attributes:
+    vocab_size: V, including sentinels (32128 for the T5 vocabulary).
+    emb_dim: D.
+    num_heads: N.
+    head_dim: H; None means emb_dim // num_heads (must divide).
+    mlp_dim: F.
+    num_encoder_layers: encoder depth (must be 0 for decoder-only mask types).
+    num_decoder_layers: decoder depth.
+    mask_type: "encoder_decoder", "prefix_lm" or "causal".
+    shared_encoder_decoder: the decoder's params also run the encoder pass (T5 "shared").
+    dropout_rate: dropout everywhere dropout is applied (module docstring).
+    mlp_activation: "relu", "gelu", "gated_gelu" (T5.1.1) or "swiglu".
+    position_encoding: "t5_relative", "rope", "alibi", "learned", "sinusoidal", "none".
+    relative_num_buckets, relative_max_distance: T5 relative bias bucketing (32, 128).
+    max_length: table size for "learned" positions.
+    rope_max_wavelength: RoPE base.
+    norm_type: "rmsnorm" (T5, eps 1e-6) or "layernorm" (eps 1e-5, with bias).
+    norm_position: "pre" (norm before each sub-block + final norm) or "post".
+    tie_embeddings: logits = y @ E^T (T5.1.0), scaled by emb_dim**-0.5 if tied_logits_scale.
+    tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
+    embedding_init_stddev: token embedding init std (T5: 1.0; GPT: 0.02).
+    dtype: activation dtype "bfloat16" or "float32" (params and logits are float32).
+    remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", ...).
+    scan_layers: nn.scan over layers (params get a leading "layers" axis).
+  """
+  vocab_size: int = 32128
+  emb_dim: int = 512
+  num_heads: int = 6
+  head_dim: int | None = 64
+  mlp_dim: int = 1024
+  num_encoder_layers: int = 8
+  num_decoder_layers: int = 8
+  mask_type: str = "encoder_decoder"
+  shared_encoder_decoder: bool = False
+  dropout_rate: float = 0.0
+  mlp_activation: str = "gated_gelu"
+  position_encoding: str = "t5_relative"
+  relative_num_buckets: int = 32
+  relative_max_distance: int = 128
+  max_length: int | None = None
+  rope_max_wavelength: float = 10_000.0
+  norm_type: str = "rmsnorm"
+  norm_position: str = "pre"
+  tie_embeddings: bool = False
+  tied_logits_scale: bool = True
+  embedding_init_stddev: float = 1.0
+  dtype: str = "bfloat16"
+  remat_policy: str = "none"
+  scan_layers: bool = False
+
+  def __post_init__(self):
+    def check(ok, msg):
+      if not ok:
+        raise ValueError(f"TransformerConfig: {msg}")
+    for name in ("vocab_size", "emb_dim", "num_heads", "mlp_dim", "num_decoder_layers"):
+      value = getattr(self, name)
+      check(isinstance(value, int) and value > 0, f"{name} must be a positive int, got {value!r}")
+    check(isinstance(self.num_encoder_layers, int) and self.num_encoder_layers >= 0,
+          f"num_encoder_layers must be an int >= 0, got {self.num_encoder_layers!r}")
+    if self.head_dim is None:
+      check(self.emb_dim % self.num_heads == 0,
+            f"head_dim=None needs emb_dim ({self.emb_dim}) divisible by num_heads ({self.num_heads})")
+    else:
+      check(isinstance(self.head_dim, int) and self.head_dim > 0,
+            f"head_dim must be a positive int or None, got {self.head_dim!r}")
+    check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
+    check(self.mlp_activation in MLP_ACTIVATIONS,
+          f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")
+    check(self.position_encoding in position.POSITION_ENCODINGS,
+          f"unknown position_encoding {self.position_encoding!r}; expected one of {position.POSITION_ENCODINGS}")
+    check(self.norm_type in NORM_TYPES, f"unknown norm_type {self.norm_type!r}; expected one of {NORM_TYPES}")
+    check(self.norm_position in NORM_POSITIONS,
+          f"unknown norm_position {self.norm_position!r}; expected one of {NORM_POSITIONS}")
+    check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}; expected one of {tuple(DTYPES)}")
+    check(self.remat_policy in REMAT_POLICIES,
+          f"unknown remat_policy {self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
+    check(0.0 <= self.dropout_rate < 1.0, f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
+    if self.mask_type == "encoder_decoder":
+      check(self.num_encoder_layers > 0, "mask_type='encoder_decoder' needs num_encoder_layers > 0")
+    else:
+      check(self.num_encoder_layers == 0,
+            f"mask_type={self.mask_type!r} is decoder-only: set num_encoder_layers=0 "
+            f"(got {self.num_encoder_layers})")
+      check(not self.shared_encoder_decoder,
+            f"shared_encoder_decoder needs mask_type='encoder_decoder', got {self.mask_type!r}")
+    if self.shared_encoder_decoder:
+      check(self.num_encoder_layers == self.num_decoder_layers,
+            f"shared_encoder_decoder needs num_encoder_layers == num_decoder_layers, got "
+            f"{self.num_encoder_layers} and {self.num_decoder_layers}")
+    if self.position_encoding == "learned":
+      check(isinstance(self.max_length, int) and self.max_length > 0,
+            "position_encoding='learned' needs max_length (a positive int)")
+    if self.position_encoding == "rope":
+      check(self.resolved_head_dim % 2 == 0, f"rope needs an even head_dim, got {self.resolved_head_dim}")
+    if self.position_encoding == "sinusoidal":
+      check(self.emb_dim % 2 == 0, f"sinusoidal positions need an even emb_dim, got {self.emb_dim}")
+    if self.position_encoding == "t5_relative":
+      check(self.relative_num_buckets >= 4 and self.relative_max_distance > self.relative_num_buckets // 2,
+            "relative_num_buckets must be >= 4 and relative_max_distance > num_buckets / 2")
+
+  @property
+  def resolved_head_dim(self) -> int:
+    """H: head_dim, or emb_dim // num_heads when head_dim is None."""
+    return self.head_dim if self.head_dim is not None else self.emb_dim // self.num_heads
+
+  @property
+  def activation_dtype(self):
+    return DTYPES[self.dtype]
+
+  @property
+  def is_encoder_decoder(self) -> bool:
+    return self.mask_type == "encoder_decoder"
+
+  def replace(self, **overrides) -> "TransformerConfig":
+    return dataclasses.replace(self, **overrides)
+
+
+__all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES"]
