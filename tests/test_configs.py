@@ -15,7 +15,7 @@ def test_parse_arg_types_bare_flags_and_errors():
                                                                       True, None)
   assert common.parse_arg("runlocal=False", runlocal=True).runlocal is False
   assert common.parse_arg(None, size="base").size == "base"
-  with pytest.raises(ValueError, match="unknown config arg 'sise'; known: size"):
+  with pytest.raises(ValueError, match="unknown config arg 'sise'; expected one of \\[.*'size'"):
     common.parse_arg("sise=base", size="base")
   with pytest.raises(ValueError, match="steps='ten': expected an int"):
     common.parse_arg("steps=ten", steps=1)
@@ -166,7 +166,7 @@ def _broken(**changes):
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(data__objective="spam"), "config.data.objective='spam' is unknown"),
+    (dict(data__objective="spam"), "config.data.objective: unknown objective 'spam'"),
     (dict(data__targets_length=5), "needs targets_length >= 14"),
     (dict(data__inputs_length=0), "config.data.inputs_length must be positive"),
     (dict(data__batch_size=-4), "config.data.batch_size must be positive"),
@@ -230,7 +230,7 @@ def test_validate_collects_several_errors_and_mesh_syntax_without_devices():
   c = _broken(data__objective="spam", loss__z_loss=-1.0)
   with pytest.raises(ValueError) as e:
     config_lib.validate(c)
-  assert "objective='spam'" in str(e.value) and "z_loss must be >= 0" in str(e.value)
+  assert "unknown objective 'spam'" in str(e.value) and "z_loss must be >= 0" in str(e.value)
   config_lib.validate(_broken(mesh__shape=(3, 1, 1)))  # fine until the device count is known
 
 

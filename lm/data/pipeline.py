@@ -66,6 +66,10 @@ Public API (what the trainer calls):
   data.tokenizer                      # the Tokenizer
 
 The batches follow the batch contract of `features.py`.
+
+Why this module is long: it is the chain drawn above and nothing else;
+the shard and iterator-state machinery is in shards.py, the objectives in objectives.py.
+Splitting the chain's stages over files would hide the one order they run in.
 """
 from __future__ import annotations
 
@@ -175,10 +179,10 @@ class DataSpec:
     object.__setattr__(self, "eval_paths", tuple(self.eval_paths))
     object.__setattr__(self, "objective_params", dict(self.objective_params))
     if self.architecture not in packing.ARCHITECTURES:
-      raise ValueError(f"Unknown architecture {self.architecture!r}; "
+      raise ValueError(f"unknown architecture {self.architecture!r}; "
                        f"expected one of {packing.ARCHITECTURES}.")
     if self.objective not in objectives.OBJECTIVES:
-      raise ValueError(f"Unknown objective {self.objective!r}; expected one of "
+      raise ValueError(f"unknown objective {self.objective!r}; expected one of "
                        f"{sorted(objectives.OBJECTIVES)}.")
     for name in ("batch_size", "targets_length", "num_threads", "num_shards"):
       if getattr(self, name) <= 0:
