@@ -11,7 +11,7 @@ from lm.data import converters
 from lm.downstream import evaluation
 from lm.downstream import task as task_lib
 from lm.model.transformer import Transformer, TransformerConfig
-from tests import downstream_fixtures as fx
+import downstream_fixtures as fx
 
 ARCHS = ["encoder_decoder", "prefix_lm", "causal"]
 

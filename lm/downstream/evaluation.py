@@ -249,3 +249,72 @@ def task_score(metrics: Mapping[str, float]) -> float:
   e.g. MRPC's accuracy and F1, in the GLUE average)."""
   values = [float(v) for v in metrics.values()]
   return float(np.mean(values)) if values else float("nan")
+
+
+# ---------------------------------------------------------------------------------------
+# Results files (shared by `python -m lm.evaluate --task` and fine-tuning's periodic eval).
+
+RESULTS_DIR = "eval"
+
+
+def results_path(workdir, step: int):
+  """`<workdir>/eval/tasks_step_<N>.json` (next to lm.evaluate's step_<N>.json)."""
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return workdir_lib.as_path(workdir) / RESULTS_DIR / f"tasks_step_{int(step)}.json"
+
+
+def predictions_path(workdir, step: int, task_name: str, split: str):
+  """`<workdir>/eval/tasks_step_<N>.<task>.<split>.jsonl`: one prediction per line."""
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return (workdir_lib.as_path(workdir) / RESULTS_DIR /
+          f"tasks_step_{int(step)}.{task_name}.{split}.jsonl")
+
+
+def _json_safe(tree):
+  if isinstance(tree, Mapping):
+    return {str(k): _json_safe(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_json_safe(v) for v in tree]
+  if isinstance(tree, (np.floating, np.integer)):
+    tree = tree.item()
+  if isinstance(tree, float) and not math.isfinite(tree):
+    return None
+  return tree
+
+
+def write_results(workdir, step: int, outputs: Mapping[str, Mapping[str, Any]], *,
+                  architecture: str, extra: Mapping[str, Any] | None = None) -> Any:
+  """Writes the tasks' metrics (one JSON per step) and predictions (JSONL per task).
+
+  Args:
+    workdir: the run directory (local or remote).
+    step: the checkpoint step evaluated.
+    outputs: {task name: evaluate_task(...)'s result}.
+    architecture: the model's layout, for the record.
+    extra: more top-level fields (e.g. the checkpoint source).
+
+  Returns:
+    the path of the JSON file (process 0), else None. The JSON holds "workdir", "step",
+    "architecture", "results": {task: metrics} (lm.evaluate.flat_metrics reads it),
+    "score": {task: mean of its metrics} and per task "num_examples", "method", "split".
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  if jax.process_index() != 0:
+    return None
+  path = results_path(workdir, step)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  record = {"workdir": str(workdir_lib.as_path(workdir)), "step": int(step),
+            "architecture": architecture,
+            "results": {name: dict(o["metrics"]) for name, o in outputs.items()},
+            "score": {name: task_score(o["metrics"]) for name, o in outputs.items()},
+            "tasks": {name: {k: o[k] for k in ("num_examples", "method", "split")}
+                      for name, o in outputs.items()},
+            **dict(extra or {})}
+  for name, o in outputs.items():
+    lines = "".join(json.dumps(_json_safe(p), ensure_ascii=False) + "\n"
+                    for p in o["predictions"])
+    workdir_lib.write_text_atomic(predictions_path(workdir, step, name, o["split"]), lines)
+  workdir_lib.write_text_atomic(path, json.dumps(_json_safe(record), indent=2,
+                                                 sort_keys=True) + "\n")
+  return path
