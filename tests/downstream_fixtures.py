@@ -19,7 +19,7 @@ from lm.downstream import task as task_lib
 WORDS = ["".join(w) for w in itertools.product("abcdef", repeat=3)]
 _ORDER = np.random.default_rng(0).permutation(len(WORDS))
 WORDS = [WORDS[i] for i in _ORDER]
-SPM_TEXT = [" ".join(sorted(WORDS))] * 3
+SPM_TEXT = [" ".join(sorted(WORDS))] * 3 + ["copy: first: " * 50] * 3
 
 
 def exact_match(targets, predictions):
