@@ -103,7 +103,7 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
       raise ValueError(f"prompts of {length} tokens (+ {decode.max_decode_length} decoded) "
                        f"exceed the model's learned positions ({cfg.max_length}); lower "
                        "inputs_length or max_decode_length.")
-  fn = decoding.make_decode_fn(model, decode, mesh, rules)
+  fn = _decode_fn(model, decode, mesh, tuple(rules))
   rng = jax.random.key(0)
   out: list[list[int]] = []
   starts = range(0, len(inputs), batch_size)
@@ -115,6 +115,12 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
     tokens = np.asarray(jax.device_get(tokens))
     out.extend(strip_decoded(tokens[i]) for i in range(len(chunk)))
   return out
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_fn(model, decode, mesh, rules):
+  """make_decode_fn, cached: periodic evaluation during fine-tuning compiles once."""
+  return decoding.make_decode_fn(model, decode, mesh, rules)
 
 
 def _choice_features(inputs: np.ndarray, target: np.ndarray, architecture: str
@@ -196,6 +202,8 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
   Raises:
     ValueError: unknown split, no examples, rank classification without choices.
   """
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  params = nn.meta.unbox(params)
   if examples is None:
     examples = task.examples(split, data_dir)
   examples = list(examples)
