@@ -88,9 +88,10 @@ class CheckpointConfig:
   Attributes:
     every_steps: steps between saves (the last step is always saved).
     keep: the newest checkpoints kept; keep_best: the best by `best_metric` kept too.
-    best_metric: the eval metric that ranks checkpoints (lower is better).
+    best_metric: the eval metric that ranks checkpoints.
     async_save: save in the background.
     init_from: parameters to start a new run from (a checkpoint or HF T5 directory), or None.
+    best_mode: "min" (a loss) or "max" (a task score, configs/finetune.py): which is best.
   """
   every_steps: int
   keep: int
@@ -98,6 +99,7 @@ class CheckpointConfig:
   best_metric: str
   async_save: bool
   init_from: str | None
+  best_mode: str = "min"
 
 
 # --- config sections <-> typed settings -------------------------------------------------

@@ -3,6 +3,8 @@ r"""Evaluate checkpoints on common ground: held-out loss per objective and conti
   python -m lm.evaluate --workdir=runs/t5_local [--step=N] [--score=all|span_corruption,...]
       [--num_batches=N] [--config.data.eval_batch_size=32 ...]
   python -m lm.evaluate --workdirs=runs/a,runs/b --output=table.md
+  python -m lm.evaluate --workdir=runs/ft --task=glue_cola[,glue_sst2] [--split=validation]
+      [--data_dir=DIR] [--max_examples=N] [--max_decode_length=M] [--rank_classification]
 
 For the run's held-out split (the same validation documents training evaluated on):
 
@@ -31,8 +33,18 @@ Results: `<workdir>/eval/step_<N>.json` (atomically, process 0), and, when the r
 `--wandb_mode=disabled` skips it). `--workdirs=a,b --output=table.md` evaluates several runs
 and writes one Markdown table.
 
-Bad input (missing workdir, unknown step, checkpoint of another architecture or vocabulary,
+Downstream tasks (`--task`, docs/finetuning.md): decodes each task's split with the
+checkpoint (greedy; `--rank_classification` ranks the task's choices with lm.score instead),
+postprocesses and computes the task's metrics (lm.downstream.evaluation.evaluate_task).
+Results: `<workdir>/eval/tasks_step_<N>.json` (+ one predictions JSONL per task) and wandb
+`eval/<task>/<metric>`. `--data_dir` defaults to the run's config.finetune.data_dir.
+
+Bad input (missing workdir, unknown task, unknown step, checkpoint of another architecture or vocabulary,
 a shape-changing override, a malformed flag) prints one line `error: ...` and exits 2.
+
+Why this module is long: it is the whole `lm.evaluate` command: the held-out objective pass
+and continuation scoring it owns (about 300 lines), and the thin paths that print tables, write
+results and log them, shared by the task evaluation whose work is in lm/downstream/evaluation.py.
 """
 from __future__ import annotations
 
@@ -501,6 +513,19 @@ def _parser() -> argparse.ArgumentParser:
                  help="continuation scoring: characters scored (cut at whitespace)")
   p.add_argument("--num_examples", type=int, default=DEFAULT_NUM_EXAMPLES,
                  help="continuation scoring: held-out documents used")
+  t = p.add_argument_group("downstream tasks (instead of --score)")
+  t.add_argument("--task", help="comma-separated task names (lm.downstream.task.task_names())")
+  t.add_argument("--split", default="validation", help="the tasks' split (default validation)")
+  t.add_argument("--data_dir", default=None,
+                 help="where the tasks' files are (default: the run's config.finetune.data_dir)")
+  t.add_argument("--max_examples", type=int, default=None,
+                 help="evaluate only the first N examples of each task")
+  t.add_argument("--max_decode_length", type=int, default=None,
+                 help="most generated tokens (default: the run's data.targets_length)")
+  t.add_argument("--batch_size", type=int, default=None,
+                 help="rows per decode call (default: the run's eval batch size)")
+  t.add_argument("--rank_classification", action="store_true",
+                 help="rank the task's choices by log-likelihood instead of decoding")
   p.add_argument("--mesh_shape", default=None,
                  help="(data, fsdp, tensor) sizes, e.g. '-1,1,1' (default: all devices on data)")
   p.add_argument("--wandb_mode", default=None, choices=("auto", "online", "offline", "disabled"),
@@ -518,6 +543,68 @@ def _parser() -> argparse.ArgumentParser:
   g.add_argument("--cpu_collectives", default="gloo", choices=("gloo", "mpi", "none"),
                  help="collectives implementation for multi-process CPU runs")
   return p
+
+
+def parse_tasks(text: str) -> list[str]:
+  """`--task=a,b` -> the task names, each checked against the registry.
+
+  Raises:
+    ValueError: an empty list or an unknown name (the message lists the known ones).
+  """
+  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  names = [n.strip() for n in text.split(",") if n.strip()]
+  if not names:
+    raise ValueError("--task is empty; pass task names, e.g. --task=glue_cola.")
+  for name in names:
+    task_lib.get_task(name)  # unknown -> "unknown task 'x'; expected one of [...]"
+  return names
+
+
+def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "validation",
+                   data_dir: str | None = None, max_examples: int | None = None,
+                   max_decode_length: int | None = None, batch_size: int | None = None,
+                   rank_classification: bool = False, progress: bool = False
+                   ) -> dict[str, Any]:
+  """Evaluates a restored model on downstream tasks ({task: evaluate_task result})."""
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  d = r.config.data if r.config is not None else None
+  ft = r.config.get("finetune") if r.config is not None else None
+  if data_dir is None and ft is not None:
+    data_dir = ft.get("data_dir")
+  max_decode_length = max_decode_length or (int(d.targets_length) if d is not None else 64)
+  batch_size = batch_size or (int(d.eval_batch_size or d.batch_size) if d is not None else 32)
+  inputs_length = int(d.inputs_length) if d is not None and d.inputs_length > 0 else None
+  out = {}
+  for name in names:
+    task = task_lib.get_task(name)
+    out[name] = evaluation.evaluate_task(
+        r.model, r.params, r.tokenizer, task, split, data_dir=data_dir, batch_size=batch_size,
+        max_decode_length=max_decode_length, mesh=r.mesh, rules=r.rules,
+        max_examples=max_examples, inputs_length=inputs_length,
+        rank_classification=rank_classification, progress=progress)
+    logging.info("%s: %s", name, out[name]["metrics"])
+  return out
+
+
+def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> None:
+  """`--task`: restore, evaluate each task, write eval/tasks_step_<N>.json, log to wandb."""
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  names = parse_tasks(args.task)  # before restoring: a typo fails fast
+  if args.max_examples is not None and args.max_examples <= 0:
+    raise ValueError(f"--max_examples must be positive, got {args.max_examples}.")
+  r = restore.load_run(workdir, step=args.step, overrides=overrides, mesh_shape=args.mesh_shape)
+  outputs = evaluate_tasks(r, names, split=args.split, data_dir=args.data_dir,
+                           max_examples=args.max_examples,
+                           max_decode_length=args.max_decode_length, batch_size=args.batch_size,
+                           rank_classification=args.rank_classification, progress=progress)
+  path = evaluation.write_results(r.workdir, r.step, outputs, architecture=r.architecture,
+                                  extra={"source": r.source})
+  result = {"workdir": r.workdir, "step": r.step,
+            "results": {n: o["metrics"] for n, o in outputs.items()}}
+  log_to_wandb(result, r.config, args.wandb_mode)
+  if jax.process_index() == 0:
+    print(json.dumps({"written": str(path), **flat_metrics(result)}, indent=1))
 
 
 def _initialize_distributed(args) -> None:
@@ -557,6 +644,12 @@ def run(argv: Sequence[str] | None = None) -> int:
       if not os.path.isdir(w):
         raise restore.RunNotFoundError(f"workdir {os.path.abspath(w)} does not exist.")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
+    if args.task is not None:
+      if args.output:
+        raise ValueError("--output (a Markdown table) is not supported with --task.")
+      for w in workdirs:
+        _run_tasks(args, w, overrides, progress)
+      return 0
     results = []
     for w in workdirs:
       r = restore.load_run(w, step=args.step, overrides=overrides, mesh_shape=args.mesh_shape)

@@ -49,6 +49,7 @@ from lm.data import features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
+from lm.downstream import finetune
 from lm.model import accounting
 from lm.model.transformer import Transformer, TransformerConfig
 
@@ -301,14 +302,16 @@ def _restore_window(saved: Mapping[str, Any] | None) -> tuple[dict | None, list[
   return acc, list(window.get("packing_eff", []))
 
 
-def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
+def _gather_data_states(state: Mapping[str, Any], merge=shards_lib.merge_states
+                        ) -> dict[str, Any]:
   """Every process's data-shard positions merged into one JSON dict (all shards).
 
   The pipeline's virtual shards make the merged position restorable under any process
-  count that divides data.num_shards (lm/data/pipeline.py).
+  count that divides data.num_shards (lm/data/pipeline.py). `merge`: the data source's
+  merge_states (the fine-tuning data's has its own state kind).
   """
   if jax.process_count() == 1:
-    return shards_lib.merge_states([state])
+    return merge([state])
   raw = np.frombuffer(json.dumps(state).encode(), np.uint8)
   sizes = np.asarray(multihost_utils.process_allgather(np.array([raw.size], np.int64)))
   sizes = sizes.reshape(-1)
@@ -317,7 +320,7 @@ def _gather_data_states(state: Mapping[str, Any]) -> dict[str, Any]:
   rows = np.asarray(multihost_utils.process_allgather(padded))
   states = [json.loads(rows[i, :int(sizes[i])].tobytes().decode())
             for i in range(rows.shape[0])]
-  return shards_lib.merge_states(states)
+  return merge(states)
 
 
 def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:
@@ -395,8 +398,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
   model_config, model, tx, mesh = run.model_config, run.model, run.tx, run.mesh
-  data = pipeline_lib.DataPipeline(run.data_spec, process_index=jax.process_index(),
-                                   process_count=jax.process_count())
+  if finetune.enabled(config):  # fine-tuning: a task / mixture's examples (configs/finetune.py)
+    data = finetune.make_data(config, jax.process_index(), jax.process_count())
+  else:
+    data = pipeline_lib.DataPipeline(run.data_spec, process_index=jax.process_index(),
+                                     process_count=jax.process_count())
   _vocab_check(data, model_config)
 
   rng = run.rng
@@ -422,7 +428,8 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
   ckpt = checkpoint.CheckpointManager(  # checks the directory is writable (before compiling)
       workdir / "checkpoints", every_steps=ckpt_settings.every_steps,
       keep=ckpt_settings.keep, keep_best=ckpt_settings.keep_best,
-      best_metric=ckpt_settings.best_metric, async_save=ckpt_settings.async_save,
+      best_metric=ckpt_settings.best_metric, best_mode=ckpt_settings.best_mode,
+      async_save=ckpt_settings.async_save,
       signature=checkpoint.run_signature(
           dataclasses.asdict(model_config), abstract,
           tokenizer_sha256=checkpoint.tokenizer_hash(data.tokenizer.model_proto)))
@@ -461,9 +468,9 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
   flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
   writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start,
                                 progress_bar=sys.stderr.isatty())  # no bar in log files
-  static = {"noise_density": d.objective_params.get("noise_density", float("nan")),
-            "mean_noise_span_length": d.objective_params.get("mean_noise_span_length",
-                                                             float("nan")),
+  params = getattr(d, "objective_params", {})  # none when fine-tuning (FinetuneSpec)
+  static = {"noise_density": params.get("noise_density", float("nan")),
+            "mean_noise_span_length": params.get("mean_noise_span_length", float("nan")),
             "inputs_length": d.inputs_length, "targets_length": d.targets_length}
   last: dict[str, float] = {}
   pending = []
@@ -508,8 +515,16 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
                                   loop.eval_steps or None)
           writer.write(step, eval_metrics, prefix_console="eval")
           last.update(eval_metrics)
+        task_every = int(config.finetune.eval_every) if finetune.enabled(config) else 0
+        if task_every and (step % task_every == 0 or step == num_steps):
+          task_metrics = finetune.evaluate(config, model, state.params, data.tokenizer,
+                                           mesh=mesh, workdir=workdir, step=step)
+          writer.write(step, task_metrics, prefix_console="eval")
+          eval_metrics = {**eval_metrics, **task_metrics}
+          last.update(task_metrics)
         if save_now:
-          if ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state()),
+          merge = getattr(data, "merge_states", shards_lib.merge_states)
+          if ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state(), merge),
                        metrics=eval_metrics or None, force=force,
                        extra={"log_window": _window_state(acc, packing_eff)}):
             last_saved = step

@@ -1,0 +1,328 @@
+"""Evaluate a model on a downstream task's split: decode (or rank-classify), postprocess, score.
+
+    out = evaluate_task(model, params, tokenizer, get_task("glue_cola"), "validation",
+                        data_dir="data/", batch_size=32, max_decode_length=8)
+    out["metrics"]        # {"matthews_corrcoef": 41.2}  (task.compute_metrics)
+    out["predictions"]    # [{"inputs": ..., "target": ..., "prediction": ...}, ...]
+
+Two ways to predict (docs/finetuning.md):
+  decode (default)         the model generates the answer text from the task's inputs
+                           (lm.decoding: greedy unless `decode` says otherwise), it is
+                           detokenized and postprocessed like the target. This is the T5
+                           paper's protocol for every task (docs/t5_reference.md: all
+                           downstream numbers come from greedy decoding; a classification
+                           prediction outside the label set counts as wrong), so scores
+                           compare with the paper's tables.
+  rank classification      for tasks with `choices` only (`rank_classification=True`): each
+                           candidate target is scored with lm.score (log-likelihood of the
+                           target tokens + EOS given the inputs, the layout training used)
+                           and the best-scoring candidate is the prediction. It never
+                           produces an answer outside the label set, so it measures what a
+                           model prefers even before it has learned the output format
+                           (useful for barely trained or pre-trained-only models); it is an
+                           option, not the default, because the paper decoded.
+
+Both work for the three architectures: encoder-decoder (inputs in the encoder), prefix LM
+and causal LM (one decoder row "inputs EOS targets EOS", as lm/data/converters.py lays
+out fine-tuning examples). Inputs longer than `inputs_length` are cut to it (EOS
+included), as the training converter trims them. Single-process (every example is
+decoded on this host; the mesh may span its devices).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from lm import decoding, partitioning
+from lm import score as score_lib
+from lm.data import converters, packing
+from lm.downstream.task import Task
+
+EOS_ID = decoding.EOS_ID
+
+
+def _progress(iterable: Iterable, total: int, desc: str, enabled: bool) -> Iterator:
+  if not enabled:
+    yield from iterable
+    return
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
+                  file=sys.stderr, dynamic_ncols=True)
+
+
+def _round_up(n: int, k: int) -> int:
+  return -(-n // k) * k
+
+
+def _batch_multiple(mesh) -> int:
+  """Rows of a batch must divide over the mesh's batch axes (data x fsdp)."""
+  if mesh is None:
+    return 1
+  return math.prod(mesh.shape[a] for a in partitioning.BATCH_AXES)
+
+
+def strip_decoded(tokens: np.ndarray) -> list[int]:
+  """Generated ids up to (not including) the first EOS or padding. int32[M] -> list."""
+  out = []
+  for t in np.asarray(tokens).tolist():
+    if t in (EOS_ID, decoding.PAD_ID):
+      break
+    out.append(int(t))
+  return out
+
+
+def _trim_inputs(ids: np.ndarray, inputs_length: int | None) -> np.ndarray:
+  """Inputs cut so that they plus their EOS fit in inputs_length (converter's trimming)."""
+  ids = np.asarray(ids, np.int32)
+  return ids if inputs_length is None else ids[:max(inputs_length - 1, 0)]
+
+
+def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: int,
+                  decode: decoding.DecodeConfig, mesh=None,
+                  rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False,
+                  desc: str = "decode") -> list[list[int]]:
+  """Decodes each token list (no EOS) with the model; returns generated ids without EOS.
+
+  All batches have one shape ([batch_size, longest prompt]), so the decode function
+  compiles once; the last batch is filled with empty prompts.
+  """
+  cfg = model.config
+  batch_size = _round_up(max(batch_size, 1), _batch_multiple(mesh))
+  extra = 1 if cfg.is_encoder_decoder else 2  # EOS (+ BOS for decoder-only)
+  length = _round_up(max((len(x) for x in inputs), default=1) + extra, 8)
+  if cfg.position_encoding == "learned" and cfg.max_length is not None:
+    need = length if cfg.is_encoder_decoder else length + decode.max_decode_length
+    if need > cfg.max_length:
+      raise ValueError(f"prompts of {length} tokens (+ {decode.max_decode_length} decoded) "
+                       f"exceed the model's learned positions ({cfg.max_length}); lower "
+                       "inputs_length or max_decode_length.")
+  fn = _decode_fn(model, decode, mesh, tuple(rules))
+  rng = jax.random.key(0)
+  out: list[list[int]] = []
+  starts = range(0, len(inputs), batch_size)
+  for start in _progress(starts, len(starts), desc, progress):
+    chunk = inputs[start:start + batch_size]
+    batch = decoding.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size)
+    row_ids = np.arange(start, start + batch_size, dtype=np.int32)
+    tokens, _ = fn(params, batch, rng, row_ids)
+    tokens = np.asarray(jax.device_get(tokens))
+    out.extend(strip_decoded(tokens[i]) for i in range(len(chunk)))
+  return out
+
+
+@functools.lru_cache(maxsize=8)
+def _decode_fn(model, decode, mesh, rules):
+  """make_decode_fn, cached: periodic evaluation during fine-tuning compiles once."""
+  return decoding.make_decode_fn(model, decode, mesh, rules)
+
+
+def _choice_features(inputs: np.ndarray, target: np.ndarray, architecture: str
+                     ) -> dict[str, np.ndarray]:
+  """One candidate in the training layout; loss weights on the target tokens and its EOS."""
+  return converters.convert({"inputs": inputs, "targets": target}, architecture)
+
+
+@functools.lru_cache(maxsize=8)
+def _score_fn(model):
+  return jax.jit(functools.partial(score_lib.score, model=model))
+
+
+def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray]], *,
+                     batch_size: int, mesh=None,
+                     rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False
+                     ) -> np.ndarray:
+  """log p(target + EOS | inputs) of each (inputs, target) id pair. float32[len(pairs)].
+
+  One example per row (unpacked), rows padded to one shape so that scoring compiles once.
+  """
+  architecture = model.config.mask_type
+  feats = [_choice_features(i, t, architecture) for i, t in pairs]
+  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
+  lengths = {s: _round_up(max(f[k].size for f in feats), 8) for s, k in stacks.items()
+             if k in feats[0]}
+  rows = [packing.pad_example(f, lengths) for f in feats]
+  batch_size = _round_up(max(batch_size, 1), _batch_multiple(mesh))
+  zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
+  fn = _score_fn(model)
+  out = np.zeros(len(rows), np.float32)
+  starts = range(0, len(rows), batch_size)
+  ctx = (partitioning.axis_rules(mesh, rules) if mesh is not None else contextlib.nullcontext())
+  with ctx:
+    for start in _progress(starts, len(starts), "rank", progress):
+      chunk = rows[start:start + batch_size]
+      chunk = chunk + [zeros] * (batch_size - len(chunk))
+      batch = {k: np.stack([r[k] for r in chunk]) for k in chunk[0]}
+      if mesh is not None:
+        batch = partitioning.make_global_batch(batch, mesh)
+      ll = np.asarray(jax.device_get(fn(params, batch)["log_likelihood"]))
+      n = min(batch_size, len(rows) - start)
+      out[start:start + n] = ll[:n]
+  return out
+
+
+def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation", *,
+                  data_dir: str | None = None, batch_size: int = 32,
+                  max_decode_length: int = 64, decode: decoding.DecodeConfig | None = None,
+                  mesh=None, rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES,
+                  max_examples: int | None = None, inputs_length: int | None = None,
+                  rank_classification: bool = False, progress: bool = False,
+                  examples: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+  """Predicts every example of a task's split and computes the task's metrics.
+
+  Args:
+    model: the Transformer (its config decides the layout).
+    params: its (unboxed) params, on `mesh` when one is given.
+    tokenizer: lm.data.tokenizer.Tokenizer (encode / decode).
+    task: the Task.
+    split: the split to evaluate (one of task.splits).
+    data_dir: where the task's files are (Task.load).
+    batch_size: rows per decode / score call (rounded up to the mesh's batch shards).
+    max_decode_length: the most generated tokens (EOS included) when `decode` is None.
+    decode: decoding settings (default greedy, `max_decode_length`).
+    mesh, rules: shard the batches over this mesh (lm.restore's); None = default device.
+    max_examples: evaluate only the first N examples of the split.
+    inputs_length: cut the inputs to this many tokens (EOS included), as training does.
+    rank_classification: predict by ranking `task.choices` with lm.score instead of
+      decoding (module docstring); the task must have choices.
+    progress: tqdm progress bars.
+    examples: already preprocessed examples (skips task.examples; e.g. cached ones).
+
+  Returns:
+    {"metrics": {name: float}, "predictions": [{"inputs", "target", "prediction"} (+
+    "scores": log-likelihood per choice for rank classification)], "num_examples",
+    "method": "decode" | "rank_classification", "split"}.
+
+  Raises:
+    ValueError: unknown split, no examples, rank classification without choices.
+  """
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  params = nn.meta.unbox(params)
+  if examples is None:
+    examples = task.examples(split, data_dir)
+  examples = list(examples)
+  if max_examples is not None:
+    examples = examples[:max_examples]
+  if not examples:
+    raise ValueError(f"task {task.name!r} split {split!r} has no examples.")
+  inputs = [_trim_inputs(tokenizer.encode(ex["inputs"]), inputs_length) for ex in examples]
+  predictions: list[dict[str, Any]] = []
+  if rank_classification:
+    if task.choices is None:
+      raise ValueError(f"task {task.name!r} has no choices; rank classification needs them "
+                       "(decode it instead).")
+    choices = [list(task.choices(ex)) for ex in examples]
+    for i, c in enumerate(choices):
+      if not c:
+        raise ValueError(f"task {task.name!r}: example {i} has no choices.")
+    pairs, owner = [], []
+    for i, (ids, cands) in enumerate(zip(inputs, choices)):
+      for c in cands:
+        pairs.append((ids, tokenizer.encode(c)))
+        owner.append(i)
+    scores = score_candidates(model, params, pairs, batch_size=batch_size, mesh=mesh,
+                              rules=rules, progress=progress)
+    texts, pos = [], 0
+    for ex, cands in zip(examples, choices):
+      s = scores[pos:pos + len(cands)]
+      pos += len(cands)
+      best = int(np.argmax(s))  # ties: the first candidate
+      texts.append(cands[best])
+      predictions.append({"inputs": ex["inputs"], "target": ex["targets"],
+                          "prediction": cands[best], "scores": [float(x) for x in s]})
+    method = "rank_classification"
+  else:
+    cfg = decode or decoding.DecodeConfig(max_decode_length=max_decode_length)
+    generated = decode_inputs(model, params, inputs, batch_size=batch_size, decode=cfg,
+                              mesh=mesh, rules=rules, progress=progress, desc=task.name)
+    texts = [tokenizer.decode(ids) for ids in generated]
+    predictions = [{"inputs": ex["inputs"], "target": ex["targets"], "prediction": t}
+                   for ex, t in zip(examples, texts)]
+    method = "decode"
+  preds = [task.postprocess(t, ex) for t, ex in zip(texts, examples)]
+  golds = [task.postprocess(ex["targets"], ex, is_target=True) for ex in examples]
+  metrics = task.compute_metrics(golds, preds)
+  return {"metrics": metrics, "predictions": predictions, "num_examples": len(examples),
+          "method": method, "split": split}
+
+
+def task_score(metrics: Mapping[str, float]) -> float:
+  """One number per task: the mean of its metrics (T5's averaging of multi-metric tasks,
+  e.g. MRPC's accuracy and F1, in the GLUE average)."""
+  values = [float(v) for v in metrics.values()]
+  return float(np.mean(values)) if values else float("nan")
+
+
+# ---------------------------------------------------------------------------------------
+# Results files (shared by `python -m lm.evaluate --task` and fine-tuning's periodic eval).
+
+RESULTS_DIR = "eval"
+
+
+def results_path(workdir, step: int):
+  """`<workdir>/eval/tasks_step_<N>.json` (next to lm.evaluate's step_<N>.json)."""
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return workdir_lib.as_path(workdir) / RESULTS_DIR / f"tasks_step_{int(step)}.json"
+
+
+def predictions_path(workdir, step: int, task_name: str, split: str):
+  """`<workdir>/eval/tasks_step_<N>.<task>.<split>.jsonl`: one prediction per line."""
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return (workdir_lib.as_path(workdir) / RESULTS_DIR /
+          f"tasks_step_{int(step)}.{task_name}.{split}.jsonl")
+
+
+def _json_safe(tree):
+  if isinstance(tree, Mapping):
+    return {str(k): _json_safe(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return [_json_safe(v) for v in tree]
+  if isinstance(tree, (np.floating, np.integer)):
+    tree = tree.item()
+  if isinstance(tree, float) and not math.isfinite(tree):
+    return None
+  return tree
+
+
+def write_results(workdir, step: int, outputs: Mapping[str, Mapping[str, Any]], *,
+                  architecture: str, extra: Mapping[str, Any] | None = None) -> Any:
+  """Writes the tasks' metrics (one JSON per step) and predictions (JSONL per task).
+
+  Args:
+    workdir: the run directory (local or remote).
+    step: the checkpoint step evaluated.
+    outputs: {task name: evaluate_task(...)'s result}.
+    architecture: the model's layout, for the record.
+    extra: more top-level fields (e.g. the checkpoint source).
+
+  Returns:
+    the path of the JSON file (process 0), else None. The JSON holds "workdir", "step",
+    "architecture", "results": {task: metrics} (lm.evaluate.flat_metrics reads it),
+    "score": {task: mean of its metrics} and per task "num_examples", "method", "split".
+  """
+  import json  # pylint: disable=g-import-not-at-top
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  if jax.process_index() != 0:
+    return None
+  path = results_path(workdir, step)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  record = {"workdir": str(workdir_lib.as_path(workdir)), "step": int(step),
+            "architecture": architecture,
+            "results": {name: dict(o["metrics"]) for name, o in outputs.items()},
+            "score": {name: task_score(o["metrics"]) for name, o in outputs.items()},
+            "tasks": {name: {k: o[k] for k in ("num_examples", "method", "split")}
+                      for name, o in outputs.items()},
+            **dict(extra or {})}
+  for name, o in outputs.items():
+    lines = "".join(json.dumps(_json_safe(p), ensure_ascii=False) + "\n"
+                    for p in o["predictions"])
+    workdir_lib.write_text_atomic(predictions_path(workdir, step, name, o["split"]), lines)
+  workdir_lib.write_text_atomic(path, json.dumps(_json_safe(record), indent=2,
+                                                 sort_keys=True) + "\n")
+  return path

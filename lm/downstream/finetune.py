@@ -1,0 +1,132 @@
+"""Fine-tuning glue for the trainer: config.finetune -> data source and periodic task evaluation.
+
+lm/train.py calls three functions when `config.finetune.tasks` is set (configs/finetune.py):
+
+    enabled(config)                          # True: a fine-tuning run
+    data = make_data(config, process_index, process_count)      # FinetuneData
+    values = evaluate(config, model, params, tokenizer, mesh=..., rules=..., workdir=...,
+                      step=...)              # {"eval/<task>/<metric>": v, ..., SCORE_KEY: v}
+
+`evaluate` decodes every evaluation task's split with lm.downstream.evaluation, writes
+`<workdir>/eval/tasks_step_<N>.json` (+ predictions, as `python -m lm.evaluate --task`),
+and returns flat metrics for metrics.jsonl / wandb and for `ckpt.keep_best`, whose
+`best_metric` is SCORE_KEY by default: the mean over tasks of each task's mean metric
+(T5's averaging, docs/finetuning.md). See docs/finetuning.md.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from lm import architecture as architecture_lib
+from lm.downstream import evaluation
+from lm.downstream import finetune_data
+from lm.downstream import task as task_lib
+
+SCORE_KEY = "eval/finetune_score"
+
+
+def parse_tasks(text: str) -> tuple[tuple[str, float], ...]:
+  """"name[:rate],name[:rate]" -> ((name, rate), ...) (rate 1.0 when left out).
+
+  Raises:
+    ValueError: empty text, a malformed rate, or an unknown task (listing the known ones).
+  """
+  out = []
+  for item in str(text or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    name, sep, rate = item.partition(":")
+    try:
+      value = float(rate) if sep else 1.0
+    except ValueError:
+      raise ValueError(f"finetune task {item!r}: the rate after ':' must be a number, "
+                       f"e.g. {name}:1.0.") from None
+    task_lib.get_task(name.strip())  # unknown -> "unknown task 'x'; expected one of [...]"
+    out.append((name.strip(), value))
+  if not out:
+    raise ValueError("config.finetune.tasks is empty; set task=NAME or mixture=... "
+                     "(configs/finetune.py).")
+  return tuple(out)
+
+
+def enabled(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` is a fine-tuning run (has a non-empty config.finetune.tasks)."""
+  ft = config.get("finetune")
+  return bool(ft is not None and ft.get("tasks"))
+
+
+def spec(config: ml_collections.ConfigDict) -> finetune_data.FinetuneSpec:
+  """The FinetuneSpec of a fine-tuning config (config.data lengths / batch / shards)."""
+  d, ft = config.data, config.finetune
+  return finetune_data.FinetuneSpec(
+      tasks=parse_tasks(ft.tasks), data_dir=ft.data_dir or None, split=ft.split,
+      architecture=architecture_lib.layout(config.model.architecture), inputs_length=int(d.inputs_length),
+      targets_length=int(d.targets_length), batch_size=int(d.batch_size),
+      eval_batch_size=d.eval_batch_size, num_shards=int(d.num_shards), pack=bool(d.pack),
+      num_packing_bins=d.num_packing_bins, loss_on_inputs=bool(d.loss_on_inputs),
+      seed=int(d.seed))
+
+
+def make_data(config: ml_collections.ConfigDict, process_index: int = 0,
+              process_count: int = 1) -> finetune_data.FinetuneData:
+  """The fine-tuning data of this process, with the run's tokenizer (config.data)."""
+  from lm import restore  # pylint: disable=g-import-not-at-top
+  return finetune_data.FinetuneData(spec(config), tokenizer=restore.run_tokenizer(config),
+                                    process_index=process_index, process_count=process_count)
+
+
+def eval_task_names(config: ml_collections.ConfigDict) -> list[str]:
+  """config.finetune.eval_tasks, or every task of config.finetune.tasks (rate 0 included)."""
+  ft = config.finetune
+  text = ft.get("eval_tasks") or ",".join(n for n, _ in parse_tasks(ft.tasks))
+  return [n for n, _ in parse_tasks(text)]
+
+
+@functools.lru_cache(maxsize=32)
+def _examples(name: str, split: str, data_dir: str | None) -> tuple:
+  return tuple(task_lib.get_task(name).examples(split, data_dir))
+
+
+def evaluate(config: ml_collections.ConfigDict, model, params, tokenizer, *, mesh=None,
+             rules=None, workdir=None, step: int = 0) -> dict[str, float]:
+  """Decodes each evaluation task, writes the results JSON, returns flat metrics.
+
+  Returns:
+    {"eval/<task>/<metric>": value, ..., SCORE_KEY: mean over tasks of their mean metric}.
+  """
+  from lm import partitioning  # pylint: disable=g-import-not-at-top
+  ft, d = config.finetune, config.data
+  if rules is None:
+    rules = partitioning.rules_from_config(config.logical_axis_rules)
+  outputs = {}
+  for name in eval_task_names(config):
+    task = task_lib.get_task(name)
+    examples = _examples(name, ft.eval_split, ft.data_dir or None)
+    outputs[name] = evaluation.evaluate_task(
+        model, params, tokenizer, task, ft.eval_split, examples=examples,
+        batch_size=int(d.eval_batch_size or d.batch_size),
+        max_decode_length=int(ft.max_decode_length or d.targets_length), mesh=mesh,
+        max_examples=int(ft.max_eval_examples) or None,
+        inputs_length=int(d.inputs_length) or None,
+        rank_classification=bool(ft.rank_classification) and task.choices is not None,
+        rules=rules)
+  if workdir is not None:
+    evaluation.write_results(workdir, step, outputs, architecture=config.model.architecture)
+  values = flat_metrics(outputs)
+  logging.info("step %d task eval: %s", step, values)
+  return values
+
+
+def flat_metrics(outputs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+  """{"eval/<task>/<metric>": v} and SCORE_KEY from {task: evaluate_task result}."""
+  values = {f"eval/{name}/{k}": float(v) for name, o in outputs.items()
+            for k, v in o["metrics"].items()}
+  scores = [evaluation.task_score(o["metrics"]) for o in outputs.values()]
+  values[SCORE_KEY] = float(sum(scores) / len(scores)) if scores else float("nan")
+  return values

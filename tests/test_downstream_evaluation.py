@@ -1,0 +1,121 @@
+"""lm.downstream.evaluation: decoding and rank classification of a task's split, per architecture."""
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from lm import decoding
+from lm import score as score_lib
+from lm.data import converters
+from lm.downstream import evaluation
+from lm.downstream import task as task_lib
+from lm.model.transformer import Transformer, TransformerConfig
+import downstream_fixtures as fx
+
+ARCHS = ["encoder_decoder", "prefix_lm", "causal"]
+
+
+@functools.cache
+def _model_and_params(arch, seed=0):
+  config = TransformerConfig(vocab_size=128, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
+                             num_encoder_layers=1 if arch == "encoder_decoder" else 0,
+                             num_decoder_layers=1, mask_type=arch, dtype="float32")
+  model = Transformer(config)
+  batch = {"decoder_input_tokens": np.zeros((1, 8), np.int32),
+           "decoder_target_tokens": np.zeros((1, 8), np.int32)}
+  if arch == "encoder_decoder":
+    batch["encoder_input_tokens"] = np.zeros((1, 8), np.int32)
+  if arch == "prefix_lm":
+    batch["decoder_causal_attention"] = np.zeros((1, 8), np.int32)
+  params = jax.jit(model.init)(jax.random.key(seed), batch)["params"]
+  import flax.linen as nn  # pylint: disable=g-import-not-at-top
+  return model, nn.meta.unbox(params)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tasks():
+  fx.register_tasks()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_decode_matches_one_example_at_a_time_and_metrics_follow(arch):
+  model, params = _model_and_params(arch)
+  tok = fx.tokenizer()
+  task = task_lib.get_task("test_copy")
+  out = evaluation.evaluate_task(model, params, tok, task, "validation", batch_size=4,
+                                 max_decode_length=6, max_examples=7)
+  assert out["method"] == "decode" and out["num_examples"] == 7
+  examples = task.examples("validation")[:7]
+  cfg = decoding.DecodeConfig(max_decode_length=6)
+  for ex, pred in zip(examples, out["predictions"]):
+    batch = decoding.prompt_batch([tok.encode(ex["inputs"])], model.config)
+    tokens, _ = decoding.decode(model, params, batch, cfg)
+    assert pred["prediction"] == tok.decode(np.asarray(tokens[0]))
+    assert pred["target"] == ex["targets"]
+  em = 100.0 * np.mean([p["prediction"].strip() == p["target"] for p in out["predictions"]])
+  assert out["metrics"] == {"exact_match": pytest.approx(em)}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rank_classification_is_the_argmax_of_lm_score(arch):
+  model, params = _model_and_params(arch, seed=1)
+  tok = fx.tokenizer()
+  task = task_lib.get_task("test_first")
+  out = evaluation.evaluate_task(model, params, tok, task, "validation", batch_size=3,
+                                 max_examples=5, rank_classification=True)
+  assert out["method"] == "rank_classification"
+  score = jax.jit(functools.partial(score_lib.score, model=model))
+  correct = 0
+  for ex, pred in zip(task.examples("validation")[:5], out["predictions"]):
+    lls = []
+    for cand in ex["candidates"]:  # each candidate alone, unpadded: the reference
+      f = converters.convert({"inputs": tok.encode(ex["inputs"]),
+                              "targets": tok.encode(cand)}, arch)
+      lls.append(float(score(params, {k: v[None] for k, v in f.items()})["log_likelihood"][0]))
+    np.testing.assert_allclose(pred["scores"], lls, rtol=1e-4, atol=1e-4)
+    assert pred["prediction"] == ex["candidates"][int(np.argmax(lls))]
+    correct += pred["prediction"] == ex["targets"]
+  assert out["metrics"]["accuracy"] == pytest.approx(100.0 * correct / 5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rank_classification_by_hand_with_uniform_logits(arch):
+  """Decoder's final norm scale 0 -> all logits 0 -> p = 1/128 for every token, so a
+  candidate of n tokens (+ EOS) has log-likelihood -(n + 1) ln 128: the shortest wins."""
+  model, params = _model_and_params(arch)
+  params = jax.tree_util.tree_map_with_path(
+      lambda p, x: np.zeros_like(x) if "decoder']['final_norm" in jax.tree_util.keystr(p)
+      else x, params)
+  tok = fx.tokenizer()
+  task = task_lib.get_task("test_first")
+  examples = [{"inputs": "first: abc def", "targets": "abc", "candidates": ["abc def", "abc"]},
+              {"inputs": "first: fed cab", "targets": "fed cab",
+               "candidates": ["fed cab", "fed cab fed"]}]
+  out = evaluation.evaluate_task(model, params, tok, task, examples=examples,
+                                 rank_classification=True)
+  for ex, pred in zip(examples, out["predictions"]):
+    expected = [-(tok.encode(c).size + 1) * np.log(128.0) for c in ex["candidates"]]
+    np.testing.assert_allclose(pred["scores"], expected, rtol=1e-5)
+  assert [p["prediction"] for p in out["predictions"]] == ["abc", "fed cab"]
+  assert out["metrics"] == {"accuracy": 100.0}
+
+
+def test_bad_inputs():
+  model, params = _model_and_params("encoder_decoder")
+  tok = fx.tokenizer()
+  with pytest.raises(ValueError, match="no split 'test'"):
+    evaluation.evaluate_task(model, params, tok, task_lib.get_task("test_copy"), "test")
+  with pytest.raises(ValueError, match="has no choices"):
+    evaluation.evaluate_task(model, params, tok, task_lib.get_task("test_copy"),
+                             rank_classification=True, max_examples=1)
+  with pytest.raises(ValueError, match="unknown task 'nope'; expected one of"):
+    task_lib.get_task("nope")
+  with pytest.raises(ValueError, match="has no examples"):
+    evaluation.evaluate_task(model, params, tok, task_lib.get_task("test_copy"), examples=[])
+
+
+def test_strip_decoded():
+  assert evaluation.strip_decoded(np.array([5, 6, 1, 0])) == [5, 6]
+  assert evaluation.strip_decoded(np.array([5, 6, 7])) == [5, 6, 7]
+  assert evaluation.task_score({"accuracy": 80.0, "f1": 90.0}) == 85.0
