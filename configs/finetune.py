@@ -6,11 +6,11 @@ Commands:
       --config=configs/finetune.py:task=glue_cola,size=base,data_dir=/data/glue \
       --config.ckpt.init_from=/tmp/t5_base
   # a mixture: a registered one (lm.downstream.mixtures) or explicit "task:rate,..." rates
-  python -m lm.main --workdir=/tmp/ft_glue --config=configs/finetune.py:mixture=glue_proportional
+  python -m lm.main --workdir=/tmp/ft_glue --config=configs/finetune.py:mixture=glue_v002_proportional,data_dir=/data/glue
   python -m lm.main --workdir=/tmp/ft_two \
       --config="configs/finetune.py:mixture=glue_cola:1+glue_sst2:2"
   # laptop: tiny model, a few hundred steps
-  python -m lm.main --workdir=/tmp/ft_local --config=configs/finetune.py:task=mini_...,runlocal
+  python -m lm.main --workdir=/tmp/ft_local --config=configs/finetune.py:task=mini_next_line,runlocal
   # evaluate a checkpoint on a task afterwards:
   python -m lm.evaluate --workdir=/tmp/ft_cola --task=glue_cola
 

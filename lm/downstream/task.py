@@ -39,7 +39,7 @@ class Task:
   """One downstream task (see the module docstring for each field's contract).
 
   Attributes:
-    name: registry key, e.g. "glue_mnli_matched", "squad_v1_1", "mini_next_sentence".
+    name: registry key, e.g. "glue_mnli_matched", "squad_v1_1", "mini_next_line".
     load: (split, data_dir) -> list of raw examples (dicts).
     preprocess: raw example -> {"inputs": str, "targets": str, ...}.
     postprocess: (text, example, is_target) -> label / answer used by the metrics.
