@@ -69,7 +69,7 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
     key, sep, text = item.partition("=")
     key = key.strip()
     if key not in defaults:
-      raise ValueError(f"unknown config arg {key!r}; known: {', '.join(sorted(defaults))}.")
+      raise ValueError(f"unknown config arg {key!r}; expected one of {sorted(defaults)}.")
     if key in seen:
       raise ValueError(f"config arg {key!r} given twice.")
     seen.add(key)

@@ -42,7 +42,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """Returns the locked GPT-3 config for `arg` (see the module docstring)."""
   arg = common.parse_arg(arg, size="125m", context=2048, steps=-1, runlocal=False)
   if arg.size not in GPT3_HPARAMS:
-    raise ValueError(f"unknown size {arg.size!r}; choose one of {sorted(GPT3_HPARAMS)}.")
+    raise ValueError(f"unknown size {arg.size!r}; expected one of {sorted(GPT3_HPARAMS)}.")
   if arg.context % 2:
     raise ValueError(f"context must be even (inputs_length + targets_length), got {arg.context}.")
   context = 128 if arg.runlocal else arg.context

@@ -126,12 +126,12 @@ def model_preset(size: str, family: str = "t5_1_1") -> tuple[str, str]:
   parameters).
   """
   if family not in FAMILIES:
-    raise ValueError(f"unknown family {family!r}; choose one of {FAMILIES}.")
+    raise ValueError(f"unknown family {family!r}; expected one of {FAMILIES}.")
   if size in CPU_SIZES:
     return "cpu", size
   sizes = presets.sizes(family)
   if size not in sizes:
-    raise ValueError(f"unknown size {size!r} for family {family}; choose one of "
+    raise ValueError(f"unknown size {size!r} for family {family}; expected one of "
                      f"{CPU_SIZES + sizes}.")
   return family, size
 
@@ -143,14 +143,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                          batch=-1, lengths="derived", loss_on_inputs=False, mode_tokens="ids",
                          runlocal=False)
   if arg.lengths not in LENGTHS:
-    raise ValueError(f"config arg lengths={arg.lengths!r}; choose one of {LENGTHS}.")
+    raise ValueError(f"unknown lengths {arg.lengths!r}; expected one of {LENGTHS}.")
   if arg.mode_tokens not in MODE_TOKENS:
-    raise ValueError(f"config arg mode_tokens={arg.mode_tokens!r}; choose one of {MODE_TOKENS}.")
+    raise ValueError(f"unknown mode_tokens {arg.mode_tokens!r}; expected one of {MODE_TOKENS}.")
   if arg.objective not in OBJECTIVE_PRESETS:
-    raise ValueError(f"unknown objective {arg.objective!r}; choose one of "
+    raise ValueError(f"unknown objective {arg.objective!r}; expected one of "
                      f"{sorted(OBJECTIVE_PRESETS)}.")
   if arg.arch not in ARCHS:
-    raise ValueError(f"unknown arch {arg.arch!r}; choose one of {ARCHS}.")
+    raise ValueError(f"unknown arch {arg.arch!r}; expected one of {ARCHS}.")
   size = arg.size or ("tiny" if arg.runlocal else "base")
   encdec = architecture.is_encoder_decoder(arg.arch)
 

@@ -373,7 +373,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                   f"{d.validation_fraction}.")
   known_objective = d.objective in objectives.OBJECTIVES
   if not known_objective:
-    errors.append(f"config.data.objective={d.objective!r} is unknown; choose one of "
+    errors.append(f"unknown config.data.objective {d.objective!r}; expected one of "
                   f"{sorted(objectives.OBJECTIVES)}.")
   no_inputs = (known_objective and not objectives.layout(d.objective).has_inputs
                and layout is not None and not encdec)
@@ -409,7 +409,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                   f"config.optim.grad_accum_steps={k}.")
   lc = config.loss
   if lc.normalization not in losses.NORMALIZATIONS:
-    errors.append(f"config.loss.normalization={lc.normalization!r}; choose one of "
+    errors.append(f"unknown config.loss.normalization {lc.normalization!r}; expected one of "
                   f"{losses.NORMALIZATIONS}.")
   if lc.normalization == "constant" and not lc.normalizing_constant > 0:
     errors.append("config.loss.normalizing_constant must be > 0 with normalization='constant'.")
@@ -467,7 +467,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   if c.keep < 0 or c.keep_best < 0:
     errors.append("config.ckpt.keep and keep_best must be >= 0.")
   if config.wandb.mode not in WANDB_MODES:
-    errors.append(f"config.wandb.mode={config.wandb.mode!r}; choose one of {WANDB_MODES}.")
+    errors.append(f"unknown config.wandb.mode {config.wandb.mode!r}; expected one of "
+                  f"{WANDB_MODES}.")
 
   if errors:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))

@@ -164,7 +164,7 @@ def make_schedule(cfg: ScheduleConfig) -> optax.Schedule:
     return optax.join_schedules(
         [optax.linear_schedule(0.0, base_lr, warmup), optax.constant_schedule(base_lr)],
         boundaries=[warmup])
-  raise ValueError(f"unknown schedule.name {name!r}; choose one of {SCHEDULES}.")
+  raise ValueError(f"unknown schedule.name {name!r}; expected one of {SCHEDULES}.")
 
 
 def _decay_mask(params: Any) -> Any:
@@ -336,7 +336,7 @@ def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.Gradient
     tx = optax.adamw(learning_rate=schedule, b1=float(a.b1), b2=float(a.b2), eps=float(a.eps),
                      weight_decay=float(a.weight_decay), mask=_decay_mask)
   else:
-    raise ValueError(f"unknown optim.name {name!r}; choose one of {OPTIMIZERS}.")
+    raise ValueError(f"unknown optim.name {name!r}; expected one of {OPTIMIZERS}.")
   if clip < 0:
     raise ValueError(f"optim.grad_clip_norm must be >= 0 (0 = off), got {clip}.")
   if clip > 0:

@@ -39,7 +39,7 @@ SEGMENT_FEATURES = ("segment_ids", "positions")
 
 def _check_architecture(architecture: str) -> None:
   if architecture not in ARCHITECTURES:
-    raise ValueError(f"Unknown architecture {architecture!r}; expected one of {ARCHITECTURES}.")
+    raise ValueError(f"unknown architecture {architecture!r}; expected one of {ARCHITECTURES}.")
 
 
 def feature_lengths(architecture: str, inputs_length: int, targets_length: int

@@ -383,7 +383,7 @@ OBJECTIVES: dict[str, Objective] = {
 
 def _record(name: str) -> Objective:
   if name not in OBJECTIVES:
-    raise ValueError(f"unknown objective {name!r}; valid: {sorted(OBJECTIVES)}")
+    raise ValueError(f"unknown objective {name!r}; expected one of {sorted(OBJECTIVES)}")
   return OBJECTIVES[name]
 
 
@@ -401,7 +401,7 @@ def resolve_params(name: str, params: Mapping[str, Any]) -> dict[str, Any]:
   obj = _record(name)
   unknown = sorted(set(params) - set(obj.params))
   if unknown:
-    raise ValueError(f"objective {name!r} got unknown parameter(s) {unknown}; valid: "
+    raise ValueError(f"objective {name!r} got unknown parameter(s) {unknown}; expected one of "
                      f"{sorted(obj.params)}")
   resolved = {**obj.params, **params}
   if obj.density is not None:

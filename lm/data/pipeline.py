@@ -175,10 +175,10 @@ class DataSpec:
     object.__setattr__(self, "eval_paths", tuple(self.eval_paths))
     object.__setattr__(self, "objective_params", dict(self.objective_params))
     if self.architecture not in packing.ARCHITECTURES:
-      raise ValueError(f"Unknown architecture {self.architecture!r}; "
+      raise ValueError(f"unknown architecture {self.architecture!r}; "
                        f"expected one of {packing.ARCHITECTURES}.")
     if self.objective not in objectives.OBJECTIVES:
-      raise ValueError(f"Unknown objective {self.objective!r}; expected one of "
+      raise ValueError(f"unknown objective {self.objective!r}; expected one of "
                        f"{sorted(objectives.OBJECTIVES)}.")
     for name in ("batch_size", "targets_length", "num_threads", "num_shards"):
       if getattr(self, name) <= 0:

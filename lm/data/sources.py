@@ -787,7 +787,7 @@ def _make_source(format: str, paths: str | Sequence[str] | None, *,  # pylint: d
     return InMemorySource(corpus.default_corpus(), name="default corpus (stdlib docs)",
                           max_document_chars=max_document_chars)
   if format not in FORMATS:
-    raise ValueError(f"Unknown data format {format!r}; expected one of {FORMATS + ('default',)}.")
+    raise ValueError(f"unknown data format {format!r}; expected one of {FORMATS + ('default',)}.")
   files = expand_paths(paths)
   if format == "auto":
     format = _guess_format(files[0])

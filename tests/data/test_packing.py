@@ -90,5 +90,5 @@ def test_grain_packer_matches_reference_and_keeps_every_token(arch):
 def test_rename_packed_requires_stack_prefix():
   with pytest.raises(ValueError, match="no stack"):
     packing.stack_of("tokens")
-  with pytest.raises(ValueError, match="Unknown architecture"):
+  with pytest.raises(ValueError, match="unknown architecture"):
     packing.feature_lengths("moe", 4, 4)

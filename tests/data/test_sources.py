@@ -115,7 +115,7 @@ def test_errors(tmp_path):
   p = _write(tmp_path / "blank.txt", b"\n  \n\n")
   with pytest.raises(ValueError, match="No documents found.*blank.txt"):
     sources.make_source("text", p)
-  with pytest.raises(ValueError, match="Unknown data format"):
+  with pytest.raises(ValueError, match="unknown data format"):
     sources.make_source("csv", p)
 
 
