@@ -8,7 +8,7 @@ Laptop / CI run (tiny model, embedded corpus, tokenizer trained on the fly, 2-co
   python -m lm.main --workdir=/tmp/t5_local --config=configs/t5.py:runlocal
 Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.data.batch_size=256`
 (locked: a misspelt field fails with its name). Check a config without running it:
-  python -c "from configs import t5; from lm import config; config.validate(t5.get_config('arch=causal'))"
+  python -c "from configs import t5; from lm import validate; validate.validate(t5.get_config('arch=causal'))"
 
 Hardware and time:
   runlocal: 2-core CPU, 1 JAX device. Measured on this 2-core machine (shared with other jobs)
