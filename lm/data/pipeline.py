@@ -66,6 +66,12 @@ Public API (what the trainer calls):
   data.tokenizer                      # the Tokenizer
 
 The batches follow the batch contract of `features.py`.
+
+Why this module is long: it is the one stateful, threaded part of the data path, and its
+pieces share one determinism argument (the per-shard seeds, the fixed step order, the saved
+iterator state): the DataSpec that fixes a pipeline, the grain steps of a shard's
+sub-pipeline, the mixture's weighted sampling of member streams and DataPipeline that wires
+them. The pure parts already live elsewhere (objectives, converters, packing, shards).
 """
 from __future__ import annotations
 
