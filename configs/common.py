@@ -3,7 +3,7 @@
 `parse_arg` turns the string after the colon in `--config configs/t5.py:arch=prefix_lm,size=base`
 into typed values (big_vision's `parse_arg` idea: the defaults give the types, unknown
 keys are errors). The config files are data; the library builds its objects from them and
-checks them in lm/config.py (`lm.config.validate`, `model_config`, `data_spec`, ...).
+checks them in lm/config.py (`model_config`, `data_spec`, ...) and lm/validate.py (`validate`).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ Laptop / CI run (tiny model, embedded corpus, tokenizer trained on the fly, 2-co
   python -m lm.main --workdir=/tmp/t5_local --config=configs/t5.py:runlocal
 Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.data.batch_size=256`
 (locked: a misspelt field fails with its name). Check a config without running it:
-  python -c "from configs import t5; from lm import config; config.validate(t5.get_config('arch=causal'))"
+  python -c "from configs import t5; from lm import validate; validate.validate(t5.get_config('arch=causal'))"
 
 Hardware and time:
   runlocal: 2-core CPU, 1 JAX device. Measured on this 2-core machine (shared with other jobs)
@@ -143,9 +143,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                          batch=-1, lengths="derived", loss_on_inputs=False, mode_tokens="ids",
                          runlocal=False)
   if arg.lengths not in LENGTHS:
-    raise ValueError(f"config arg lengths={arg.lengths!r}; expected one of {LENGTHS}.")
+    raise ValueError(f"unknown lengths {arg.lengths!r}; expected one of {LENGTHS}.")
   if arg.mode_tokens not in MODE_TOKENS:
-    raise ValueError(f"config arg mode_tokens={arg.mode_tokens!r}; expected one of {MODE_TOKENS}.")
+    raise ValueError(f"unknown mode_tokens {arg.mode_tokens!r}; expected one of {MODE_TOKENS}.")
   if arg.objective not in OBJECTIVE_PRESETS:
     raise ValueError(f"unknown objective {arg.objective!r}; expected one of "
                      f"{sorted(OBJECTIVE_PRESETS)}.")
@@ -263,7 +263,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   steps = arg.steps if arg.steps > 0 else (1000 if arg.runlocal else 2 ** 19)
   config.ckpt = ml_collections.ConfigDict(dict(
       every_steps=100 if arg.runlocal else 5000, keep=3, keep_best=0, best_metric="eval_loss",
-      best_mode="min", async_save=True, init_from=config_dict.placeholder(str)))
+      async_save=True, init_from=config_dict.placeholder(str)))
   config.wandb = ml_collections.ConfigDict(dict(
       mode="offline" if arg.runlocal else "auto",  # auto: online iff WANDB_API_KEY is set
       project="lm-t5", entity=config_dict.placeholder(str),

@@ -208,15 +208,15 @@ def build_config(point: Point):
 
 
 def validate(points: Sequence[Point]) -> None:
-  """Builds and validates every point's config (lm.config.validate).
+  """Builds and validates every point's config (lm.validate.validate).
 
   Raises:
     ValueError: naming the point, with validate's list of problems.
   """
-  from lm import config as config_lib  # pylint: disable=g-import-not-at-top  (jax: only here)
+  from lm import validate as validate_lib  # pylint: disable=g-import-not-at-top  (jax: only here)
   for point in points:
     try:
-      config_lib.validate(build_config(point))
+      validate_lib.validate(build_config(point))
     except ValueError as e:
       raise ValueError(f"point {point.name!r} ({point.config}): {e}") from None
 

@@ -43,6 +43,7 @@ from jax.experimental import multihost_utils
 
 from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
 from lm import config as config_lib
+from lm import validate as validate_lib
 from lm import workdir as workdir_lib
 from lm.checkpoint import hf_t5
 from lm.data import features
@@ -220,7 +221,7 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     num_devices = len(devices)
   else:
     num_devices = mesh.size
-  config_lib.validate(config, num_devices=num_devices)
+  validate_lib.validate(config, num_devices=num_devices)
   model_config = config_lib.model_config(config)
   model = Transformer(model_config)
   spec = config_lib.data_spec(config)

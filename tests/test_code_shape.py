@@ -4,7 +4,8 @@ Static checks over the repository's files (nothing is imported but tomllib and t
 scripts' modules):
 
 * lm/ is the library: none of its modules imports configs, experiments or launch (they
-  build on lm, not the other way round).
+  build on lm, not the other way round; pyproject.toml installs lm only, and configs/ imports
+  lm at module level).
 * No module is past MAX_LINES lines unless its docstring says why ("Why this module is
   long:").
 * Every repository path (`lm/plan.py`, `docs/speed.md`, `configs/*.py`, ...) and dotted
@@ -78,35 +79,54 @@ def _prose(path: pathlib.Path) -> list[tuple[int, str]]:
 # -- layering -------------------------------------------------------------------------------
 
 LM_FILES = _py_files("lm")
-# lm/train.py still reads configs.common (data_spec and validate); the fix moves them into
-# lm/ on another branch (issue 12). Remove this entry when it lands: strict xfail fails then.
-_LAYERING_TODO: dict[str, str] = {}  # file -> reason, for a known violation being fixed
+UPWARD = ("configs", "experiments", "launch")
 
 
 def _imported_modules(path: pathlib.Path) -> set[str]:
+  """Every module a file imports: import statements anywhere (functions included) and
+  `importlib.import_module('<literal>')` calls."""
   modules = set()
   for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
     if isinstance(node, ast.Import):
       modules.update(a.name for a in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
       modules.add(node.module)
+    elif (isinstance(node, ast.Call)
+          and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+          and node.args and isinstance(node.args[0], ast.Constant)):
+      modules.add(str(node.args[0].value))
   return modules
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, id=_rel(p), marks=[pytest.mark.xfail(strict=True, reason=_LAYERING_TODO[_rel(p)])]
-                 if _rel(p) in _LAYERING_TODO else [])
-    for p in LM_FILES])
+@pytest.mark.parametrize("path", LM_FILES, ids=_rel)
 def test_lm_does_not_import_configs_experiments_or_launch(path):
-  upward = sorted(m for m in _imported_modules(path)
-                  if m.split(".")[0] in ("configs", "experiments", "launch"))
+  upward = sorted(m for m in _imported_modules(path) if m.split(".")[0] in UPWARD)
   assert not upward, f"{_rel(path)} imports {upward}: lm/ is the library they build on"
 
 
-def test_the_layering_check_sees_imports_inside_functions(tmp_path):
+def test_the_layering_check_sees_every_import_form(tmp_path):
   module = tmp_path / "m.py"
-  module.write_text("def f():\n  from configs import common\n  import launch.local\n")
-  assert _imported_modules(module) == {"configs", "launch.local"}
+  module.write_text("import configs.t5\nfrom experiments import common\n"
+                    "def f():\n  from launch import local\n  importlib.import_module('configs')\n")
+  assert _imported_modules(module) == {"configs.t5", "experiments", "launch", "configs"}
+
+
+def test_only_lm_is_installed():
+  """configs/, experiments/ and launch/ are used from the repository root, not installed."""
+  found = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+      "setuptools"]["packages"]["find"]
+  assert found.get("include") == ["lm*"], found
+
+
+def test_config_files_import_at_the_top():
+  """configs/ is data that imports lm at module level (no imports hidden in functions)."""
+  found = []
+  for path in _py_files("configs"):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        found += [f"{_rel(path)}:{n.lineno}" for n in ast.walk(node)
+                  if isinstance(n, (ast.Import, ast.ImportFrom))]
+  assert not found, f"imports inside functions of configs/: {found}"
 
 
 # -- module length --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 from lm import config as config_lib  # pylint: disable=wrong-import-position
+from lm.validate import validate  # pylint: disable=wrong-import-position
 from experiments import common  # pylint: disable=wrong-import-position
 from launch import local  # pylint: disable=wrong-import-position
 from launch import report  # pylint: disable=wrong-import-position
@@ -53,7 +54,7 @@ def test_points_build_valid_configs(experiment, runlocal):
     assert tuple(p.reference) == common.COLUMNS
     assert all(isinstance(v, float) and 0 < v < 100 for v in p.reference.values())
     config = local.build_config(p)
-    config_lib.validate(config)
+    validate(config)
     assert config.arg.runlocal == runlocal
     for key, value in p.overrides.items():
       node = config

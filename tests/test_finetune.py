@@ -48,8 +48,8 @@ def _params(workdir, step):
 def test_config_has_t5_finetuning_settings():
   from configs import finetune
   c = finetune.get_config("task=test_copy,runlocal")
-  from lm import config as config_lib
-  config_lib.validate(c, num_devices=1)
+  from lm import validate
+  validate.validate(c, num_devices=1)
   assert c.optim.name == "adafactor"
   assert (c.schedule.name, c.schedule.base_lr, c.schedule.warmup_steps) == ("constant", 1e-3, 0)
   assert c.model.dropout_rate == 0.1 and c.data.pack

@@ -2,8 +2,9 @@
 import pytest
 
 from configs import gpt3
-from lm import config as common
+from lm import config as config_lib
 from lm.model import accounting
+from lm.validate import validate
 
 # GPT-3 Table 2.1 parameter counts (the paper's names), our shapes within 3 %.
 PAPER_PARAMS = {"125m": 125e6, "350m": 350e6, "760m": 760e6, "1_3b": 1.3e9, "2_7b": 2.7e9,
@@ -13,8 +14,8 @@ PAPER_PARAMS = {"125m": 125e6, "350m": 350e6, "760m": 760e6, "1_3b": 1.3e9, "2_7
 @pytest.mark.parametrize("size", sorted(PAPER_PARAMS))
 def test_sizes_validate_and_match_the_paper(size):
   config = gpt3.get_config(f"size={size}")
-  common.validate(config)
-  model = common.model_config(config)
+  validate(config)
+  model = config_lib.model_config(config)
   assert model.mask_type == "causal" and model.max_length == 2048
   assert (config.model.family, config.model.size, config.model.architecture) == (
       "gpt3", size, "causal")
@@ -29,7 +30,7 @@ def test_sizes_validate_and_match_the_paper(size):
 
 def test_runlocal_and_bad_args():
   config = gpt3.get_config("runlocal")
-  common.validate(config)
+  validate(config)
   assert config.data.objective == "full_lm" and config.model.architecture == "causal"
   with pytest.raises(ValueError, match="unknown size"):
     gpt3.get_config("size=7b")

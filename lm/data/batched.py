@@ -501,7 +501,8 @@ def convert_batch(example: Mapping[str, np.ndarray], architecture: str, *, eos_i
     converters.convert({"inputs": inputs[b], "targets": targets[b]}, ...).
   """
   if architecture not in converters.ARCHITECTURES:
-    raise ValueError(f"unknown architecture {architecture!r}; expected one of {list(converters.ARCHITECTURES)}")
+    raise ValueError(f"unknown architecture {architecture!r}; expected one of "
+                     f"{list(converters.ARCHITECTURES)}")
   lengths = dict(lengths or {})
   unknown = set(lengths) - {"inputs", "targets"}
   if unknown:

@@ -57,7 +57,8 @@ class BlockObjective:
     objectives.make_objective(name, vocab_size=vocab_size, num_extra_ids=num_extra_ids,
                               **params)  # validates names and values with the reference's errors
     if architecture not in converters.ARCHITECTURES:
-      raise ValueError(f"unknown architecture {architecture!r}; expected one of {list(converters.ARCHITECTURES)}")
+      raise ValueError(f"unknown architecture {architecture!r}; expected one of "
+                       f"{list(converters.ARCHITECTURES)}")
     self.name = name
     self._fn = batched.BATCHED[name]
     self._kw = dict(vocab_size=int(vocab_size), num_extra_ids=int(num_extra_ids), **params)

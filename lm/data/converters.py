@@ -105,7 +105,8 @@ def convert(example: Mapping[str, np.ndarray], architecture: str, *, eos_id: int
       int32[S]; decoder_loss_weights float32[S].
   """
   if architecture not in ARCHITECTURES:
-    raise ValueError(f"unknown architecture {architecture!r}; expected one of {list(ARCHITECTURES)}")
+    raise ValueError(f"unknown architecture {architecture!r}; expected one of "
+                     f"{list(ARCHITECTURES)}")
   missing = {"inputs", "targets"} - set(example)
   if missing:
     raise ValueError(f"example lacks {sorted(missing)}; has {sorted(example)}")

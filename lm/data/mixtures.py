@@ -171,7 +171,8 @@ def _resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mod
   reserve = True
   if preset is not None:
     if preset not in MIXTURE_PRESETS:
-      raise ValueError(f"unknown mixture preset {preset!r}; expected one of {sorted(MIXTURE_PRESETS)}")
+      raise ValueError(f"unknown mixture preset {preset!r}; expected one of "
+                       f"{sorted(MIXTURE_PRESETS)}")
     if mode_tokens is None or mode_tokens == "ids":
       mode_tokens = _default_ul2_mode_tokens(vocab_size, num_extra_ids)
       num_extra_ids = num_extra_ids - 3
@@ -180,7 +181,8 @@ def _resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mod
       mode_tokens = ({k: [int(t) for t in encode(v)] for k, v in UL2_MODE_STRINGS.items()}
                      if encode is not None else None)
     elif isinstance(mode_tokens, str) or not isinstance(mode_tokens, Mapping):
-      raise ValueError(f"mode_tokens={mode_tokens!r}; expected one of {MODE_TOKEN_STYLES} or a "
+      raise ValueError(f"unknown mode_tokens {mode_tokens!r}; expected one of "
+                       f"{MODE_TOKEN_STYLES} or a "
                        "{'R': ids, 'X': ids, 'S': ids} dict")
     denoisers = MIXTURE_PRESETS[preset](mode_tokens=mode_tokens)
   elif mode_tokens is not None:

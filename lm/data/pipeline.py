@@ -67,9 +67,11 @@ Public API (what the trainer calls):
 
 The batches follow the batch contract of `features.py`.
 
-Why this module is long: it is the chain drawn above and nothing else;
-the shard and iterator-state machinery is in shards.py, the objectives in objectives.py.
-Splitting the chain's stages over files would hide the one order they run in.
+Why this module is long: it is the one stateful, threaded part of the data path, and its
+pieces share one determinism argument (the per-shard seeds, the fixed step order, the saved
+iterator state): the DataSpec that fixes a pipeline, the grain steps of a shard's
+sub-pipeline, the mixture's weighted sampling of member streams and DataPipeline that wires
+them. The pure parts already live elsewhere (objectives, converters, packing, shards).
 """
 from __future__ import annotations
 

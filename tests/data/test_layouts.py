@@ -167,7 +167,7 @@ def test_ul2_text_mode_tokens(tmp_path):
   with pytest.raises(ValueError, match="mode_tokens='text' needs encode"):
     objectives.make_objective("mixture", vocab_size=V, preset="ul2", inputs_length=64,
                               mode_tokens="text")
-  with pytest.raises(ValueError, match="mode_tokens='bogus'"):
+  with pytest.raises(ValueError, match="unknown mode_tokens 'bogus'"):
     objectives.make_objective("mixture", vocab_size=V, preset="ul2", inputs_length=64,
                               mode_tokens="bogus")
 

@@ -223,7 +223,7 @@ def test_eval_iterator_fixed_finite_padded(corpus_file, tok):
 
 
 def test_bad_inputs(tmp_path, corpus_file, tok):
-  with pytest.raises(ValueError, match="unknown objective 'nope'"):
+  with pytest.raises(ValueError, match="unknown objective 'nope'; expected one of"):
     _spec(corpus_file, objective="nope")
   with pytest.raises(ValueError, match="noise_densityy"):
     pipeline.DataPipeline(_spec(corpus_file, objective_params={"noise_densityy": 0.2}),
