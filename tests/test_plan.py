@@ -170,7 +170,6 @@ def test_gpt3_6_7b_fits_on_v4_64_with_fsdp():
   p = plan.plan(_tpu_config("size=6_7b", (1, 32, 1), batch=64, module=gpt3,
                             remat_policy="full"), plan.resolve_target("v4-64"))
   assert p["model"]["params"] > 6e9 and p["fits"], (p.get("compile_error"), p["analytic"])
-  assert p["flops"]["analytic"] <= p["flops"]["xla"]
 
 
 @pytest.mark.slow
