@@ -101,6 +101,8 @@ def analytic_memory(config: ml_collections.ConfigDict, run) -> dict[str, float]:
 _OOM_PATTERNS = (
     re.compile(r"exceeded hbm capacity by ([\d.]+)\s*([kmgt]?)", re.I),
     re.compile(r"used ([\d.]+)\s*([kmgt]?)i?b? of ([\d.]+)\s*([kmgt]?)i?b? hbm", re.I),
+    re.compile(r"required for hlo temporaries \(([\d.]+)\s*([kmgt]?)i?b?\) exceeds available "
+               r"hbm \(([\d.]+)\s*([kmgt]?)i?b?\)", re.I),
 )
 _UNITS = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
 
@@ -110,6 +112,8 @@ def out_of_memory(message: str) -> float | None:
 
   XLA:TPU fails a program that does not fit with "RESOURCE_EXHAUSTED: ... Ran out of
   memory in memory space hbm. Used 120.5G of 95.74G hbm. Exceeded hbm capacity by 24.8G."
+  or, when the temporaries alone are too large, "... the total memory required for HLO
+  temporaries (80.60G) exceeds available HBM (30.75G)".
   Returns NaN for an OOM whose excess the message does not state.
   """
   low = message.lower()
@@ -118,7 +122,7 @@ def out_of_memory(message: str) -> float | None:
   m = _OOM_PATTERNS[0].search(message)
   if m:
     return float(m.group(1)) * _UNITS[m.group(2).lower()]
-  m = _OOM_PATTERNS[1].search(message)
+  m = _OOM_PATTERNS[1].search(message) or _OOM_PATTERNS[2].search(message)
   if m:
     return (float(m.group(1)) * _UNITS[m.group(2).lower()]
             - float(m.group(3)) * _UNITS[m.group(4).lower()])
@@ -155,12 +159,28 @@ def scan_correction(config: ml_collections.ConfigDict, mesh, lowered) -> dict[st
   the HLO cost analyses (before optimisation, so no compile is needed) of the same step
   with the layers unrolled and scanned; the compiled program's per-device figures are
   multiplied by it.
+
+  A program lowered for a TPU topology that is not attached has no cost analysis before
+  compilation (`lowered.cost_analysis()` is None: there is no client for that platform),
+  so there both programs are lowered for one CPU device instead: the ratio counts the
+  same layers either way, only the per-device figures that it multiplies depend on the
+  mesh.
   """
   from lm import train  # pylint: disable=g-import-not-at-top
   unrolled = _with(config, **{"model.scan_layers": False})
-  scanned_cost = _first(lowered.cost_analysis()) or {}
-  unrolled_cost = _first(train.build_run(unrolled, mesh=mesh).lower_train_step()
-                         .cost_analysis()) or {}
+  scanned_cost = _first(lowered.cost_analysis())
+  if scanned_cost:
+    unrolled_cost = _first(train.build_run(unrolled, mesh=mesh).lower_train_step()
+                           .cost_analysis())
+  else:
+    one = {"mesh.shape": (1,) * len(mesh.devices.shape), "data.num_shards": 1}
+    cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
+                            mesh.axis_names)
+    scanned_cost = _first(train.build_run(_with(config, **one), mesh=cpu)
+                          .lower_train_step().cost_analysis())
+    unrolled_cost = _first(train.build_run(_with(unrolled, **one), mesh=cpu)
+                           .lower_train_step().cost_analysis())
+  scanned_cost, unrolled_cost = scanned_cost or {}, unrolled_cost or {}
   out = {}
   for key in ("flops", "bytes_accessed"):
     name = key.replace("_", " ")
@@ -476,10 +496,13 @@ def main(argv=None) -> int:
   """Command-line entry; see the module docstring. Returns the exit status."""
   from absl import flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv if argv is None else argv)
   fv = flags.FlagValues()
+  # sys_argv: ml_collections defines the --config.<field> override flags from the argument
+  # list it is given (sys.argv by default), so main(argv) must hand it the same list.
   config_flag = config_flags.DEFINE_config_file(
       "config", None, "Config file, e.g. configs/t5.py:size=xxl.", flag_values=fv,
-      lock_config=True)
+      lock_config=True, sys_argv=argv)
   flags.DEFINE_string("topology", None, "Target: v5p-128, v6e-16, v5p:4x4x4, cpu-8, local, "
                       "h100-8, ...", flag_values=fv)
   flags.DEFINE_integer("num_slices", 1, "TPU slices (the data axis spans them).", flag_values=fv)
