@@ -16,7 +16,8 @@ decoded greedily and scored. Writes
   and predictions); running the same command again resumes or reuses it;
 * `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
   "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
-  `init_from`, `steps`, `seconds` (wall time of this call);
+  `init_from`, `steps`, `learning_rate`, `train_loss` (the fine-tuning loss averaged over
+  the last 5 logged steps), `seconds` (wall time of this call);
 
 and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
 the suite to one fine-tuning run: about 4x cheaper, and T5 §3.5.3 found multi-task training
@@ -58,7 +59,8 @@ def load_config(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
 
 
 def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, steps: int = 0,
-                 max_eval_examples: int = 0) -> ml_collections.ConfigDict:
+                 max_eval_examples: int = 0, learning_rate: float = 0.0
+                 ) -> ml_collections.ConfigDict:
   """The fine-tuning config of one suite run.
 
   Args:
@@ -66,6 +68,7 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
     init_from: the pre-trained run (or None: random initialisation).
     steps: fine-tuning steps (0 = the base config's); the tasks are scored at the last one.
     max_eval_examples: score the first N validation examples per task (0 = all).
+    learning_rate: the constant fine-tuning learning rate (0 = the config's).
 
   Returns:
     a locked copy with ckpt.init_from, train.num_steps and one task evaluation at the end.
@@ -86,6 +89,8 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
   config.finetune.eval_every = n        # score once, at the last step
   config.ckpt.every_steps = n
   config.finetune.max_eval_examples = int(max_eval_examples)
+  if learning_rate > 0:
+    config.schedule.base_lr = float(learning_rate)
   config.ckpt.init_from = init_from or None
   config.lock()
   return config
@@ -97,6 +102,20 @@ def summarize(results_json: dict[str, Any]) -> dict[str, Any]:
   return {"results": results, "mini": mini.mini_average(results),
           "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in TASKS},
           "step": results_json["step"]}
+
+
+def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | None:
+  """Mean training loss over the last `last` logged train steps of a run's metrics.jsonl.
+
+  At tiny scale this is the clearest sign of pre-training (docs/downstream_mini.md "Does it
+  measure anything?"); None when no train step was logged.
+  """
+  path = pathlib.Path(metrics_path)
+  if not path.is_file():
+    return None
+  losses = [row["loss"] for row in map(json.loads, path.read_text().splitlines())
+            if "loss" in row and "grad_norm" in row]
+  return float(sum(losses[-last:]) / len(losses[-last:])) if losses else None
 
 
 def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
@@ -128,6 +147,8 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   summary = summarize(json.loads(pathlib.Path(path).read_text()))
   summary.update(
       init=init, init_from=config.ckpt.init_from, steps=steps,
+      learning_rate=float(config.schedule.base_lr),
+      train_loss=final_train_loss(workdir / "metrics.jsonl"),
       chance={name: mini.chance_level(name, "validation", config.finetune.data_dir or None)
               for name in TASKS},
       seconds=round(time.time() - start, 1))
@@ -136,7 +157,8 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   for name in TASKS:
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in summary["results"][name].items())
     log(f"  {name:15s} {metrics} (n={summary['num_examples'][name]})")
-  log(f"mini_suite: mini {summary['mini']:.1f} ({init}, {steps} steps, "
+  log(f"mini_suite: mini {summary['mini']:.1f}, fine-tuning loss "
+      f"{summary['train_loss'] or float('nan'):.3f} ({init}, {steps} steps, "
       f"{summary['seconds']:.0f}s) -> {output / RESULTS_FILE}")
   return summary
 
@@ -159,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="fine-tuning steps (default: the config's, 300 for runlocal)")
   parser.add_argument("--max_eval_examples", type=int, default=0,
                       help="score the first N validation examples per task (0 = all)")
+  parser.add_argument("--learning_rate", type=float, default=0.0,
+                      help="constant fine-tuning learning rate (default: the config's)")
   parser.add_argument("--config", default=DEFAULT_CONFIG,
                       help="fine-tuning config file[:arg] (default %(default)s); its model "
                       "must be the pre-trained run's")
@@ -176,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
   try:
     config = suite_config(load_config(args.config),
                           None if args.from_scratch else args.workdir, steps=args.steps,
-                          max_eval_examples=args.max_eval_examples)
+                          max_eval_examples=args.max_eval_examples,
+                          learning_rate=args.learning_rate)
     run(config, args.output)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
