@@ -1,0 +1,213 @@
+r"""The mini suite end to end: fine-tune a pre-trained run on it and report the "mini" column.
+
+  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
+  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
+      --from_scratch                     # the same fine-tuning from random initialisation
+  python -m lm.downstream.mini_suite --workdir=RUN --output=DIR --steps=300 \
+      --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
+
+One fine-tuning run on an equal mixture of the four mini tasks (docs/downstream_mini.md;
+`configs/finetune.py`'s settings: Adafactor, constant 1e-3, dropout 0.1, packing), started
+from the pre-trained run's parameters (`ckpt.init_from`) or, with --from_scratch, from random
+initialisation with the same seed and settings; then every mini task's validation split is
+decoded greedily and scored. Writes
+
+* `<output>/finetune/`: the fine-tuning run (checkpoints, metrics, `eval/tasks_step_<N>.json`
+  and predictions); running the same command again resumes or reuses it;
+* `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
+  "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
+  `init_from`, `steps`, `learning_rate`, `train_loss` (the fine-tuning loss averaged over
+  the last 5 logged steps), `seconds` (wall time of this call);
+
+and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
+the suite to one fine-tuning run: about 4x cheaper, and T5 §3.5.3 found multi-task training
+close to per-task fine-tuning.
+
+The model in --config (default: configs/finetune.py's runlocal tiny model) must be the
+pre-trained run's; a mismatch is refused when its parameters are loaded.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+import time
+from typing import Any
+
+import ml_collections
+
+from lm.downstream import mini
+
+TASKS = tuple(mini.HEADLINE)
+MIXTURE = "+".join(f"{name}:1" for name in TASKS)
+DEFAULT_CONFIG = f"configs/finetune.py:mixture={MIXTURE},runlocal"
+RESULTS_FILE = "mini_suite.json"
+
+
+def load_config(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
+  """`get_config(arg)` of a config file given as "path.py[:arg]" (as lm.main's --config)."""
+  path, sep, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise ValueError(f"--config={spec}: no config file {path!r} (run from the repository "
+                     "root, or pass --config=PATH/configs/finetune.py:...).")
+  module_spec = importlib.util.spec_from_file_location("_lm_mini_suite_config", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if sep else module.get_config()
+
+
+def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, steps: int = 0,
+                 max_eval_examples: int = 0, learning_rate: float = 0.0
+                 ) -> ml_collections.ConfigDict:
+  """The fine-tuning config of one suite run.
+
+  Args:
+    base: a configs/finetune.py config whose tasks are the mini suite.
+    init_from: the pre-trained run (or None: random initialisation).
+    steps: fine-tuning steps (0 = the base config's); the tasks are scored at the last one.
+    max_eval_examples: score the first N validation examples per task (0 = all).
+    learning_rate: the constant fine-tuning learning rate (0 = the config's).
+
+  Returns:
+    a locked copy with ckpt.init_from, train.num_steps and one task evaluation at the end.
+  """
+  if not base.get("finetune"):
+    raise ValueError("mini_suite: the config has no `finetune` section; pass "
+                     "--config=configs/finetune.py:mixture=...,runlocal.")
+  names = [part.split(":")[0] for part in base.finetune.tasks.split(",")]
+  missing = [name for name in TASKS if name not in names]
+  if missing:
+    raise ValueError(f"mini_suite: the config's tasks {names} lack {missing}; pass "
+                     f"--config=configs/finetune.py:mixture={MIXTURE},...")
+  config = ml_collections.ConfigDict(base.to_dict())
+  if steps > 0:
+    config.train.num_steps = int(steps)
+  n = int(config.train.num_steps)
+  config.finetune.eval_tasks = ",".join(TASKS)
+  config.finetune.eval_every = n        # score once, at the last step
+  config.ckpt.every_steps = n
+  config.finetune.max_eval_examples = int(max_eval_examples)
+  if learning_rate > 0:
+    config.schedule.base_lr = float(learning_rate)
+  config.ckpt.init_from = init_from or None
+  config.lock()
+  return config
+
+
+def summarize(results_json: dict[str, Any]) -> dict[str, Any]:
+  """The suite's summary from a fine-tuning run's `eval/tasks_step_<N>.json` record."""
+  results = {name: results_json["results"][name] for name in TASKS}
+  return {"results": results, "mini": mini.mini_average(results),
+          "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in TASKS},
+          "step": results_json["step"]}
+
+
+def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | None:
+  """Mean training loss over the last `last` logged train steps of a run's metrics.jsonl.
+
+  At tiny scale this is the clearest sign of pre-training (docs/downstream_mini.md "Does it
+  measure anything?"); None when no train step was logged.
+  """
+  path = pathlib.Path(metrics_path)
+  if not path.is_file():
+    return None
+  losses = [row["loss"] for row in map(json.loads, path.read_text().splitlines())
+            if "loss" in row and "grad_norm" in row]
+  return float(sum(losses[-last:]) / len(losses[-last:])) if losses else None
+
+
+def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
+        log=print) -> dict[str, Any]:
+  """Fine-tunes (or resumes) `config` in `<output>/finetune`, writes and returns the summary.
+
+  Args:
+    config: suite_config(...)'s result.
+    output: a directory (created).
+    log: progress lines go here.
+
+  Returns:
+    the summary written to `<output>/mini_suite.json` (module docstring).
+  """
+  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  start = time.time()
+  output = pathlib.Path(output)
+  workdir = output / "finetune"
+  init = "pretrained" if config.ckpt.init_from else "scratch"
+  steps = int(config.train.num_steps)
+  log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
+      f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
+  train.train_and_evaluate(config, str(workdir))
+  path = evaluation.results_path(str(workdir), steps)
+  if not pathlib.Path(path).is_file():
+    raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "
+                     f"step {steps} ({path}); remove {workdir} and run again.")
+  summary = summarize(json.loads(pathlib.Path(path).read_text()))
+  summary.update(
+      init=init, init_from=config.ckpt.init_from, steps=steps,
+      learning_rate=float(config.schedule.base_lr),
+      train_loss=final_train_loss(workdir / "metrics.jsonl"),
+      chance={name: mini.chance_level(name, "validation", config.finetune.data_dir or None)
+              for name in TASKS},
+      seconds=round(time.time() - start, 1))
+  output.mkdir(parents=True, exist_ok=True)
+  (output / RESULTS_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+  for name in TASKS:
+    metrics = ", ".join(f"{k} {v:.1f}" for k, v in summary["results"][name].items())
+    log(f"  {name:15s} {metrics} (n={summary['num_examples'][name]})")
+  log(f"mini_suite: mini {summary['mini']:.1f}, fine-tuning loss "
+      f"{summary['train_loss'] or float('nan'):.3f} ({init}, {steps} steps, "
+      f"{summary['seconds']:.0f}s) -> {output / RESULTS_FILE}")
+  return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+  """The command line (module docstring); returns the exit status (2: bad input)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(
+      prog="python -m lm.downstream.mini_suite",
+      description="Fine-tune a pre-trained run on the mini suite (an equal mixture of its "
+      "four tasks), score each task's validation split and write the 'mini' column to "
+      f"OUTPUT/{RESULTS_FILE}.")
+  parser.add_argument("--workdir", help="the pre-trained run (its checkpoints); required "
+                      "unless --from_scratch")
+  parser.add_argument("--output", required=True, help="directory for the fine-tuning run "
+                      f"and {RESULTS_FILE}")
+  parser.add_argument("--from_scratch", action="store_true",
+                      help="fine-tune from random initialisation (the baseline)")
+  parser.add_argument("--steps", type=int, default=0,
+                      help="fine-tuning steps (default: the config's, 300 for runlocal)")
+  parser.add_argument("--max_eval_examples", type=int, default=0,
+                      help="score the first N validation examples per task (0 = all)")
+  parser.add_argument("--learning_rate", type=float, default=0.0,
+                      help="constant fine-tuning learning rate (default: the config's)")
+  parser.add_argument("--config", default=DEFAULT_CONFIG,
+                      help="fine-tuning config file[:arg] (default %(default)s); its model "
+                      "must be the pre-trained run's")
+  args = parser.parse_args(argv)
+  import logging  # pylint: disable=g-import-not-at-top
+  logging.getLogger().setLevel(logging.INFO)  # as lm.main: the run's own progress lines
+  for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  from lm import hostmem  # pylint: disable=g-import-not-at-top
+  hostmem.retain_freed_memory()  # before JAX starts its threads (as lm.main)
+  if not args.from_scratch and not args.workdir:
+    print("error: pass --workdir=PRETRAINED_RUN (or --from_scratch for the random-init "
+          "baseline).", file=sys.stderr)
+    return 2
+  try:
+    config = suite_config(load_config(args.config),
+                          None if args.from_scratch else args.workdir, steps=args.steps,
+                          max_eval_examples=args.max_eval_examples,
+                          learning_rate=args.learning_rate)
+    run(config, args.output)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
