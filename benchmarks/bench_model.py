@@ -99,16 +99,6 @@ def make_loss(model: Transformer):
   return loss
 
 
-def peak_flops(device, dtype: str) -> tuple[float, str]:
-  """(peak FLOP/s of one device, where it comes from)."""
-  spec = metrics.peak_flops_per_device(device)
-  if spec is not None:
-    return spec, f"spec sheet ({device.device_kind}, dense bf16)"
-  measured = max(metrics.measure_matmul_flops(n=n, dtype=jnp.float32, repeats=10, device=device)
-                 for n in (1024, 2048))
-  return measured, f"best float32 matmul (1024^3, 2048^3) measured on {device.device_kind}"
-
-
 def bench_lm(config: TransformerConfig, batch, steps: int, device):
   """Compiles and times the jitted value_and_grad; returns a dict of figures.
 
@@ -184,7 +174,7 @@ def main(argv=None) -> None:
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, device {device.device_kind}, "
         f"{len(cpus)} CPUs {cpus}, batch {args.batch}, lengths {args.inputs_length}/{args.targets_length}, "
         f"host memory {'retained' if retained else 'glibc default'}")
-  peak, peak_src = peak_flops(device, args.dtype)
+  peak, peak_src = metrics.peak_flops([device], sizes=(1024, 2048), repeats=10)
   print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})")
   li, lt = args.inputs_length, args.targets_length
   rows, records = [], []
@@ -221,7 +211,7 @@ def main(argv=None) -> None:
     records.append(record)
   if "measured" in peak_src:
     # A busy machine depresses the first measurement; the best of two is the fairer peak.
-    again, _ = peak_flops(device, args.dtype)
+    again, _ = metrics.peak_flops([device], sizes=(1024, 2048), repeats=10)
     peak = max(peak, again)
     print(f"\nSummary with the best measured peak {peak / 1e9:.1f} GFLOP/s:")
   else:

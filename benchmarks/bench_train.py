@@ -117,15 +117,6 @@ def random_batch(architecture: str, inputs_length: int, targets_length: int, bat
   return out
 
 
-def peak_flops_total(devices) -> tuple[float, str]:
-  """(peak FLOP/s of all ``devices`` together, where the figure comes from)."""
-  per_device = metrics.peak_flops_per_device(devices[0])
-  if per_device is not None:
-    return per_device * len(devices), f"spec sheet dense bf16 x {len(devices)} ({devices[0].device_kind})"
-  measured = max(metrics.measure_matmul_flops(n=n, repeats=10, device=devices[0]) for n in (1024, 2048))
-  return measured, f"best float32 matmul (1024^3, 2048^3) measured on the host ({devices[0].device_kind})"
-
-
 def memory_per_device(compiled) -> tuple[float, float | None]:
   """(compiled step's argument + output + temp - alias bytes, GPU allocator peak or None)."""
   ma = compiled.memory_analysis()
@@ -283,7 +274,7 @@ def main(argv=None) -> None:
   print(f"jax {jax.__version__}, backend {jax.default_backend()}, {len(devices)} x "
         f"{devices[0].device_kind}, {os.cpu_count()} CPUs, mesh {dict(mesh.shape)}, "
         f"host memory {'retained' if retained else 'glibc default'}")
-  peak, peak_src = peak_flops_total(devices)
+  peak, peak_src = metrics.peak_flops(devices, sizes=(1024, 2048), repeats=10)
   print(f"peak {peak / 1e9:.1f} GFLOP/s ({peak_src})", flush=True)
 
   rows, records = [], []
@@ -310,7 +301,7 @@ def main(argv=None) -> None:
           print(f"  {line}", flush=True)
   if jax.default_backend() == "cpu":
     # A busy host depresses one measurement; re-measure and report against the best.
-    again, _ = peak_flops_total(devices)
+    again, _ = metrics.peak_flops(devices, sizes=(1024, 2048), repeats=10)
     if again > peak:
       print(f"(peak re-measured at {again / 1e9:.1f} GFLOP/s; MFU above is against "
             f"{peak / 1e9:.1f}, i.e. x{peak / again:.2f} against the new figure)")

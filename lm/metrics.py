@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -113,6 +113,34 @@ def measure_matmul_flops(n: int = 1024, dtype: Any = jnp.float32, repeats: int =
     matmul(a, b).block_until_ready()
     best = min(best, time.perf_counter() - t0)
   return 2.0 * n ** 3 / best
+
+
+def peak_flops(devices: Sequence[jax.Device] | None = None, *, hosts: int = 1,
+               sizes: Sequence[int] = (1024,), repeats: int = 5) -> tuple[float, str]:
+  """Peak FLOP/s of `devices` together (the MFU denominator), and where the figure comes from.
+
+  Chips in `CHIP_SPECS`: the spec sheet's dense bf16 peak x len(devices). Elsewhere (CPU):
+  the best float32 matmul throughput measured on this host (`measure_matmul_flops` over
+  `sizes`), times `hosts`: simulated CPU devices share their host's cores, so the host, not
+  the device, is the unit.
+
+  Args:
+    devices: default jax.devices() (every device of the run).
+    hosts: hosts the devices span (jax.process_count() for a run's devices).
+    sizes, repeats: the matmul sizes and timed repeats of the CPU measurement.
+
+  Returns:
+    (FLOP/s, a one-line description of the source).
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  kind = devices[0].device_kind
+  per_device = peak_flops_per_device(devices[0])
+  if per_device is not None:
+    return per_device * len(devices), f"spec sheet dense bf16 x {len(devices)} ({kind})"
+  local = next((d for d in devices if d.process_index == jax.process_index()), devices[0])
+  measured = max(measure_matmul_flops(n=n, repeats=repeats, device=local) for n in sizes)
+  matmuls = ", ".join(f"{n}^3" for n in sizes)
+  return measured * hosts, f"best float32 matmul ({matmuls}) measured on the host ({kind}) x {hosts}"
 
 
 def mfu(flops_per_token: float, tokens_per_second: float, peak_flops_total: float) -> float:

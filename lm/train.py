@@ -367,15 +367,6 @@ def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfi
   tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
 
 
-def _peak_flops() -> float:
-  """Total peak FLOP/s of the devices in the run (spec table, or measured on CPU)."""
-  per_device = metrics_lib.peak_flops_per_device()
-  if per_device:
-    return per_device * jax.device_count()
-  # CPU: measured matmul throughput of the whole host (all devices share its cores).
-  return metrics_lib.measure_matmul_flops() * jax.process_count()
-
-
 def evaluate(eval_fn, params, data: pipeline_lib.DataPipeline, mesh, num_batches: int | None
              ) -> dict[str, float]:
   """Loss / accuracy over the held-out split (same objective as training)."""
@@ -407,7 +398,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   _vocab_check(data, model_config)
 
   rng = run.rng
-  peak = _peak_flops()  # before the mesh context: the CPU measurement runs on one device
+  # Before the mesh context: the CPU measurement runs on one device.
+  peak, _ = metrics_lib.peak_flops(hosts=jax.process_count())
 
   abstract, state_sh = run.abstract_state, run.state_shardings
   train_fn, eval_fn = run.train_step, run.eval_step

@@ -34,3 +34,21 @@ def test_measure_matmul_flops_and_mfu():
   assert 1e7 < flops < 1e14  # any real CPU; catches unit errors (s vs ms, n^2 vs n^3)
   assert metrics.mfu(6e9, 1e3, 1e13) == pytest.approx(0.6)
   assert math.isnan(metrics.mfu(1.0, 1.0, 0.0))
+
+
+def test_peak_flops_of_chips_is_the_spec_sheet_times_the_device_count():
+  chips = [types.SimpleNamespace(device_kind="TPU v5p", process_index=0)] * 4
+  assert metrics.peak_flops(chips) == (4 * 459e12, "spec sheet dense bf16 x 4 (TPU v5p)")
+
+
+def test_peak_flops_on_cpu_is_the_measured_host_rate_times_the_hosts(monkeypatch):
+  """CPU devices share their host's cores: the host's best matmul rate, once per host."""
+  calls = []
+
+  def measure(n, repeats, device):
+    calls.append((n, repeats, device.platform))
+    return {256: 2e9, 512: 3e9}[n]
+  monkeypatch.setattr(metrics, "measure_matmul_flops", measure)
+  flops, source = metrics.peak_flops(sizes=(256, 512), repeats=3, hosts=2)
+  assert flops == 6e9 and calls == [(256, 3, "cpu"), (512, 3, "cpu")]
+  assert source.startswith("best float32 matmul (256^3, 512^3) measured on the host")
