@@ -228,6 +228,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.num_shards = 8
   d.pack = True
   d.num_packing_bins = config_dict.placeholder(int)
+  # The vectorised objectives (lm/data/batched.py) where one exists; False: the per-example
+  # reference (docs/speed.md). Different noise draws, so part of the data fingerprint.
+  d.batched_objectives = True
   d.document_eos = config_dict.placeholder(bool)   # None: the objective's (full_lm only)
   d.concatenate = config_dict.placeholder(bool)    # None: the objective's (not prefix_lm/deshuffle)
   d.seed = 0

@@ -90,3 +90,13 @@ def test_adamw_b2_has_one_default():
   assert t5.get_config().optim.adamw.b2 == 0.95
   built = config_lib.from_mapping(optim.OptimConfig, {"name": "adamw"}, "config.optim")
   assert built.adamw == optim.AdamWConfig()
+
+
+def test_per_example_path_keeps_the_fingerprint_from_before_batched_objectives():
+  """With data.batched_objectives=False the data fingerprint is the one recorded before the
+  field existed (this golden value), so runs saved then resume with that override."""
+  config = t5.get_config("runlocal")
+  config.data.batched_objectives = False
+  assert config_lib.data_spec(config).fingerprint() == "10289e9913c0697d"
+  config.data.batched_objectives = True
+  assert config_lib.data_spec(config).fingerprint() != "10289e9913c0697d"

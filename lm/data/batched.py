@@ -489,13 +489,13 @@ def _trim_append_eos(x: np.ndarray, max_len: int | None, eos_id: int) -> np.ndar
 
 
 def convert_batch(example: Mapping[str, np.ndarray], architecture: str, *, eos_id: int = 1,
-                  lengths: Mapping[str, int] | None = None,
-                  loss_on_inputs: bool = False) -> dict[str, np.ndarray]:
+                  lengths: Mapping[str, int] | None = None, loss_on_inputs: bool = False,
+                  targets_eos: bool = True) -> dict[str, np.ndarray]:
   """`converters.convert` on every row of a dense block (same layouts, same trimming).
 
   Args:
     example: {"inputs": int32[B, Li'], "targets": int32[B, Lt']}, no EOS, no padding.
-    architecture, eos_id, lengths, loss_on_inputs: as converters.convert.
+    architecture, eos_id, lengths, loss_on_inputs, targets_eos: as converters.convert.
   Returns:
     the features of converters.convert with a leading batch axis [B, ...]; row b equals
     converters.convert({"inputs": inputs[b], "targets": targets[b]}, ...).
@@ -513,7 +513,10 @@ def convert_batch(example: Mapping[str, np.ndarray], architecture: str, *, eos_i
     raise ValueError(f"inputs/targets must be int32[B, L] blocks with the same B, got "
                      f"{inputs.shape} and {targets.shape}")
   b = inputs.shape[0]
-  targets = _trim_append_eos(targets, lengths.get("targets"), eos_id)
+  if targets_eos:
+    targets = _trim_append_eos(targets, lengths.get("targets"), eos_id)
+  elif lengths.get("targets") is not None:
+    targets = targets[:, :lengths["targets"]]
   if architecture == "encoder_decoder":
     if loss_on_inputs:
       raise ValueError("loss_on_inputs applies only to decoder-only architectures")

@@ -5,7 +5,7 @@ chunk so a chunk's result does not depend on its block), the block helpers (`spl
 T5's reduce_concat_tokens + split_tokens over a block of documents; `pack_dense` and
 `first_fit_pack`: first-fit packing of a block in closed form or by one scatter) and
 `BlockExamplesIterDataset`, a checkpointable grain stage that runs them a block at a time
-(not yet wired into `pipeline.py`; `benchmarks/bench_data.py` measures it). What does not: the
+(the pipeline's default stage for these objectives: `DataSpec.batched_objectives`). What does not: the
 vectorised objectives and the batched converter themselves (`batched.py`), the per-example
 reference (`objectives.py`, `converters.py`, `packing.py`).
 """
@@ -62,8 +62,10 @@ class BlockObjective:
     self.name = name
     self._fn = batched.BATCHED[name]
     self._kw = dict(vocab_size=int(vocab_size), num_extra_ids=int(num_extra_ids), **params)
+    # The objective's Layout decides whether the targets get an EOS (not full_lm's chunks).
     self._convert = dict(eos_id=eos_id, lengths=dict(lengths or {}),
-                         loss_on_inputs=loss_on_inputs)
+                         loss_on_inputs=loss_on_inputs,
+                         targets_eos=objectives.layout(name).targets_eos)
     self.architecture = architecture
     self.seed_words = tuple(int(w) for w in seed_words)
 

@@ -20,6 +20,11 @@ Sub-pipeline of virtual shard k (train; grain dataset API):
   -> converters.convert(architecture, lengths)          EOS, trimming, decoder layout
   -> pack (grain FirstFitPackIterDataset) or pad        packing.py names
   -> batch [batch_size // num_shards, L]
+With DataSpec.batched_objectives (the default) and an objective of batched.BATCHED on a
+concatenating layout, the steps from the split to the packing are one vectorised stage
+(blocks.BlockExamplesIterDataset, docs/speed.md): BLOCK_SIZE chunks at a time, cut exactly as
+ConcatThenSplit cuts them, the batched objective keyed by (seed, k, chunk index), the batched
+converter, and first-fit packing within the block.
 A mixture (UL2) runs the steps from the shuffle to the objective once per member, member j
 reading documents j::M of the shard and splitting them to ITS raw length (UL2's
 `ul2_objective`: shard the concatenated stream over the denoisers, split each shard to its
@@ -87,12 +92,15 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import converters, features, mixtures, objectives, packing, sources
+from lm.data import batched, blocks, converters, features, mixtures, objectives, packing, sources
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
 # Documents tokenized per read-ahead task, and tasks in flight per shard per thread.
 _TOKENIZE_BLOCK = 16
+# Chunks per block of the vectorised stage (DataSpec.batched_objectives): a speed knob that
+# also bounds first-fit packing's window; part of what a batch is, like the spec's fields.
+BLOCK_SIZE = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +134,14 @@ class DataSpec:
       the batches (and makes saved data positions unusable).
     pack: pack several examples per row (else pad one example per row).
     num_packing_bins: rows each shard's packer fills at once (default:
-      max(batch_size // num_shards, 16)).
+      max(batch_size // num_shards, 16)); per-example path only.
+    batched_objectives: run chunking, the objective, the converter and packing a block of
+      BLOCK_SIZE chunks at a time with the vectorised definitions of lm/data/batched.py
+      (docs/speed.md), where the objective has one (batched.BATCHED, not random_roll) and
+      the layout concatenates documents; rows are packed by first fit within a block.
+      False, and for the other objectives and layouts: the per-example reference
+      (lm/data/objectives.py) with grain's packer. The two draw different (identically
+      distributed) examples, so the field is part of the fingerprint.
     document_eos: append EOS after each document before concatenation (None = the
       objective's Layout: only full_lm, as T5).
     concatenate: join documents into one stream before cutting raw segments (None = the
@@ -164,6 +179,7 @@ class DataSpec:
   num_shards: int = shards_lib.DEFAULT_NUM_SHARDS
   pack: bool = True
   num_packing_bins: int | None = None
+  batched_objectives: bool = True
   document_eos: bool | None = None
   concatenate: bool | None = None
   seed: int = 0
@@ -211,6 +227,8 @@ class DataSpec:
     """Digest of the fields that change which batches are produced."""
     skip = {"num_threads", "prefetch_batches", "eval_batch_size", "eval_format", "eval_paths",
             "max_bad_fraction"}
+    if not self.batched_objectives:  # the per-example path: the fingerprint it had before
+      skip.add("batched_objectives")
     d = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -467,6 +485,11 @@ class DataPipeline:
                       for i, (_, weight, _, raw) in enumerate(objective.members)]
     else:
       self.streams = [(objective, self.raw_length, 1.0)]
+    # The vectorised path (lm/data/batched.py, one stage of lm/data/blocks.py) where the
+    # objective has one and documents are concatenated; else the per-example reference.
+    self.blocks = (spec.batched_objectives and len(self.streams) == 1 and self.concatenate
+                   and spec.objective in batched.BATCHED
+                   and not spec.objective_params.get("random_roll"))
     self.train_source, self.eval_source = self._build_sources()
     needed = self.num_shards * len(self.streams)
     if len(self.train_source) < needed:
@@ -475,6 +498,15 @@ class DataPipeline:
                        f"num_shards={self.num_shards} virtual data shards{per}; lower "
                        "DataSpec.num_shards or add documents.")
     self._eval_total_batches: int | None = None
+
+  def _block_objective(self, seed_words: tuple[int, ...]) -> blocks.BlockObjective:
+    spec = self.spec
+    return blocks.BlockObjective(
+        spec.objective, vocab_size=self.tokenizer.vocab_size, num_extra_ids=spec.extra_ids,
+        architecture=spec.architecture,
+        lengths={"inputs": spec.inputs_length, "targets": spec.targets_length},
+        loss_on_inputs=spec.loss_on_inputs, seed_words=seed_words,
+        **_objective_params(spec, self.tokenizer))
 
   def _build_sources(self):
     spec = self.spec
@@ -510,6 +542,11 @@ class DataPipeline:
       if num_epochs != 1:
         ds = ds.repeat(num_epochs)
       ds = _TokenizedDocs(ds, tokenize, pool)
+      if self.blocks:  # the vectorised stage: chunking, objective, convert and packing
+        rows = blocks.BlockExamplesIterDataset(
+            ds, raw, self._block_objective(words), block_size=BLOCK_SIZE,
+            pack_lengths=self.lengths if spec.pack else None)
+        return rows if spec.pack else rows.map(lambda ex: packing.pad_example(ex, self.lengths))
       it = ds.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
       it = it.filter(lambda x: x["tokens"].size > 0)
       if self.concatenate:

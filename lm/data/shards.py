@@ -132,7 +132,8 @@ def _check_state_header(state: Mapping[str, Any], fingerprint: str | None,
     raise ValueError(
         "Data iterator state was saved with a different data spec (fingerprint "
         f"{state['fingerprint']} != {fingerprint}); restore with the same data "
-        "config, or start the data from scratch.")
+        "config (a run saved before data.batched_objectives existed resumes with "
+        "--config.data.batched_objectives=False), or start the data from scratch.")
 
 
 def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -383,11 +383,32 @@ def test_block_objective_every_objective_matches_reference_shapes(name):
   raw = obj.raw_length(name, inputs_length=512, targets_length=512)
   out = block(np.arange(8), list(tokens(8, raw)))
   fn = obj.make_objective(name, vocab_size=V, num_extra_ids=140)
+  targets_eos = obj.layout(name).targets_eos
   want = converters.convert(fn(tokens(1, raw)[0], np.random.default_rng(0)), "prefix_lm",
-                            lengths={"inputs": 512, "targets": 512})
-  for f in out:
+                            lengths={"inputs": 512, "targets": 512}, targets_eos=targets_eos)
+  for f, chunk in zip(out, tokens(8, raw)):
     assert set(f) == set(want) and all(f[k].dtype == want[k].dtype for k in want)
-    assert f["decoder_target_tokens"][-1] == 1  # EOS
+    # EOS after the targets, except for full_lm's chunks (EOS at document ends only).
+    assert f["decoder_target_tokens"][-1] == (1 if targets_eos else chunk[-1])
+
+
+def test_block_full_lm_equals_the_reference_layout():
+  """full_lm has no randomness: the block path gives the reference pipeline's features
+  exactly, targets without an appended EOS (Layout.targets_eos=False), dense and per chunk."""
+  assert not obj.layout("full_lm").targets_eos
+  for arch, lengths in (("causal", {"inputs": 0, "targets": 64}),
+                        ("encoder_decoder", {"inputs": 64, "targets": 64})):
+    block = blocks.BlockObjective("full_lm", vocab_size=V, architecture=arch, lengths=lengths)
+    chunks = tokens(5, 64)
+    fn = obj.make_objective("full_lm", vocab_size=V)
+    dense = block.features(np.arange(5), chunks)
+    for i, (f, chunk) in enumerate(zip(block(np.arange(5), list(chunks)), chunks)):
+      want = converters.convert(fn(chunk, np.random.default_rng(0)), arch, lengths=lengths,
+                                targets_eos=False)
+      assert set(f) == set(want)
+      for k in want:
+        np.testing.assert_array_equal(f[k], want[k])
+        np.testing.assert_array_equal(dense[k][i], want[k])
 
 
 def test_block_objective_rejects_bad_configuration():

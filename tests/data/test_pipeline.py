@@ -28,8 +28,20 @@ def tok():
   return tok_lib.train_tokenizer(_docs(300, seed=1), vocab_size=60, extra_ids=20)
 
 
+# Every test runs on both paths of the pipeline: the vectorised block stage (the default for
+# the objectives of lm/data/batched.py) and the per-example reference.
+_PATH = {}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["batched", "per_example"])
+def batched_objectives(request):
+  _PATH["batched_objectives"] = request.param
+  yield request.param
+  _PATH.clear()
+
+
 def _spec(path, **kw):
-  base = dict(format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=12,
+  base = dict(**_PATH, format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=12,
               batch_size=4, num_shards=4, seed=7, num_threads=2, validation_fraction=0.1,
               objective="span_corruption")
   base.update(kw)
@@ -250,3 +262,53 @@ def test_bad_inputs(tmp_path, corpus_file, tok):
   few.write_text("one doc\ntwo doc\n")
   with pytest.raises(ValueError, match="2 train documents cannot fill num_shards=4"):
     pipeline.DataPipeline(_spec(str(few), validation_fraction=0.0), tokenizer=tok)
+
+
+@pytest.mark.parametrize("objective,params,concatenate,want", [
+    ("span_corruption", {}, None, True), ("full_lm", {}, None, True), ("bert", {}, None, True),
+    ("mass", {}, None, True), ("iid_replace_spans", {}, None, True),
+    ("drop_tokens", {}, None, True),
+    ("span_corruption", {"random_roll": True}, None, False),  # no batched version
+    ("span_corruption", {}, False, False),  # documents cut alone: the per-example splitter
+    ("prefix_lm", {}, None, False), ("deshuffle", {}, None, False),  # single documents
+])
+def test_the_block_stage_is_used_where_it_applies(corpus_file, tok, batched_objectives,
+                                                  objective, params, concatenate, want):
+  spec = _spec(corpus_file, objective=objective, objective_params=params,
+               concatenate=concatenate, targets_length=32)
+  assert pipeline.DataPipeline(spec, tokenizer=tok).blocks == (want and batched_objectives)
+
+
+def _chunks(batches, tok):
+  """The raw chunks behind span-corrupted rows (one example per row): inputs with every
+  sentinel replaced by the target span after the same sentinel."""
+  sentinel_min = tok.vocab_size - 20
+  out = []
+  for b in batches:
+    for inputs, targets in zip(b["encoder_input_tokens"], b["decoder_target_tokens"]):
+      inputs, targets = inputs[inputs > 1], targets[targets > 1]  # drop padding and EOS
+      spans, cur = {}, None
+      for t in targets:
+        if t >= sentinel_min:
+          cur = spans.setdefault(int(t), [])
+        else:
+          cur.append(int(t))
+      out.append([x for t in inputs for x in (spans[int(t)] if t >= sentinel_min else [int(t)])])
+  return out
+
+
+def test_both_paths_cut_the_same_chunks_in_the_same_order(corpus_file, tok):
+  """The block stage reads and cuts exactly what ConcatThenSplit does: full_lm (no
+  randomness) gives identical batches, and span corruption's rows reconstruct the same
+  chunks, though the two paths draw different noise."""
+  kw = dict(pack=False, num_epochs=1, validation_fraction=0.0)
+  for objective, arch in (("full_lm", "causal"), ("full_lm", "encoder_decoder")):
+    a, b = (list(pipeline.DataPipeline(_spec(corpus_file, objective=objective, architecture=arch,
+                                             batched_objectives=flag, **kw),
+                                       tokenizer=tok).train_iterator()) for flag in (True, False))
+    assert len(a) > 50 and _equal(a, b)
+  a, b = (list(pipeline.DataPipeline(_spec(corpus_file, batched_objectives=flag, **kw),
+                                     tokenizer=tok).train_iterator()) for flag in (True, False))
+  assert len(a) == len(b) > 50
+  assert _chunks(a, tok) == _chunks(b, tok)
+  assert not _equal(a, b)  # different noise

@@ -40,8 +40,20 @@ def tok():
   return tok_lib.train_tokenizer(_docs(200, seed=1), vocab_size=45, extra_ids=20)
 
 
+# Every test runs on both paths of the pipeline: the vectorised block stage (the default for
+# the objectives of lm/data/batched.py) and the per-example reference.
+_PATH = {}
+
+
+@pytest.fixture(autouse=True, params=[True, False], ids=["batched", "per_example"])
+def batched_objectives(request):
+  _PATH["batched_objectives"] = request.param
+  yield request.param
+  _PATH.clear()
+
+
 def _spec(path, **kw):
-  base = dict(format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=24,
+  base = dict(**_PATH, format="text", paths=(path,), extra_ids=20, inputs_length=32, targets_length=24,
               batch_size=4, num_shards=1, seed=3, num_threads=1, prefetch_batches=0,
               validation_fraction=0.0, objective="span_corruption")
   base.update(kw)
