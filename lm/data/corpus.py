@@ -15,8 +15,9 @@ corpus depends only on the Python version (about 2.5 MB, 9k documents on 3.11).
 The result is cached as JSON lines under `~/.cache/lm/corpus/` (or `$LM_CACHE_DIR`)
 keyed by the Python version and a digest of the standard library's file list; the
 cache is only a speed-up (parsing takes a few seconds) and is rebuilt identically,
-also when it is found damaged (not UTF-8, a line that is not `{"text": str}`, empty):
-a warning names the file and it is replaced.
+also when it is found damaged (its bytes differ from the SHA-256 in the `.sha256` file
+beside it, which also catches a file cut short at a line boundary; not UTF-8; a line that
+is not `{"text": str}`; empty): a warning names the file and it is replaced.
 
 What does not live here: reading user corpora (`sources.py`).
 """
@@ -34,7 +35,7 @@ import tempfile
 _SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
                         "__pycache__"})
 _DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-_FORMAT_VERSION = 1  # Bump when the extraction rules change.
+_FORMAT_VERSION = 2  # Bump when the extraction rules or the cache format change.
 
 
 def cache_dir() -> str:
@@ -121,14 +122,27 @@ def default_corpus_path(*, use_cache: bool = True) -> str | None:
   docs = build_default_corpus(stdlib)
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      for doc in docs:
-        f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)  # Atomic: concurrent builders write identical files.
+    data = "".join(json.dumps({"text": doc}, ensure_ascii=False) + "\n" for doc in docs)
+    data = data.encode("utf-8")
+    # The checksum first: a crash between the two leaves a cache that fails the check.
+    _write_atomic(_checksum_path(path), f"{hashlib.sha256(data).hexdigest()} {len(docs)}\n"
+                  .encode())
+    _write_atomic(path, data)  # concurrent builders write identical files
   except OSError:
     return None
   return path
+
+
+def _checksum_path(path: str) -> str:
+  """The cache's checksum file: "<sha256 of the .jsonl bytes> <number of documents>"."""
+  return path + ".sha256"
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+  with os.fdopen(fd, "wb") as f:
+    f.write(data)
+  os.replace(tmp, path)
 
 
 def default_corpus(*, use_cache: bool = True) -> list[str]:
@@ -160,14 +174,20 @@ def _read_cache(path: str) -> tuple[list[str] | None, str]:
   """(documents, "") from a JSON-lines cache file, or (None, what is wrong with it)."""
   docs = []
   try:
-    with open(path, encoding="utf-8") as f:
-      for n, line in enumerate(f, 1):
-        obj = json.loads(line)
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-          return None, f"line {n} is not a {{\"text\": string}} object"
-        docs.append(obj["text"])
+    with open(path, "rb") as f:
+      data = f.read()
+    with open(_checksum_path(path), encoding="utf-8") as f:
+      want = f.read().split()
+    if len(want) != 2 or hashlib.sha256(data).hexdigest() != want[0]:
+      return None, (f"its bytes do not match {os.path.basename(_checksum_path(path))} "
+                    "(cut short or changed)")
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+      obj = json.loads(line)
+      if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
+        return None, f"line {n} is not a {{\"text\": string}} object"
+      docs.append(obj["text"])
   except (OSError, UnicodeDecodeError, ValueError) as e:
     return None, f"{type(e).__name__}: {str(e)[:120]}"
-  if not docs:
-    return None, "no documents"
+  if not docs or len(docs) != int(want[1]):
+    return None, f"{len(docs)} documents, its checksum file says {want[1]}"
   return docs, ""

@@ -221,7 +221,10 @@ def test_pipeline_applies_the_spec_threshold(tmp_path):
 
 
 @pytest.mark.parametrize("damage", [
-    b"\xff\xfe not utf-8\n", b'{"text": "ok"}\n{"text": "trunc', b'["a list"]\n', b""])
+    b"\xff\xfe not utf-8\n", b'{"text": "ok"}\n{"text": "trunc', b'["a list"]\n', b"",
+    b'{"text": "first document"}\n',  # cut short exactly at a line boundary
+    b'{"text": "first document"}\n{"text": "second documenT"}\n',  # same length, changed
+    None])  # the checksum file is missing
 def test_damaged_corpus_cache_is_rebuilt(tmp_path, monkeypatch, caplog, damage):
   """Row k: a damaged default-corpus cache is named in a warning and rebuilt."""
   import os
@@ -231,8 +234,11 @@ def test_damaged_corpus_cache_is_rebuilt(tmp_path, monkeypatch, caplog, damage):
   path = corpus.default_corpus_path()
   assert os.path.dirname(os.path.dirname(path)) == str(tmp_path)
   assert corpus.default_corpus() == docs
-  with open(path, "wb") as f:
-    f.write(damage)
+  if damage is None:
+    os.remove(path + ".sha256")
+  else:
+    with open(path, "wb") as f:
+      f.write(damage)
   with caplog.at_level("WARNING"):
     assert corpus.default_corpus() == docs
   assert path in caplog.text and "rebuilding" in caplog.text
