@@ -49,7 +49,14 @@ echo "job ${SLURM_JOB_ID:-?}: ${SLURM_NTASKS:-1} tasks on ${SLURM_JOB_NODELIST:-
 # --kill-on-bad-exit: one failed process ends the step instead of leaving the rest hanging
 # in a collective. SIGTERM to this batch script is passed on to srun (and so to lm.main).
 EXIT_PREEMPTED=75
-srun --kill-on-bad-exit=1 python -m lm.main "$@" &
+# srun returns the highest exit status of its tasks, so 75 from one task can hide another
+# task's crash: every task records its own status (in the submit directory, which all nodes
+# share), and the job is requeued only if no task failed.
+export LM_TASK_STATUS_DIR="${PWD}/.slurm_status/${SLURM_JOB_ID:-local}"
+rm -rf "${LM_TASK_STATUS_DIR}"
+mkdir -p "${LM_TASK_STATUS_DIR}"
+# shellcheck disable=SC2016  # expanded by each task's shell, not here
+srun --kill-on-bad-exit=1 bash -c 'python -m lm.main "$@"; s=$?; echo "${s}" > "${LM_TASK_STATUS_DIR}/${SLURM_PROCID:-0}"; exit "${s}"' lm-task "$@" &
 srun_pid=$!
 trap 'kill -TERM "${srun_pid}" 2>/dev/null || true' TERM
 status=0
@@ -57,6 +64,16 @@ wait "${srun_pid}" || status=$?
 if [[ ${status} -gt 128 ]] && kill -0 "${srun_pid}" 2>/dev/null; then
   status=0  # wait was interrupted by the trapped SIGTERM: wait for srun itself
   wait "${srun_pid}" || status=$?
+fi
+if [[ ${status} -eq ${EXIT_PREEMPTED} ]]; then
+  for f in "${LM_TASK_STATUS_DIR}"/*; do
+    [[ -f "${f}" ]] || continue
+    task_status="$(cat "${f}")"
+    if [[ "${task_status}" != 0 && "${task_status}" != "${EXIT_PREEMPTED}" ]]; then
+      echo "job ${SLURM_JOB_ID:-?}: task $(basename "${f}") failed (exit ${task_status}) while others were preempted; not requeueing" >&2
+      status=${task_status}
+    fi
+  done
 fi
 if [[ ${status} -eq ${EXIT_PREEMPTED} ]]; then
   echo "job ${SLURM_JOB_ID:-?}: preempted (exit ${status}), checkpoint saved; requeueing" >&2

@@ -306,12 +306,14 @@ def _fake_bin(tmp_path, name):
 
 def test_slurm_script_runs_lm_main_under_srun(tmp_path):
   env = _fake_bin(tmp_path, "srun")
-  env.update(LM_VENV=str(tmp_path / "none"), SLURM_SUBMIT_DIR=str(REPO))
+  env.update(LM_VENV=str(tmp_path / "none"), SLURM_SUBMIT_DIR=str(tmp_path))
   out = subprocess.run(["bash", "launch/slurm.sh", "--config=configs/t5.py:a=1,b", "--workdir=w"],
                        capture_output=True, text=True, cwd=REPO, env=env, check=True).stdout
   args = [l[4:] for l in out.splitlines() if l.startswith("ARG:")]
-  assert args == ["--kill-on-bad-exit=1", "python", "-m", "lm.main",
-                  "--config=configs/t5.py:a=1,b", "--workdir=w"]
+  # Each task runs lm.main with the arguments as they are, and records its exit status.
+  assert args[:3] + args[4:] == ["--kill-on-bad-exit=1", "bash", "-c", "lm-task",
+                                 "--config=configs/t5.py:a=1,b", "--workdir=w"]
+  assert args[3].startswith('python -m lm.main "$@"; s=$?;')
   usage = subprocess.run(["bash", "launch/slurm.sh"], capture_output=True, text=True, cwd=REPO,
                          env=env, check=False)
   assert usage.returncode == 2 and "usage" in usage.stderr

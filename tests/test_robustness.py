@@ -207,25 +207,39 @@ def test_unusable_checkpoint_directory_fails_before_compiling(tmp_path, monkeypa
 
 # -- item h: preemption exit code and the launchers ------------------------------------------
 
-def test_slurm_script_requeues_a_preempted_job(tmp_path):
+def test_slurm_script_requeues_a_preempted_job_only_if_no_task_failed(tmp_path):
+  """srun reports its tasks' highest status: one task's 75 must not hide another's crash."""
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
-  (bin_dir / "srun").write_text("#!/bin/bash\necho \"srun $*\" >> \"$LOG\"\nexit $SRUN_EXIT\n")
+  # A fake srun that runs the task command once per task with SLURM_PROCID set, and exits
+  # with the highest status, as srun does; a fake python exits with its task's status.
+  (bin_dir / "srun").write_text(
+      '#!/bin/bash\necho "srun $1" >> "$LOG"\nshift\nmax=0\n'
+      'for i in $(seq 0 $((NTASKS - 1))); do SLURM_PROCID=$i "$@"; s=$?; '
+      '[ "$s" -gt "$max" ] && max=$s; done\nexit $max\n')
+  (bin_dir / "python").write_text(
+      '#!/bin/bash\necho "task $SLURM_PROCID: python $*" >> "$LOG"\ncodes=($TASK_EXITS)\n'
+      'exit "${codes[$SLURM_PROCID]}"\n')
   (bin_dir / "scontrol").write_text("#!/bin/bash\necho \"scontrol $*\" >> \"$LOG\"\n")
   for f in bin_dir.iterdir():
     f.chmod(0o755)
   log = tmp_path / "log"
-  for srun_exit, requeued in ((75, True), (0, False), (1, False)):
+  for exits, returncode, requeued in (("75 75", 75, True), ("0 0", 0, False), ("1 1", 1, False),
+                                      ("75 1", 1, False), ("1 75", 1, False),
+                                      ("75 0", 75, True)):
     log.write_text("")
     out = subprocess.run(
-        ["bash", os.path.join(REPO, "launch", "slurm.sh"), "--config=c", "--workdir=w"],
+        ["bash", os.path.join(REPO, "launch", "slurm.sh"), "--config=c x", "--workdir=w"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "LOG": str(log),
-             "SRUN_EXIT": str(srun_exit), "SLURM_JOB_ID": "123", "LM_VENV": "/nonexistent"})
-    assert out.returncode == srun_exit, out.stderr
+             "NTASKS": "2", "TASK_EXITS": exits, "SLURM_JOB_ID": "123",
+             "LM_VENV": "/nonexistent"})
+    assert out.returncode == returncode, (exits, out.stderr)
     calls = log.read_text().splitlines()
-    assert calls[0] == "srun --kill-on-bad-exit=1 python -m lm.main --config=c --workdir=w"
-    assert ("scontrol requeue 123" in calls) == requeued
+    assert calls[:3] == ["srun --kill-on-bad-exit=1", "task 0: python -m lm.main --config=c x "
+                         "--workdir=w", "task 1: python -m lm.main --config=c x --workdir=w"]
+    assert ("scontrol requeue 123" in calls) == requeued, exits
+    assert ("not requeueing" in out.stderr) == (exits in ("75 1", "1 75"))
 
 
 def test_local_launcher_stops_the_sweep_when_a_point_is_preempted(tmp_path):
