@@ -303,14 +303,6 @@ def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.Gradient
     _check_range("adafactor.clipping_threshold", clipping, 0.0, float("inf"))
     _check_range("adafactor.weight_decay_rate", wd, 0.0, float("inf"))
     _check_range("adafactor.eps", float(a.eps), 0.0, float("inf"))
-    if int(a.decay_offset) != 0:
-      # optax's (and t5x's) decay 1 - (step + 1 - offset) ** -0.8 is NaN or -inf for steps
-      # below the offset, and lm's optimizer step always starts at 0 (init_from restores
-      # parameters only), so every offset but 0 would diverge at once.
-      raise ValueError(f"optim.adafactor.decay_offset must be 0, got {a.decay_offset}: lm's "
-                       "optimizer step starts at 0 (also when fine-tuning), where Mesh TF's "
-                       "offset restarted the decay; a positive offset makes the first steps "
-                       "NaN.")
     if int(a.min_dim_size_to_factor) < 1:
       raise ValueError("optim.adafactor.min_dim_size_to_factor must be >= 1, got "
                        f"{a.min_dim_size_to_factor}.")
