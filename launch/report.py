@@ -13,6 +13,7 @@ launch/local.py's job.
 from __future__ import annotations
 
 import datetime
+import glob
 import json
 import math
 import os
@@ -101,9 +102,110 @@ def launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
   return outcomes
 
 
+# ----------------------------------------------------------------------------------------
+# Downstream scores and rankings (launch.sweep's fine-tuning stages).
+
+MINI_RESULTS = ("mini", "mini_suite.json")   # <workdir>/mini/mini_suite.json: the "mini" column
+# Paper scale: each column from its fine-tuning run `<workdir>/ft_<short>` (launch.sweep):
+# (column, run folder, task, metric); GLUE and SuperGLUE are the paper's averages.
+PAPER_COLUMNS = (("GLUE", "ft_glue", None, None), ("CNNDM", "ft_cnndm", "cnn_dailymail", "rouge2"),
+                 ("SQuAD", "ft_squad", "squad_v1_1", "em"), ("SGLUE", "ft_super_glue", None, None),
+                 ("EnDe", "ft_ende", "wmt14_ende", "bleu"), ("EnFr", "ft_enfr", "wmt14_enfr", "bleu"),
+                 ("EnRo", "ft_enro", "wmt16_enro", "bleu"))
+
+
+def _best_task_results(run: str) -> dict[str, dict[str, float]] | None:
+  """{task: metrics} of the best-scored `eval/tasks_step_<N>.json` of a fine-tuning run (as T5
+  reported the best validation checkpoint), or None when there is none."""
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  best, best_score = None, -math.inf
+  for path in sorted(glob.glob(os.path.join(run, "eval", "tasks_step_*.json"))):
+    try:
+      with open(path) as f:
+        results = json.load(f)["results"]
+    except (OSError, ValueError, KeyError):
+      continue
+    # The trainer's keep-best score (lm.downstream.finetune.SCORE_KEY): mean task score.
+    score = sum(evaluation.task_score(m) for m in results.values()) / max(len(results), 1)
+    if score > best_score:
+      best, best_score = results, score
+  return best
+
+
+def downstream_scores(workdir: str) -> dict[str, float]:
+  """Our downstream columns of one point: {"mini": ...} at tiny scale, the paper's columns
+  (GLUE, CNNDM, ...) at paper scale; a column whose run has no results is left out."""
+  out = {}
+  path = os.path.join(workdir, *MINI_RESULTS)
+  if os.path.exists(path):
+    with open(path) as f:
+      out["mini"] = float(json.load(f)["mini"])
+  for column, folder, task, metric in PAPER_COLUMNS:
+    results = _best_task_results(os.path.join(workdir, folder))
+    if results is None:
+      continue
+    from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+    try:
+      if column == "GLUE":
+        out[column] = mixtures.glue_average(results)
+      elif column == "SGLUE":
+        out[column] = mixtures.super_glue_average(results)
+      else:
+        out[column] = float(results[task][metric])
+    except (KeyError, ValueError):
+      continue
+  return out
+
+
+def ranks(values: dict[str, float]) -> dict[str, int]:
+  """1 = best (highest score); ties share the better rank."""
+  ordered = sorted(values.values(), reverse=True)
+  return {k: ordered.index(v) + 1 for k, v in values.items()}
+
+
+def kendall_tau(ours: dict[str, float], paper: dict[str, float]) -> tuple[float, int]:
+  """Kendall's tau-b between two score tables over their common points, and that count
+  (NaN with fewer than 2 points). Both higher-is-better."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  common = [k for k in ours if k in paper]
+  if len(common) < 2:
+    return float("nan"), len(common)
+  tau = stats.kendalltau([ours[k] for k in common], [paper[k] for k in common]).statistic
+  return float(tau), len(common)
+
+
+def ranking_section(points: Sequence[Point], scores: dict[str, dict[str, float]]) -> list[str]:
+  """Markdown: each of our columns' ranking beside each paper column's, Kendall's tau per
+  column pair, and the points where the two rankings disagree (shown, not hidden)."""
+  ours_columns = [c for c in ("mini", *COLUMNS) if any(c in s for s in scores.values())]
+  paper_columns = [c for c in COLUMNS if sum(c in p.reference for p in points) >= 2]
+  if not ours_columns:
+    return ["No downstream scores yet (the fine-tuning stage has not finished for any "
+            "point).", ""]
+  lines = ["## Rankings: ours beside the paper's", "",
+           "Rank 1 = best. Kendall's tau-b over the points both have (1 = the same order, "
+           "-1 = reversed, ~0 = unrelated). At tiny scale our only column is *mini* (the CPU "
+           "suite), ranked against each of the paper's columns.", ""]
+  header = ["our column", "paper column", "points", "Kendall tau", "disagreements"]
+  lines += ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---|"]
+  for ours in ours_columns:
+    mine = {p.name: scores[p.name][ours] for p in points if ours in scores[p.name]}
+    targets = [ours] if ours in paper_columns else paper_columns
+    for paper_column in targets:
+      theirs = {p.name: p.reference[paper_column] for p in points
+                if paper_column in p.reference}
+      tau, n = kendall_tau(mine, theirs)
+      common = {k: mine[k] for k in mine if k in theirs}
+      r_ours, r_paper = ranks(common), ranks({k: theirs[k] for k in common})
+      off = ", ".join(f"{k} ({r_ours[k]} vs {r_paper[k]})" for k in common
+                      if r_ours[k] != r_paper[k]) or "none"
+      lines.append(f"| {ours} | {paper_column} | {n} | {fmt(tau, 2)} | {off} |")
+  return lines + [""]
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
-  """A number with `digits` decimals, or "—" for a missing one."""
-  return "—" if x is None else f"{x:.{digits}f}"
+  """A number with `digits` decimals, or "—" for a missing (or NaN) one."""
+  return "—" if x is None or x != x else f"{x:.{digits}f}"
 
 
 def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
@@ -134,10 +236,15 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       "(Raffel et al. 2020, after fine-tuning each pre-trained model; ★ = the paper's "
       "baseline; — = no paper value). Losses of points whose objectives predict different "
       "targets (a different corruption rate, span length or objective, or a decoder-only "
-      "model) measure different tasks too, so neither column set ranks the points on its own.",
+      "model) measure different tasks too, so neither column set ranks the points on its own. "
+      "The *our ...* columns are our downstream scores after fine-tuning (launch.sweep): "
+      "*mini* (the CPU suite, docs/downstream_mini.md) at tiny scale, the paper's own "
+      "columns at paper scale; they are what ranks the points.",
       "",
   ]
-  header = (["point", "status", "step", "train loss", "eval loss"]
+  scores = {p.name: downstream_scores(os.path.join(root, p.name)) for p in points}
+  ours = [c for c in ("mini", *COLUMNS) if any(c in s for s in scores.values())]
+  header = (["point", "status", "step", "train loss", "eval loss"] + [f"our {c}" for c in ours]
             + [f"paper {c}" for c in COLUMNS])
   lines.append("| " + " | ".join(header) + " |")
   lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
@@ -149,9 +256,12 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       status += f", last run exit {outcome['returncode']}"
     row = [("★ " if p.baseline else "") + p.name, status,
            "—" if s["step"] is None else str(s["step"]), fmt(s["train_loss"]),
-           fmt(s["eval_loss"])] + [fmt(p.reference.get(c), 2) for c in COLUMNS]
+           fmt(s["eval_loss"])] + [fmt(scores[p.name].get(c), 2) for c in ours]
+    row += [fmt(p.reference.get(c), 2) for c in COLUMNS]
     lines.append("| " + " | ".join(row) + " |")
-  lines += ["", "![eval loss vs step](eval_loss.png)", "", "## Points", ""]
+  lines += ["", "![eval loss vs step](eval_loss.png)", ""]
+  lines += ranking_section(points, scores)
+  lines += ["## Points", ""]
   for i, p in enumerate(points):
     overrides = " ".join(p.override_args())
     lines.append(f"- `{p.name}`: `{p.config}`" + (f" `{overrides}`" if overrides else ""))
@@ -195,3 +305,32 @@ def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
   ax.grid(alpha=0.3)
   fig.tight_layout()
   fig.savefig(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m launch.report EXPERIMENT --root=DIR`: (re)writes the study's report."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from launch import local  # pylint: disable=g-import-not-at-top
+  parser = argparse.ArgumentParser(prog="python -m launch.report", description=(
+      "Writes <root>/report.md and eval_loss.png of a study from its workdirs: our losses and "
+      "downstream scores beside the paper's, rankings and Kendall's tau."))
+  parser.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
+  parser.add_argument("--root", required=True, help="the study's directory")
+  args = parser.parse_args(argv)
+  try:
+    points = local.collect(args.experiment)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if not os.path.isdir(args.root):
+    print(f"error: --root {args.root} does not exist (run the study first: python -m "
+          "launch.sweep)", file=sys.stderr)
+    return 2
+  write_report(args.root, points, experiment=args.experiment)
+  print(f"wrote {os.path.join(args.root, 'report.md')} and eval_loss.png")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

@@ -1,0 +1,550 @@
+r"""One command per study: every point pre-trained, fine-tuned and evaluated, here, on SLURM or a TPU pod.
+
+  python -m launch.sweep experiments/t5_span_length.py --root=runs/table7 --scale=tiny \
+      --parallel=2                                   # this machine, two points at a time
+  python -m launch.sweep experiments/t5_span_length.py --root=/shared/table7 --scale=paper \
+      --backend=slurm --nodes=4 --gpus_per_node=8 --data_dir=/shared/t5_data [--dry_run]
+  python -m launch.sweep experiments/t5_span_length.py --root=gs://bucket/table7 \
+      --scale=paper --backend=tpu --tpu=my-v5p --accelerator=v5p-128 --zone=us-east5-a \
+      --data_dir=gs://bucket/t5_data [--create] [--delete] [--dry_run]
+  python -m launch.report experiments/t5_span_length.py --root=runs/table7   # the report
+
+Each point of the study (`sweep(add)` in the experiment file, launch/local.py's `collect`)
+runs its stages in order, each through `python -m launch.stage` (a finished stage is
+skipped, an interrupted one resumes), in `<root>/<name>`:
+
+  pretrain   lm.main with the point's config and overrides (wandb group = the study,
+             tags = the swept values)
+  finetune   tiny scale: the mini suite (`lm.downstream.mini_suite`, the "mini" column) in
+             `<root>/<name>/mini`; paper scale: one lm.main fine-tuning run per benchmark
+             column (configs/finetune.py, `ckpt.init_from` = the pre-trained run) in
+             `<root>/<name>/ft_<column>`, reading T5's task files under --data_dir
+  evaluate   lm.evaluate on the pre-trained run (held-out loss of every objective, and the
+             continuation score every architecture shares)
+
+Running the same command again after a crash or a preemption continues the study.
+Backends:
+
+  local  N points at once (--parallel), each in its own processes; the rest wait. A point
+         preempted (exit 75) stops the queue; the command resumes it.
+  slurm  one sbatch script per point (`<root>/<name>/sweep.sbatch`): srun over the nodes
+         (lm.main's jax.distributed auto-detection), a single task for the mini suite and
+         the evaluation; requeued when preempted.
+  tpu    a Cloud TPU VM through gcloud: the queued resource created (--create) or reused,
+         waited for, this checkout copied to and installed on every worker, each point's
+         stages run on all workers at once, the pod deleted at the end (--delete). Each
+         point's train step is planned first (lm.plan on --accelerator), and a point that
+         does not fit is refused before anything is submitted.
+
+--dry_run prints exactly the commands and scripts and runs nothing. Every value that reaches
+a shell is quoted (shlex), so a run name, an override or a path with spaces, quotes, `;`,
+`$(...)` or backticks stays one literal argument; point names are plain folder names (no
+`/`, no `..`), so no run writes outside --root. Roots may be local or gs://.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from launch import local
+
+SCALES = ("tiny", "paper")
+BACKENDS = ("local", "slurm", "tpu")
+STAGE_NAMES = ("pretrain", "finetune", "evaluate")
+EXIT_PREEMPTED = local.EXIT_PREEMPTED
+
+# Paper scale: one fine-tuning run per benchmark column of the T5 tables (configs/finetune.py
+# arg selecting the task or mixture), as the paper fine-tuned each benchmark on its own.
+PAPER_FINETUNES = (
+    ("GLUE", "glue", "mixture=glue_v002_proportional"),
+    ("SGLUE", "super_glue", "mixture=super_glue_v102_proportional"),
+    ("CNNDM", "cnndm", "task=cnn_dailymail"),
+    ("SQuAD", "squad", "task=squad_v1_1"),
+    ("EnDe", "ende", "task=wmt14_ende"),
+    ("EnFr", "enfr", "task=wmt14_enfr"),
+    ("EnRo", "enro", "task=wmt16_enro"),
+)
+# configs/t5.py arg keys that fix the model, passed on to configs/finetune.py.
+_MODEL_ARGS = ("arch", "family", "size")
+MINI_DIR = "mini"   # <root>/<name>/mini: the mini suite's fine-tuning run and mini_suite.json
+MARKER_DIR = "sweep"  # <root>/<name>/sweep/<stage>.json: the finished stages
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """One step of a point's pipeline.
+
+  Attributes:
+    name: "pretrain", "mini", "evaluate", or "ft_<column>" at paper scale.
+    argv: the step's command, starting with the Python interpreter's name.
+    done: its marker (launch.stage writes it when argv exits 0).
+    every_process: run on every process of a multi-process job (lm.main); else on one.
+  """
+  name: str
+  argv: tuple[str, ...]
+  done: str
+  every_process: bool
+
+  def command(self) -> list[str]:
+    """`python -m launch.stage --done=<marker> -- <argv>`."""
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", "--", *self.argv]
+
+
+def _join(root: str, *parts: str) -> str:
+  return "/".join([root.rstrip("/"), *parts])
+
+
+def config_args(config: str) -> dict[str, str]:
+  """The key=value items of `configs/t5.py:<arg>` (a bare key is "True")."""
+  _, _, arg = config.partition(":")
+  items = [a.strip() for a in arg.split(",") if a.strip()]
+  return {k: (v if sep else "True") for k, sep, v in (a.partition("=") for a in items)}
+
+
+def tags(point: local.Point) -> list[str]:
+  """wandb tags of a point: its config arg items and overrides ("objective=bert", ...)."""
+  out = [f"{k}={v}" for k, v in config_args(point.config).items() if k != "runlocal"]
+  return out + [f"{k}={local._format_value(v)}" for k, v in point.overrides.items()]
+
+
+def _finetune_arg(point: local.Point, scale: str) -> str:
+  model = {k: v for k, v in config_args(point.config).items() if k in _MODEL_ARGS}
+  items = [f"{k}={v}" for k, v in model.items()]
+  return ",".join(items + (["runlocal"] if scale == "tiny" else []))
+
+
+def stages(point: local.Point, root: str, *, scale: str, study: str, python: str = "python",
+           data_dir: str = "", extra: Sequence[str] = (),
+           which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
+  """A point's stages at `scale` (module docstring), workdirs under `root`.
+
+  Args:
+    point: from local.collect (its config already carries `runlocal` at tiny scale).
+    root: the study's root (local path or gs://).
+    scale: "tiny" or "paper".
+    study: the wandb group (the experiment's name).
+    python: the interpreter's name in the commands ("python" on remote machines).
+    data_dir: where T5's task files are (paper scale fine-tuning).
+    extra: more lm.main arguments for the pre-training run.
+    which: the stage kinds to include (STAGE_NAMES).
+
+  Raises:
+    ValueError: an unsafe point name, an unknown scale or stage, or paper scale without
+      data_dir while fine-tuning.
+  """
+  problem = local.point_name_problem(point.name)
+  if problem:
+    raise ValueError(f"point name {point.name!r} {problem}")
+  if scale not in SCALES:
+    raise ValueError(f"unknown scale {scale!r}; expected one of {list(SCALES)}")
+  unknown = sorted(set(which) - set(STAGE_NAMES))
+  if unknown:
+    raise ValueError(f"unknown stage(s) {unknown}; expected one of {list(STAGE_NAMES)}")
+  workdir = _join(root, point.name)
+  marker = lambda name: _join(workdir, MARKER_DIR, f"{name}.json")
+  out = []
+  if "pretrain" in which:
+    argv = [python, "-m", "lm.main", f"--config={point.config}", f"--workdir={workdir}",
+            *point.override_args(), f"--config.wandb.group={study}",
+            f"--config.wandb.name={point.name}", f"--config.wandb.tags={tuple(tags(point))!r}",
+            *extra]
+    out.append(Stage("pretrain", tuple(argv), marker("pretrain"), every_process=True))
+  if "finetune" in which:
+    model_overrides = [f"--config.{k}={local._format_value(v)}"
+                       for k, v in point.overrides.items() if k.startswith("model.")]
+    if scale == "tiny":
+      from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+      config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
+                f"{_finetune_arg(point, scale)}")
+      argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
+              f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides]
+      out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False))
+    else:
+      if not data_dir:
+        raise ValueError("--scale=paper fine-tunes on T5's tasks: pass --data_dir=<folder "
+                         "with their files> (docs/downstream.md), or --stages without "
+                         "finetune.")
+      for column, short, task_arg in PAPER_FINETUNES:
+        config = f"configs/finetune.py:{task_arg},{_finetune_arg(point, scale)}"
+        argv = [python, "-m", "lm.main", f"--config={config}",
+                f"--workdir={_join(workdir, 'ft_' + short)}",
+                f"--config.ckpt.init_from={workdir}", f"--config.finetune.data_dir={data_dir}",
+                *model_overrides, f"--config.wandb.group={study}",
+                f"--config.wandb.name={point.name}/{column}"]
+        out.append(Stage(f"ft_{short}", tuple(argv), marker(f"ft_{short}"),
+                         every_process=True))
+  if "evaluate" in which:
+    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}"]
+    out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False))
+  return out
+
+
+# ----------------------------------------------------------------------------------------
+# local
+
+
+def _marker_exists(path: str) -> bool:
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return epath.Path(path).exists()
+
+
+def run_point(point_stages: Sequence[Stage], log_path: str, *,
+              popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+              children: list | None = None) -> tuple[int, str]:
+  """Runs a point's stages in order (each through launch.stage); stops at the first failure.
+
+  Returns:
+    (exit status, the stage it stopped at or "" when all finished).
+  """
+  os.makedirs(os.path.dirname(log_path), exist_ok=True)
+  for stage in point_stages:
+    with open(log_path, "a") as log:
+      argv = stage.command()
+      log.write(f"\n$ {shlex.join(argv)}\n")
+      log.flush()
+      child = popen(argv, stdout=log, stderr=subprocess.STDOUT)
+      if children is not None:
+        children.append(child)
+      returncode = child.wait()
+      if children is not None:
+        children.remove(child)
+    if returncode:
+      return returncode, stage.name
+  return 0, ""
+
+
+def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, parallel: int = 1,
+              popen: Callable[..., subprocess.Popen] = subprocess.Popen,
+              echo: Callable[[str], None] = print) -> dict[str, tuple[int, str]]:
+  """Runs the points, `parallel` at a time; returns {name: (exit status, failed stage)}.
+
+  A point that exits EXIT_PREEMPTED stops the queue (the running points finish or are
+  preempted themselves); SIGTERM to this process is passed on to every running stage.
+  Each point's output goes to `<root>/<name>/sweep.log`.
+  """
+  import signal  # pylint: disable=g-import-not-at-top
+  children: list[subprocess.Popen] = []
+  stop = threading.Event()
+  results: dict[str, tuple[int, str]] = {}
+  lock = threading.Lock()
+
+  def one(i: int, point: local.Point, point_stages: list[Stage]) -> None:
+    if stop.is_set():
+      return
+    todo = [s.name for s in point_stages if not _marker_exists(s.done)]
+    log_path = os.path.join(root, point.name, "sweep.log")
+    echo(f"[{i}/{len(plan)}] {point.name}: " + (f"running {', '.join(todo)} (log: {log_path})"
+                                               if todo else "all stages done"))
+    start = time.time()
+    code, failed = run_point(point_stages, log_path, popen=popen, children=children)
+    with lock:
+      results[point.name] = (code, failed)
+    took = f"{time.time() - start:.0f} s"
+    if code == 0:
+      echo(f"[{i}/{len(plan)}] {point.name}: done ({took})")
+    elif code == EXIT_PREEMPTED:
+      stop.set()
+      echo(f"[{i}/{len(plan)}] {point.name}: preempted in {failed} after {took}; run the same "
+           "command again to resume the study")
+    else:
+      echo(f"[{i}/{len(plan)}] {point.name}: FAILED in {failed} (exit {code}) after {took}; "
+           f"see {log_path}")
+
+  def forward(signum, frame):  # pylint: disable=unused-argument
+    stop.set()
+    for child in list(children):
+      child.send_signal(signum)
+
+  previous = (signal.signal(signal.SIGTERM, forward)
+              if threading.current_thread() is threading.main_thread() else None)
+  try:
+    with concurrent.futures.ThreadPoolExecutor(max(1, parallel)) as pool:
+      for future in [pool.submit(one, i, p, s) for i, (p, s) in enumerate(plan, 1)]:
+        future.result()
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)
+  return results
+
+
+# ----------------------------------------------------------------------------------------
+# slurm
+
+
+def slurm_script(point: local.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
+                 gpus_per_node: int, venv: str = ".venv",
+                 sbatch_options: Sequence[str] = ()) -> str:
+  """The sbatch script that runs a point's stages (every value shell-quoted)."""
+  q = shlex.quote
+  lines = [
+      "#!/bin/bash",
+      f"#SBATCH --job-name={q('lm-' + point.name)}",
+      f"#SBATCH --nodes={int(nodes)}",
+      f"#SBATCH --ntasks-per-node={int(gpus_per_node)}",
+      f"#SBATCH --gpus-per-node={int(gpus_per_node)}",
+      "#SBATCH --signal=TERM@300",
+      "#SBATCH --requeue",
+      *[f"#SBATCH {q(o)}" for o in sbatch_options],
+      "set -uo pipefail",
+      f"cd {q(repo)}",
+      f"if [[ -f {q(venv + '/bin/activate')} ]]; then source {q(venv + '/bin/activate')}; fi",
+      "run() {  # a stage; exit 75 (preempted, checkpoint saved) requeues the job",
+      '  "$@" & pid=$!',
+      "  trap 'kill -TERM \"${pid}\" 2>/dev/null || true' TERM",
+      '  wait "${pid}"; status=$?',
+      '  if [[ ${status} -gt 128 ]] && kill -0 "${pid}" 2>/dev/null; then wait "${pid}"; '
+      "status=$?; fi",
+      f'  if [[ ${{status}} -eq {EXIT_PREEMPTED} ]]; then scontrol requeue "${{SLURM_JOB_ID}}"; fi',
+      '  if [[ ${status} -ne 0 ]]; then exit "${status}"; fi',
+      "}",
+  ]
+  for stage in point_stages:
+    srun = ["srun", "--kill-on-bad-exit=1"] + ([] if stage.every_process else
+                                                ["--nodes=1", "--ntasks=1"])
+    lines.append(f"run {shlex.join(srun + stage.command())}")
+  return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------
+# tpu
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuTarget:
+  """A Cloud TPU VM (queued resource) and where lm lives on its workers."""
+  name: str
+  zone: str
+  accelerator: str
+  project: str = ""
+  runtime: str = "v2-alpha-tpuv5"
+  remote_dir: str = "lm"
+
+  def flags(self) -> list[str]:
+    return [f"--zone={self.zone}"] + ([f"--project={self.project}"] if self.project else [])
+
+  def ssh(self, remote: str) -> list[str]:
+    """gcloud ... ssh --worker=all --command=<remote>: `remote` runs on every worker."""
+    return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", self.name, *self.flags(),
+            "--worker=all", f"--command={remote}"]
+
+
+def tpu_setup_commands(target: TpuTarget, *, create: bool) -> list[list[str]]:
+  """Create (or reuse) the pod, then copy this checkout to every worker and install it."""
+  out = []
+  if create:
+    out.append(["gcloud", "compute", "tpus", "queued-resources", "create", target.name,
+                f"--node-id={target.name}", f"--accelerator-type={target.accelerator}",
+                f"--runtime-version={target.runtime}", *target.flags()])
+  d = shlex.quote(target.remote_dir)
+  out.append(target.ssh(f"mkdir -p {d}"))
+  out.append(["gcloud", "compute", "tpus", "tpu-vm", "scp", "--recurse", *target.flags(),
+              "--worker=all", "./lm", "./configs", "./experiments", "./launch",
+              "./pyproject.toml", "./README.md", f"{target.name}:{target.remote_dir}/"])
+  out.append(target.ssh(f"cd {d} && python3 -m venv .venv && . .venv/bin/activate && "
+                        "pip install -q -e '.[tpu,downstream]'"))
+  return out
+
+
+def tpu_point_command(target: TpuTarget, point_stages: Sequence[Stage]) -> list[str]:
+  """One ssh to every worker that runs the point's stages in order (each quoted)."""
+  remote = " && ".join([f"cd {shlex.quote(target.remote_dir)}", ". .venv/bin/activate",
+                        *(shlex.join(s.command()) for s in point_stages)])
+  return target.ssh(remote)
+
+
+def tpu_delete_command(target: TpuTarget) -> list[str]:
+  return ["gcloud", "compute", "tpus", "queued-resources", "delete", target.name,
+          *target.flags(), "--force", "--quiet"]
+
+
+def plan_command(point: local.Point, accelerator: str, python: str = sys.executable
+                 ) -> list[str]:
+  """lm.plan of a point's pre-training step on `accelerator` (JSON on stdout's last line)."""
+  return [python, "-m", "lm.plan", f"--config={point.config}", f"--topology={accelerator}",
+          *point.override_args()]
+
+
+def wait_until_active(target: TpuTarget, *, timeout_s: float = 3600, poll_s: float = 30,
+                      run: Callable[..., Any] = subprocess.run) -> None:
+  """Polls the queued resource until ACTIVE (raises RuntimeError on FAILED or timeout)."""
+  deadline = time.time() + timeout_s
+  while True:
+    out = run(["gcloud", "compute", "tpus", "queued-resources", "describe", target.name,
+               *target.flags(), "--format=value(state.state)"], capture_output=True, text=True,
+              check=True).stdout.strip()
+    if out == "ACTIVE":
+      return
+    if out in ("FAILED", "SUSPENDED"):
+      raise RuntimeError(f"queued resource {target.name} is {out}")
+    if time.time() > deadline:
+      raise RuntimeError(f"queued resource {target.name} not ACTIVE after {timeout_s:.0f} s "
+                         f"(state {out or 'unknown'})")
+    time.sleep(poll_s)
+
+
+# ----------------------------------------------------------------------------------------
+# command line
+
+
+def study_name(experiment: str) -> str:
+  """The wandb group of a study: the experiment file's name."""
+  return pathlib.Path(experiment).stem.rsplit(".", 1)[-1]
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="python -m launch.sweep",
+                              description=__doc__.split("\n\n")[0],
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
+  p.add_argument("--root", required=True, help="study directory (local or gs://); one "
+                 "workdir per point")
+  p.add_argument("--backend", default="local", choices=BACKENDS)
+  p.add_argument("--scale", default="tiny", choices=SCALES,
+                 help="tiny: CPU-sized runs (runlocal) and the mini suite; paper: the "
+                 "paper's sizes and T5's tasks")
+  p.add_argument("--only", default="", help="comma-separated point names (default: all)")
+  p.add_argument("--stages", default=",".join(STAGE_NAMES),
+                 help="comma-separated stages to run (default %(default)s)")
+  p.add_argument("--parallel", type=int, default=1, help="local: points at once")
+  p.add_argument("--extra", action="append", default=[],
+                 help="argument for every pre-training run, e.g. "
+                 "--extra=--config.train.num_steps=2000 (repeatable)")
+  p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
+  p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+  p.add_argument("--no_validate", action="store_true", help="skip validating every config")
+  s = p.add_argument_group("slurm")
+  s.add_argument("--nodes", type=int, default=1)
+  s.add_argument("--gpus_per_node", type=int, default=8)
+  s.add_argument("--sbatch", action="append", default=[],
+                 help="extra #SBATCH option, e.g. --sbatch=--partition=gpu (repeatable)")
+  s.add_argument("--venv", default=".venv", help="virtual environment on the cluster")
+  t = p.add_argument_group("tpu")
+  t.add_argument("--tpu", default="", help="TPU VM (queued resource) name")
+  t.add_argument("--zone", default="")
+  t.add_argument("--project", default="")
+  t.add_argument("--accelerator", default="", help="e.g. v5p-128 (also lm.plan's --topology)")
+  t.add_argument("--runtime", default="v2-alpha-tpuv5")
+  t.add_argument("--create", action="store_true", help="create the queued resource first")
+  t.add_argument("--delete", action="store_true", help="delete the pod when the study ends")
+  t.add_argument("--no_plan", action="store_true", help="skip lm.plan before submitting")
+  return p.parse_args(argv)
+
+
+def _fail(message: str) -> int:
+  print(f"error: {message}", file=sys.stderr)
+  return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  try:
+    points = local.collect(args.experiment, runlocal=args.scale == "tiny")
+  except ValueError as e:
+    return _fail(str(e))
+  names = [p.name for p in points]
+  wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+  unknown = [n for n in wanted if n not in names]
+  if unknown:
+    return _fail(f"--only: unknown point(s) {unknown}; expected one of {names}")
+  selected = [p for p in points if not wanted or p.name in wanted]
+  which = [s.strip() for s in args.stages.split(",") if s.strip()]
+  remote = args.backend != "local"
+  python = "python" if remote else sys.executable
+  study = study_name(args.experiment)
+  try:
+    plan = [(p, stages(p, args.root, scale=args.scale, study=study, python=python,
+                       data_dir=args.data_dir, extra=args.extra, which=which))
+            for p in selected]
+  except ValueError as e:
+    return _fail(str(e))
+  if not args.no_validate:
+    try:
+      local.validate(selected)
+    except ValueError as e:
+      return _fail(str(e))
+
+  if args.backend == "local":
+    if args.dry_run:
+      for _, point_stages in plan:
+        for stage in point_stages:
+          print(shlex.join(stage.command()))
+      return 0
+    results = run_local(plan, args.root, parallel=args.parallel)
+    codes = [code for code, _ in results.values()]
+    if EXIT_PREEMPTED in codes:
+      return EXIT_PREEMPTED
+    ok = sum(code == 0 for code in codes)
+    print(f"{ok}/{len(plan)} points finished; report: python -m launch.report "
+          f"{shlex.quote(args.experiment)} --root={shlex.quote(args.root)}")
+    return 0 if ok == len(plan) else 1
+
+  if args.backend == "slurm":
+    repo = os.getcwd()
+    for point, point_stages in plan:
+      script = slurm_script(point, point_stages, repo=repo, nodes=args.nodes,
+                            gpus_per_node=args.gpus_per_node, venv=args.venv,
+                            sbatch_options=args.sbatch)
+      path = os.path.join(args.root, point.name, "sweep.sbatch")
+      if args.dry_run:
+        print(f"# {path}\n{script}# then: {shlex.join(['sbatch', path])}")
+        continue
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      pathlib.Path(path).write_text(script)
+      subprocess.run(["sbatch", path], check=True)
+    return 0
+
+  # tpu
+  if not (args.tpu and args.zone and args.accelerator):
+    return _fail("--backend=tpu needs --tpu=NAME, --zone=ZONE and --accelerator=TYPE "
+                 "(e.g. v5p-128)")
+  target = TpuTarget(args.tpu, args.zone, args.accelerator, project=args.project,
+                     runtime=args.runtime)
+  commands = tpu_setup_commands(target, create=args.create)
+  commands += [tpu_point_command(target, s) for _, s in plan]
+  if args.delete:
+    commands.append(tpu_delete_command(target))
+  if args.dry_run:
+    if not args.no_plan:
+      for point, _ in plan:
+        print(shlex.join(plan_command(point, args.accelerator)))
+    for c in commands:
+      print(shlex.join(c))
+    return 0
+  if not args.no_plan:
+    for point, _ in plan:
+      out = subprocess.run(plan_command(point, args.accelerator), capture_output=True,
+                           text=True)
+      if out.returncode != 0:
+        return _fail(f"point {point.name!r} does not fit or cannot be planned on "
+                     f"{args.accelerator}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+  setup = commands[:len(tpu_setup_commands(target, create=args.create))]
+  for c in setup:
+    subprocess.run(c, check=True)
+    if c[3] == "queued-resources":  # just created: wait until it is ready
+      wait_until_active(target)
+  status = 0
+  for (point, _), c in zip(plan, commands[len(setup):]):
+    print(f"{point.name}: {shlex.join(c)}", flush=True)
+    status = subprocess.run(c).returncode
+    if status:
+      print(f"{point.name}: exit {status}; run the same command again to resume",
+            file=sys.stderr)
+      break
+  if args.delete and status == 0:
+    subprocess.run(tpu_delete_command(target), check=True)
+  return status
+
+
+if __name__ == "__main__":
+  sys.exit(main())

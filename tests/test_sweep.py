@@ -1,0 +1,262 @@
+"""launch/sweep.py, launch/stage.py and the report's rankings: expansion, quoting, resume."""
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from launch import local, report, stage, sweep
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# Characters a shell would act on: every one must reach the program as a literal.
+HOSTILE = "a b'c\"d;e$(touch pwned)`touch pwned2`\\f\ng*"
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+  monkeypatch.chdir(REPO)  # experiments name configs/ relative to the repository
+
+
+def _hostile_experiment(tmp_path) -> str:
+  path = tmp_path / "hostile_study.py"
+  path.write_text(
+      "def sweep(add):\n"
+      "  add(name='p1.x', config='configs/t5.py:objective=bert', overrides={'wandb.notes': "
+      f"{HOSTILE!r}}}, reference={{'GLUE': 80.0}})\n"
+      "  add(name='p2', config='configs/t5.py:arch=causal', reference={'GLUE': 70.0})\n")
+  return str(path)
+
+
+def _shell_lines(text: str) -> list[str]:
+  """The text's lines, a line continued while a quote is open (a quoted newline)."""
+  out, buf = [], ""
+  for line in text.splitlines():
+    buf = f"{buf}\n{line}" if buf else line
+    try:
+      shlex.split(buf)
+    except ValueError:  # no closing quotation: the argument goes on on the next line
+      continue
+    out.append(buf)
+    buf = ""
+  assert not buf, buf
+  return out
+
+
+def _dry_run(capsys, *args) -> list[str]:
+  assert sweep.main([*args, "--dry_run"]) == 0
+  return _shell_lines(capsys.readouterr().out)
+
+
+def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
+  tiny = local.collect("experiments/t5_span_length.py", runlocal=True)
+  span3 = next(p for p in tiny if p.name == "span_03")
+  got = sweep.stages(span3, "runs/t7", scale="tiny", study="t5_span_length")
+  assert [s.name for s in got] == ["pretrain", "mini", "evaluate"]
+  pre = list(got[0].argv)
+  assert pre[:4] == ["python", "-m", "lm.main", f"--config={span3.config}"]
+  assert "runlocal" in span3.config and "--workdir=runs/t7/span_03" in pre
+  assert "--config.wandb.group=t5_span_length" in pre and "--config.wandb.name=span_03" in pre
+  assert all(arg in pre for arg in span3.override_args())
+  mini = list(got[1].argv)
+  assert mini[:3] == ["python", "-m", "lm.downstream.mini_suite"]
+  assert "--workdir=runs/t7/span_03" in mini and "--output=runs/t7/span_03/mini" in mini
+  assert [s.done for s in got] == [f"runs/t7/span_03/sweep/{n}.json"
+                                   for n in ("pretrain", "mini", "evaluate")]
+  assert [s.every_process for s in got] == [True, False, False]
+  paper = next(p for p in local.collect("experiments/t5_span_length.py") if p.name == "span_03")
+  assert "runlocal" not in paper.config
+  got = sweep.stages(paper, "gs://b/t7", scale="paper", study="s", data_dir="gs://b/data")
+  assert [s.name for s in got] == ["pretrain", "ft_glue", "ft_super_glue", "ft_cnndm",
+                                   "ft_squad", "ft_ende", "ft_enfr", "ft_enro", "evaluate"]
+  glue = list(got[1].argv)
+  assert "--config.ckpt.init_from=gs://b/t7/span_03" in glue
+  assert "--config.finetune.data_dir=gs://b/data" in glue
+  assert "--workdir=gs://b/t7/span_03/ft_glue" in glue
+  with pytest.raises(ValueError, match="--data_dir"):
+    sweep.stages(paper, "r", scale="paper", study="s")
+  assert [s.name for s in sweep.stages(paper, "r", scale="paper", study="s",
+                                       which=("pretrain", "evaluate"))] == ["pretrain", "evaluate"]
+
+
+def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
+  points = local.collect("experiments/t5_architectures.py", runlocal=True)
+  six = next(p for p in points if p.name == "encdec6_denoising")
+  mini = list(sweep.stages(six, "r", scale="tiny", study="s")[1].argv)
+  assert "--config.model.num_layers=1" in mini  # the runlocal 6-layer row's depth
+  lm = next(p for p in points if p.name == "lm_denoising")
+  config = next(a for a in sweep.stages(lm, "r", scale="tiny", study="s")[1].argv
+                if a.startswith("--config="))
+  assert "arch=causal" in config and config.endswith(",runlocal")
+
+
+def test_local_dry_run_tokens_are_literal(capsys, tmp_path):
+  root = str(tmp_path / "root with space;$(x)")
+  lines = _dry_run(capsys, _hostile_experiment(tmp_path), f"--root={root}")
+  assert len(lines) == 6  # 2 points x (pretrain, mini, evaluate)
+  first = shlex.split(lines[0])
+  assert first[1:4] == ["-m", "launch.stage", f"--done={root}/p1.x/sweep/pretrain.json"]
+  assert f"--config.wandb.notes={HOSTILE}" in first
+  assert f"--workdir={root}/p1.x" in first
+  assert not (tmp_path / "pwned").exists() and not (REPO / "pwned").exists()
+
+
+def test_slurm_dry_run_scripts_are_valid_and_literal(capsys, tmp_path):
+  out = "\n".join(_dry_run(capsys, _hostile_experiment(tmp_path), "--root=/shared/r t",
+                           "--backend=slurm", "--nodes=2", "--gpus_per_node=4",
+                           "--sbatch=--partition=gpu x"))
+  scripts = out.split("# /shared/r t/")[1:]
+  assert len(scripts) == 2
+  script = scripts[0].split("\n", 1)[1].rsplit("# then:", 1)[0]
+  check = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True)
+  assert check.returncode == 0, check.stderr
+  assert "#SBATCH --nodes=2" in script and "#SBATCH '--partition=gpu x'" in script
+  runs = [shlex.split(line)[1:] for line in _shell_lines(script) if line.startswith("run ")]
+  assert [r[:2] for r in runs] == [["srun", "--kill-on-bad-exit=1"]] * 3
+  assert runs[1][2:4] == ["--nodes=1", "--ntasks=1"]  # the mini suite on one task
+  assert f"--config.wandb.notes={HOSTILE}" in runs[0]
+  assert "--workdir=/shared/r t/p1.x" in runs[0]
+
+
+def test_tpu_dry_run_commands_are_literal_on_the_workers(capsys, tmp_path):
+  lines = _dry_run(capsys, _hostile_experiment(tmp_path), "--root=gs://b/r", "--backend=tpu",
+                   "--tpu=pod", "--zone=us-east5-a", "--accelerator=v5p-128", "--create",
+                   "--delete", "--scale=tiny")
+  tokens = [shlex.split(line) for line in lines]
+  assert tokens[0][1:4] == ["-m", "lm.plan", "--config=configs/t5.py:objective=bert,runlocal"]
+  assert "--topology=v5p-128" in tokens[0]
+  assert f"--config.wandb.notes={HOSTILE}" in tokens[0]
+  assert tokens[2][:6] == ["gcloud", "compute", "tpus", "queued-resources", "create", "pod"]
+  ssh = [t for t in tokens if t[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"]]
+  assert all("--worker=all" in t for t in ssh)
+  point = ssh[-2]  # the first point's stages (the last is the second point)
+  remote = next(t for t in point if t.startswith("--command="))[len("--command="):]
+  parts = remote.split(" && ")
+  assert parts[:2] == ["cd lm", ". .venv/bin/activate"]
+  stage_argv = [shlex.split(p) for p in parts[2:]]
+  assert [a[1:3] for a in stage_argv] == [["-m", "launch.stage"]] * 3
+  assert f"--config.wandb.notes={HOSTILE}" in stage_argv[0]
+  assert tokens[-1][:5] == ["gcloud", "compute", "tpus", "queued-resources", "delete"]
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs", "a/b", "..", "", "report.md"])
+def test_unsafe_point_names_are_refused(tmp_path, capsys, name):
+  path = tmp_path / "bad.py"
+  path.write_text(f"def sweep(add):\n  add(name={name!r}, config='configs/t5.py:')\n")
+  assert sweep.main([str(path), "--root=r", "--dry_run"]) == 2
+  assert "point name" in capsys.readouterr().err
+
+
+def test_bad_invocations_are_one_line_errors(tmp_path, capsys):
+  exp = _hostile_experiment(tmp_path)
+  assert sweep.main([exp, "--root=r", "--only=nope", "--dry_run"]) == 2
+  assert "unknown point(s) ['nope']" in capsys.readouterr().err
+  assert sweep.main([exp, "--root=r", "--stages=pretrain,typo", "--dry_run"]) == 2
+  assert "unknown stage(s) ['typo']" in capsys.readouterr().err
+  assert sweep.main([exp, "--root=r", "--scale=paper", "--dry_run", "--no_validate"]) == 2
+  assert "--data_dir" in capsys.readouterr().err
+  assert sweep.main([exp, "--root=r", "--backend=tpu", "--dry_run"]) == 2
+  assert "--tpu=NAME" in capsys.readouterr().err
+
+
+def _script_stage(tmp_path, point, name, code="pass"):
+  """A stage whose command appends to <point>.log, then runs `code` (Python)."""
+  log = tmp_path / f"{point}.log"
+  prog = f"open({str(log)!r}, 'a').write({name!r} + '\\n')\n{code}"
+  return sweep.Stage(name, (sys.executable, "-c", prog),
+                     str(tmp_path / point / "sweep" / f"{name}.json"), every_process=False)
+
+
+def test_a_half_finished_study_resumes_where_it_stopped(tmp_path):
+  """Finished stages are skipped; the failed one and those after it run on the next call."""
+  flag = tmp_path / "fixed"
+  point = local.Point(name="a", config="c", overrides={})
+  plan = [(point, [_script_stage(tmp_path, "a", "pretrain"),
+                   _script_stage(tmp_path, "a", "mini",
+                                 f"import os, sys; sys.exit(0 if os.path.exists({str(flag)!r}) "
+                                 "else 1)"),
+                   _script_stage(tmp_path, "a", "evaluate")])]
+  assert sweep.run_local(plan, str(tmp_path), echo=lambda s: None) == {"a": (1, "mini")}
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "mini"]
+  flag.write_text("")
+  assert sweep.run_local(plan, str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "mini", "mini", "evaluate"]
+  marker = json.loads((tmp_path / "a" / "sweep" / "mini.json").read_text())
+  assert marker["command"][0] == sys.executable and marker["seconds"] >= 0
+  messages = []
+  sweep.run_local(plan, str(tmp_path), echo=messages.append)
+  assert "all stages done" in messages[0]
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "mini", "mini", "evaluate"]
+
+
+def test_points_run_in_parallel_and_a_preempted_point_stops_the_queue(tmp_path):
+  points = [local.Point(name=n, config="c", overrides={}) for n in "abcd"]
+  barrier = tmp_path / "b_started"
+  # a waits until b has started: only possible when two points run at once.
+  wait_for_b = (f"import os, time\nt = time.time()\nwhile not os.path.exists({str(barrier)!r}):"
+                "\n  assert time.time() - t < 30\n  time.sleep(0.05)")
+  plan = [(points[0], [_script_stage(tmp_path, "a", "pretrain", wait_for_b)]),
+          (points[1], [_script_stage(tmp_path, "b", "pretrain",
+                                     f"open({str(barrier)!r}, 'w')")])]
+  assert sweep.run_local(plan, str(tmp_path), parallel=2, echo=lambda s: None) == {
+      "a": (0, ""), "b": (0, "")}
+  plan = [(points[2], [_script_stage(tmp_path, "c", "pretrain", "import sys; sys.exit(75)")]),
+          (points[3], [_script_stage(tmp_path, "d", "pretrain")])]
+  results = sweep.run_local(plan, str(tmp_path), parallel=1, echo=lambda s: None)
+  assert results == {"c": (75, "pretrain")} and not (tmp_path / "d.log").exists()
+
+
+def test_stage_skips_when_marked_and_marks_only_on_success(tmp_path):
+  done = tmp_path / "m" / "s.json"
+  assert stage.main([f"--done={done}", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
+  assert not done.exists()
+  assert stage.main([f"--done={done}", "--", sys.executable, "-c", "print(1)"]) == 0
+  assert json.loads(done.read_text())["command"][-1] == "print(1)"
+  assert stage.main([f"--done={done}", "--", sys.executable, "-c", "raise SystemExit(9)"]) == 0
+  assert stage.main(["--done=x"]) == 2
+
+
+def test_kendall_tau_matches_scipy_and_hand_cases():
+  assert report.kendall_tau({"a": 1, "b": 2, "c": 3}, {"a": 10, "b": 20, "c": 30}) == (1.0, 3)
+  assert report.kendall_tau({"a": 1, "b": 2, "c": 3}, {"a": 3, "b": 2, "c": 1}) == (-1.0, 3)
+  # 4 points, one discordant pair of 6: (5 - 1) / 6.
+  tau, n = report.kendall_tau({"a": 1, "b": 2, "c": 3, "d": 4}, {"a": 1, "b": 3, "c": 2, "d": 4})
+  assert n == 4 and tau == pytest.approx(4 / 6)
+  rng = np.random.default_rng(0)
+  x, y = rng.normal(size=9), rng.normal(size=9)
+  ours = {str(i): v for i, v in enumerate(x)}
+  paper = {str(i): v for i, v in enumerate(y) if i != 4}  # a point the paper lacks
+  want = stats.kendalltau(np.delete(x, 4), np.delete(y, 4)).statistic
+  assert report.kendall_tau(ours, paper) == (pytest.approx(want), 8)
+  assert np.isnan(report.kendall_tau({"a": 1}, {"a": 1})[0])
+  assert report.ranks({"a": 3.0, "b": 5.0, "c": 3.0}) == {"a": 2, "b": 1, "c": 2}
+
+
+def test_report_ranks_our_mini_column_beside_the_paper(tmp_path):
+  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
+            for n, g, q in (("a", 83.0, 80.0), ("b", 82.0, 81.0), ("c", 75.0, 60.0))]
+  for name, mini in (("a", 40.0), ("b", 45.0), ("c", 30.0)):
+    (tmp_path / name / "mini").mkdir(parents=True)
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps({"mini": mini}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert "| eval loss | our mini | paper GLUE |" in text
+  assert "| a | no metrics | — | — | — | 40.00 | 83.00 | — | 80.00 |" in text
+  rows = {line.split(" | ")[1]: line for line in text.splitlines()
+          if line.startswith("| mini |")}
+  # ours: b > a > c; GLUE: a > b > c (one discordant pair: tau 1/3); SQuAD: b > a > c (tau 1).
+  assert "| 3 | 0.33 | a (2 vs 1), b (1 vs 2) |" in rows["GLUE"]
+  assert "| 3 | 1.00 | none |" in rows["SQuAD"]
+  assert (tmp_path / "eval_loss.png").exists()
+
+
+def test_report_command_line(tmp_path, capsys):
+  exp = _hostile_experiment(tmp_path)
+  assert report.main([exp, f"--root={tmp_path / 'missing'}"]) == 2
+  assert "does not exist" in capsys.readouterr().err
+  (tmp_path / "r").mkdir()
+  assert report.main([exp, f"--root={tmp_path / 'r'}"]) == 0
+  assert "No downstream scores yet" in (tmp_path / "r" / "report.md").read_text()
