@@ -55,7 +55,8 @@ def _format_value(value: Any) -> str:
   return repr(value)  # bools as True/False, tuples as Python literals (config_flags parses)
 
 
-_ADD_KEYS = ("name", "config", "overrides", "runlocal_overrides", "reference", "baseline")
+_ADD_KEYS = ("name", "config", "runlocal_config", "overrides", "runlocal_overrides", "reference",
+             "baseline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +117,8 @@ def collect(experiment: str, runlocal: bool = False) -> list[Point]:
   Args:
     experiment: path of a Python file defining `sweep(add)` (or a module name such as
       `experiments.t5_span_length`).
-    runlocal: append `runlocal` to every config arg and apply `runlocal_overrides`.
+    runlocal: append `runlocal` to every config arg (a point's `runlocal_config` replaces
+      its `config` then) and apply `runlocal_overrides`.
 
   Returns:
     The points.
@@ -152,7 +154,7 @@ def collect(experiment: str, runlocal: bool = False) -> list[Point]:
                        f"expected one of {list(COLUMNS)}.")
     overrides = dict(kwargs.get("overrides") or {})
     if runlocal:
-      config = _runlocal_arg(config)
+      config = _runlocal_arg(kwargs.get("runlocal_config") or config)
       overrides.update(kwargs.get("runlocal_overrides") or {})
     points.append(Point(name=name, config=config, overrides=overrides,
                         reference={c: float(reference[c]) for c in COLUMNS

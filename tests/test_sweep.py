@@ -260,3 +260,70 @@ def test_report_command_line(tmp_path, capsys):
   (tmp_path / "r").mkdir()
   assert report.main([exp, f"--root={tmp_path / 'r'}"]) == 0
   assert "No downstream scores yet" in (tmp_path / "r" / "report.md").read_text()
+
+
+# -- scaling study --------------------------------------------------------------------------
+
+
+
+def test_scaling_fit_recovers_known_exponents_and_the_frontier():
+  from launch import scaling
+  truth = scaling.Fit(E=1.69, A=406.4, alpha=0.34, B=410.7, beta=0.28)  # Hoffmann et al.
+  n, d = (g.ravel() for g in np.meshgrid(np.geomspace(1e5, 1e9, 5), np.geomspace(1e8, 1e11, 4)))
+  rng = np.random.default_rng(0)
+  loss = truth.loss(n, d) * (1 + 0.002 * rng.normal(size=n.size))  # 0.2 % noise
+  fit = scaling.fit_loss(n, d, loss)
+  assert fit.alpha == pytest.approx(0.34, abs=0.03) and fit.beta == pytest.approx(0.28, abs=0.03)
+  assert fit.E == pytest.approx(1.69, abs=0.05)
+  ci = scaling.bootstrap(n, d, loss, reps=40)
+  assert ci["alpha"][0] <= 0.34 <= ci["alpha"][1] and ci["beta"][0] <= 0.28 <= ci["beta"][1]
+  # The closed-form frontier is the minimum of L along C = 6 N D (checked on a fine grid).
+  c = 1e21
+  n_opt, d_opt = truth.compute_optimal(c)
+  grid = np.geomspace(n_opt / 100, n_opt * 100, 20001)
+  assert grid[np.argmin(truth.loss(grid, c / (6 * grid)))] == pytest.approx(n_opt, rel=1e-3)
+  assert 6 * n_opt * d_opt == pytest.approx(c)
+  with pytest.raises(ValueError, match=">= 5 points"):
+    scaling.fit_loss(n[:4], d[:4], loss[:4])
+
+
+def test_scaling_study_expands_at_both_scales():
+  tiny = local.collect("experiments/scaling.py", runlocal=True)
+  paper = local.collect("experiments/scaling.py")
+  assert [p.name for p in tiny] == [p.name for p in paper] and len(tiny) == 18
+  assert all("size=tiny" in p.config and "runlocal" in p.config for p in tiny)
+  assert {p.overrides["model.emb_dim"] for p in tiny} == {32, 64, 128}
+  assert {p.overrides["train.num_steps"] for p in paper} == {2 ** 16, 2 ** 17, 2 ** 18}
+  assert {p.config.split("size=")[1] for p in paper} == {"small", "base", "large"}
+  assert all(p.reference == {} for p in paper)
+
+
+def test_scaling_report_from_run_directories(tmp_path):
+  """N from each run's config.json, D from its steps, L from metrics.jsonl, then the fit."""
+  from launch import scaling
+  from lm import train
+  truth = scaling.Fit(E=2.0, A=300.0, alpha=0.5, B=80.0, beta=0.3)
+  points = [p for p in local.collect("experiments/scaling.py", runlocal=True)
+            if p.name.startswith("encoder_decoder")]
+  for p in points:
+    config = local.build_config(p)
+    workdir = tmp_path / p.name
+    train.write_config(config, workdir)
+    steps = config.train.num_steps
+    (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "eval_loss": 0.0}) + "\n")
+    fig = scaling.point_figures(str(workdir))
+    loss = float(truth.loss(fig["n"], fig["d"]))
+    (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "eval_loss": loss}) + "\n")
+  (tmp_path / points[0].name / "mini").mkdir()
+  (tmp_path / points[0].name / "mini" / "mini_suite.json").write_text('{"mini": 33.5}')
+  first = scaling.point_figures(str(tmp_path / points[0].name))
+  assert first["arch"] == "encoder_decoder" and first["mini"] == 33.5
+  data = local.build_config(points[0]).data
+  assert (data.batch_size, data.inputs_length) == (16, 64)
+  assert first["d"] == 250 * 16 * (64 + data.targets_length)  # steps x batch x (Li + Lt)
+  text = scaling.write_scaling_report(str(tmp_path), [p.name for p in points] + ["missing"],
+                                      reps=20)
+  assert "| missing | — | — | — | not finished | — |" in text
+  alpha = next(line for line in text.splitlines() if line.startswith("| alpha |"))
+  assert float(alpha.split("|")[2]) == pytest.approx(0.5, abs=0.05)
+  assert (tmp_path / "scaling.png").stat().st_size > 0
