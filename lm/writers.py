@@ -230,6 +230,9 @@ def resolve_wandb_mode(mode: str) -> str:
   return mode
 
 
+WANDB_SERVICE_ENV = "WANDB_SERVICE"
+
+
 def read_or_create_run_id(workdir: epath.Path) -> str:
   """The wandb run id stored in `<workdir>/wandb_run_id.txt`, created (atomically) if absent.
 
@@ -247,6 +250,20 @@ def read_or_create_run_id(workdir: epath.Path) -> str:
   run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
   workdir_lib.write_text_atomic(path, run_id + "\n")
   return run_id
+
+
+def own_wandb_service(environ=None) -> None:
+  """Forgets a wandb service inherited from a parent process, so this process starts its own.
+
+  wandb leaves its service's address in WANDB_SERVICE ("<version>-<pid>-<transport>-...",
+  the pid of the process that started it), and child processes join that service. A run
+  killed (SIGKILL) while joined stays registered there as "in use", so the same command
+  run again could not resume its wandb run. A service this process started is kept.
+  """
+  environ = os.environ if environ is None else environ
+  parts = environ.get(WANDB_SERVICE_ENV, "").split("-")
+  if len(parts) > 1 and parts[1] != str(os.getpid()):
+    del environ[WANDB_SERVICE_ENV]
 
 
 class WandbWriter:
@@ -270,6 +287,7 @@ class WandbWriter:
       wandb_dir = os.fspath(workdir)
     os.makedirs(wandb_dir, exist_ok=True)
     self.dir = wandb_dir
+    own_wandb_service()
     self.run = wandb.init(
         project=project, entity=entity or None, group=scrub_text(group) if group else None,
         name=scrub_text(name) if name else workdir.name,

@@ -133,3 +133,40 @@ def test_secrets_in_overrides_never_reach_wandb_files(tmp_path, monkeypatch):
             and SECRET.encode() in p.read_bytes()]
   assert not leaked, leaked
   assert writers.scrub_text("api_key=abc123 and sk-" + "z" * 24) == "[filtered] and [filtered]"
+
+
+_CHILD = """
+import os, sys
+from lm import writers
+w = writers.WandbWriter(sys.argv[1], mode="offline", project="lm-test")
+if sys.argv[2] == "kill":
+  os._exit(0)  # like SIGKILL: the run is never finished
+w.close()
+"""
+
+
+def test_a_killed_child_run_can_resume_under_a_parent_that_uses_wandb(tmp_path, monkeypatch):
+  """A parent's wandb service (WANDB_SERVICE) is not joined: a killed run's id stays free."""
+  import subprocess
+  import sys
+  monkeypatch.delenv("WANDB_API_KEY", raising=False)
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  parent = writers.WandbWriter(tmp_path / "parent", mode="offline", project="lm-test")
+  try:
+    assert os.environ.get(writers.WANDB_SERVICE_ENV)  # children would inherit it
+    run = str(tmp_path / "child")
+    for how in ("kill", "finish"):
+      out = subprocess.run([sys.executable, "-c", _CHILD, run, how], capture_output=True,
+                           text=True, timeout=300)
+      assert out.returncode == 0, out.stderr[-2000:]
+  finally:
+    parent.close()
+
+
+def test_own_wandb_service_keeps_only_this_process_service():
+  env = {writers.WANDB_SERVICE_ENV: "3-1-unix-/tmp/x.sock"}
+  writers.own_wandb_service(env)
+  assert env == {}
+  mine = {writers.WANDB_SERVICE_ENV: f"3-{os.getpid()}-tcp-localhost-4242"}
+  writers.own_wandb_service(mine)
+  assert mine == {writers.WANDB_SERVICE_ENV: f"3-{os.getpid()}-tcp-localhost-4242"}
