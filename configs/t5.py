@@ -11,11 +11,14 @@ Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.da
   python -c "from configs import t5; from lm import validate; validate.validate(t5.get_config('arch=causal'))"
 
 Hardware and time:
-  runlocal: 2-core CPU, 1 JAX device. Measured on this 2-core machine (shared with other jobs)
-    with the pieces the trainer calls (lm.config.data_spec + DataPipeline,
-    lm.steps.train_step jitted with partitioning shardings; not yet through lm.main):
-    ~13 s to train the 1000-piece tokenizer on first use (cached afterwards), ~10 s to
-    compile, then ~0.05 s/step: 1000 steps in ~80 s end to end.
+  runlocal: 2-core CPU, 1 JAX device. Measured on a 2-core machine (shared with other jobs)
+    when this config was written, before lm.main existed, with the pieces the trainer calls
+    (the data pipeline and lm.steps.train_step jitted with the run's shardings), and not
+    re-measured since: ~13 s to train the 1000-piece tokenizer on first use (cached
+    afterwards), ~10 s to compile, then ~0.05 s/step: 1000 steps in ~80 s end to end. The
+    pipeline has since switched to the vectorised objectives (other noise draws,
+    docs/speed.md), so read the losses below as a guide, not as exact values; a run's own
+    figures (loss, tokens_per_s) are in its <workdir>/metrics.jsonl.
     Expected metric (span corruption, tiny 2+2 model, batch 16 x 64/14 tokens, Adafactor,
     rsqrt lr 0.1 -> 0.032, seed 0), train loss averaged over the last 20 steps:
     5.46 at step 20, 4.70 at 100, 4.24 at 300, 3.99 at 500, 3.80 at 1000; token accuracy

@@ -9,7 +9,8 @@ Reads and writes the directory layout of ``transformers``' ``save_pretrained`` f
     save_hf_t5("/out/dir", config, params)   # transformers.from_pretrained("/out/dir") works
 
 The pure halves are ``hf_to_lm(hf_config, tensors, **overrides)`` and
-``lm_to_hf(config, params)``; ``read_safetensors`` / ``write`` do the I/O.
+``lm_to_hf(config, params)``; ``load_hf_t5`` (through ``read_safetensors``) and ``save_hf_t5``
+do the I/O.
 
 Mapping (HF name -> lm param; HF ``nn.Linear`` weights are [out, in] and are transposed;
 N = num_heads, H = d_kv, D = d_model, F = d_ff, V = vocab_size):

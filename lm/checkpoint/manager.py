@@ -11,7 +11,8 @@
 Each step directory holds three orbax items:
   state  the TrainState pytree (PyTreeCheckpointHandler, tensorstore; sharded arrays
          are written by every process, read back onto any target sharding),
-  data   the data iterator's state (JSON; bytes are base64-wrapped),
+  data   the data iterator's state and the caller's `extra` dict (the trainer's partial
+         logging window) (JSON; bytes are base64-wrapped),
   meta   {"signature": {...}, "step": n, "checksums": {leaf path: [c1, c2]}} (JSON).
 Orbax writes a step into `<step>.orbax-checkpoint-tmp-*` and renames it when all
 items are committed, so a save that died half-way is never listed (and stale tmp
@@ -454,7 +455,7 @@ def checkpoint_steps(directory: str | epath.Path) -> list[int]:
 
 def read_meta(directory: str | epath.Path, step: int | None = None, *,
               context: str = "checkpoint") -> dict[str, Any]:
-  """The `meta` item of a step (default the latest): {"step", "signature": {...}}.
+  """The `meta` item of a step (default the latest): {"step", "signature", "checksums"}.
 
   `context` starts the error messages (the command or setting at fault).
 

@@ -204,8 +204,8 @@ def pack_block(objective: BlockObjective, indices: Sequence[int], chunks: Sequen
   """objective + convert + first-fit packing of one block of chunks: dict of [R, L] rows.
 
   Equal-length chunks of an objective with one output length (span corruption, BERT, MASS,
-  full LM) are packed in closed form (`pack_dense`); otherwise by `packing.pack_examples`
-  otherwise by `first_fit_pack` (the same rows as packing.pack_examples). Either way the
+  full LM) are packed in closed form (`pack_dense`); otherwise by `first_fit_pack` (the same
+  rows as `packing.pack_examples`). Either way the
   rows are exactly first fit over the block.
   """
   dense = objective.name in ("span_corruption", "bert", "mass", "full_lm")
