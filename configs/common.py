@@ -11,17 +11,16 @@ from typing import Any
 
 import ml_collections
 
-_TRUE = ("1", "true", "yes", "y", "on")
-_FALSE = ("0", "false", "no", "n", "off")
+from lm.config import FALSE_WORDS, TRUE_WORDS
 
 
 def _parse_value(key: str, text: str, default: Any) -> Any:
   kind = type(default)
   if kind is bool:
     low = text.strip().lower()
-    if low in _TRUE:
+    if low in TRUE_WORDS:
       return True
-    if low in _FALSE:
+    if low in FALSE_WORDS:
       return False
     raise ValueError(f"config arg {key}={text!r}: expected a boolean (True/False).")
   if kind is int:

@@ -43,6 +43,9 @@ from lm.model import presets
 from lm.model.transformer import TransformerConfig
 
 
+# A run's resolved config in its workdir (written by lm/train.py, read by `load_config_json`).
+CONFIG_FILE = "config.json"
+
 # config.model fields that are not TransformerConfig fields: the preset's name and the two
 # facts the architecture-dependent TransformerConfig fields are derived from.
 MODEL_NAME_FIELDS = ("family", "size")
@@ -348,17 +351,18 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(_tuples(migrate(raw, path)))
 
 
-_TRUE = ("1", "true", "yes", "y", "on")
-_FALSE = ("0", "false", "no", "n", "off")
+# The words a boolean value may be written as (here and in configs/common.py's `parse_arg`).
+TRUE_WORDS = ("1", "true", "yes", "y", "on")
+FALSE_WORDS = ("0", "false", "no", "n", "off")
 
 
 def _parse_override_value(field: str, text: str, current: Any) -> Any:
   """`text` converted to the type of the field's current value (literal if it is None)."""
   if isinstance(current, bool):
     low = text.strip().lower()
-    if low in _TRUE:
+    if low in TRUE_WORDS:
       return True
-    if low in _FALSE:
+    if low in FALSE_WORDS:
       return False
     raise ValueError(f"--config.{field}={text!r}: expected a boolean (true/false).")
   if isinstance(current, int):

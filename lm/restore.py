@@ -42,7 +42,7 @@ from lm.data import features
 from lm.data import tokenizer as tokenizer_lib
 from lm.model.transformer import Transformer, TransformerConfig
 
-CONFIG_FILE = "config.json"          # written by lm/train.py
+CONFIG_FILE = config_lib.CONFIG_FILE  # written by lm/train.py
 CHECKPOINT_DIR = "checkpoints"
 HF_SPM_FILE = "spiece.model"         # transformers' T5Tokenizer file name
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"

@@ -31,8 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SCORE_KEYS = ("log_likelihood", "mean_log_likelihood", "num_tokens", "num_correct")
-
 
 def token_log_likelihoods(logits: jax.Array, targets: jax.Array) -> jax.Array:
   """log softmax(logits)[target] per position.

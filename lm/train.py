@@ -54,7 +54,7 @@ from lm.downstream import finetune
 from lm.model import accounting
 from lm.model.transformer import Transformer, TransformerConfig
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = config_lib.CONFIG_FILE
 
 
 class Preempted(Exception):

@@ -62,10 +62,6 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _TWO_TO_MINUS_53 = 2.0 ** -53
 
-# Objectives with a batched definition here (the mixture is not one of them yet).
-BATCHED_OBJECTIVES = ("span_corruption", "iid_replace_spans", "drop_tokens", "bert", "mass",
-                      "prefix_lm", "full_lm")
-
 Batch = dict  # {"inputs": int32[B, Li'], "targets": int32[B, Lt']}
 
 
@@ -463,6 +459,7 @@ def prefix_lm(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   return {"inputs": _split_rows(tokens, prefix), "targets": _split_rows(tokens, ~prefix)}
 
 
+# Objectives with a batched definition here (the mixture is not one of them yet).
 BATCHED = {
     "span_corruption": span_corruption,
     "iid_replace_spans": iid_replace_spans,
@@ -472,6 +469,7 @@ BATCHED = {
     "prefix_lm": prefix_lm,
     "full_lm": full_lm,
 }
+BATCHED_OBJECTIVES = tuple(BATCHED)  # their names
 
 
 # ----------------------------------------------------------------------------- conversion
