@@ -121,11 +121,10 @@ def _rules(config: ml_collections.ConfigDict | None) -> tuple[tuple[str, Any], .
 
 
 def run_tokenizer(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
-  """The tokenizer a run trained with (the same logic as lm.data.pipeline.DataPipeline)."""
+  """The tokenizer a run trained with (`lm.data.tokenizer.run_tokenizer`, as its pipeline)."""
   d = config.data
-  if d.tokenizer:
-    return tokenizer_lib.load_tokenizer(d.tokenizer, extra_ids=d.extra_ids)
-  return tokenizer_lib.default_tokenizer(d.default_vocab_size, extra_ids=d.extra_ids)
+  return tokenizer_lib.run_tokenizer(d.tokenizer, default_vocab_size=d.default_vocab_size,
+                                     extra_ids=d.extra_ids)
 
 
 def _model_diff(a: dict[str, Any], b: dict[str, Any], skip=(), names=("", "")) -> list[str]:

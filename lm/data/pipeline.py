@@ -459,10 +459,9 @@ class DataPipeline:
     self.batch_size = self.rows_per_shard * len(self.shards)
     self.eval_batch_size = self.eval_rows_per_shard * len(self.shards)
     if tokenizer is None:
-      tokenizer = (tokenizer_lib.load_tokenizer(spec.tokenizer, extra_ids=spec.extra_ids)
-                   if spec.tokenizer else
-                   tokenizer_lib.default_tokenizer(spec.default_vocab_size,
-                                                   extra_ids=spec.extra_ids))
+      tokenizer = tokenizer_lib.run_tokenizer(spec.tokenizer,
+                                              default_vocab_size=spec.default_vocab_size,
+                                              extra_ids=spec.extra_ids)
     if tokenizer.extra_ids != spec.extra_ids:
       raise ValueError(f"Tokenizer has {tokenizer.extra_ids} extra ids, spec {spec.extra_ids}.")
     self.tokenizer = tokenizer

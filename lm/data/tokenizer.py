@@ -331,6 +331,17 @@ def default_tokenizer(vocab_size: int = 8000, *, extra_ids: int = DEFAULT_EXTRA_
   return tok
 
 
+def run_tokenizer(path: str | None, *, default_vocab_size: int, extra_ids: int) -> Tokenizer:
+  """The tokenizer of a run: the SentencePiece model at `path` (config.data.tokenizer), or, when
+  there is none, `default_tokenizer(default_vocab_size)`; both with `extra_ids` sentinels.
+
+  The one place this choice is made: the data pipeline and lm.restore both call it.
+  """
+  if path:
+    return load_tokenizer(path, extra_ids=extra_ids)
+  return default_tokenizer(default_vocab_size, extra_ids=extra_ids)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Command line: `python -m lm.data.tokenizer train --output=... --vocab_size=...`."""
   parser = argparse.ArgumentParser(
