@@ -23,7 +23,8 @@ Exit status (docs/robustness.md):
       (launch/local.py and launch/slurm.sh treat it as "resume later")
 
 This is the training entry point's flag module; the other command-line tools (lm.evaluate,
-lm.decode, lm.plan) define their own flags, and no library module does.
+lm.decode, lm.plan; the `main` of lm.data.tokenizer, lm.checkpoint.hf_t5 and
+lm.downstream.mini_suite) parse their own arguments, and no library function does.
 """
 from __future__ import annotations
 
