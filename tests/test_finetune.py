@@ -1,6 +1,12 @@
 """Fine-tuning: configs/finetune.py, the trainer with a task's data, exact resume, best checkpoint."""
 import json
 import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -105,6 +111,109 @@ def test_killed_and_resumed_finetuning_is_exact(tmp_path):
     result = json.load(f)
   assert set(result["results"]) == {"test_copy"} and result["tasks"]["test_copy"][
       "num_examples"] == 8
+  # The per-task best results (T5's reporting) are written and resume exactly too.
+  with open(os.path.join(whole, "eval", "tasks_best.json")) as a, open(
+      os.path.join(split, "eval", "tasks_best.json")) as b:
+    best = json.load(a)
+    assert best == json.load(b)
+  assert best["evaluated_steps"] == [4, 8] and best["steps"]["test_copy"] in (4, 8)
+
+
+def test_task_metrics_and_score_are_logged_to_wandb(tmp_path, monkeypatch):
+  """The task evaluation's values reach wandb (a recording stand-in for WandbWriter), at
+  the evaluation step, with the fine-tuning project and the task as a tag."""
+  from lm import train, writers
+  from lm.downstream import finetune
+  runs = []
+
+  class RecordingWandb:
+    def __init__(self, workdir, **kwargs):
+      self.kwargs, self.logged = kwargs, []
+      runs.append(self)
+
+    def write(self, step, metrics, **kwargs):
+      del kwargs
+      self.logged.append((step, dict(metrics)))
+
+    def close(self):
+      pass
+
+  monkeypatch.setattr(writers, "WandbWriter", RecordingWandb)
+  workdir = str(tmp_path / "run")
+  train.train_and_evaluate(_config(steps=4, eval_every=4, **{"wandb.mode": "offline"}), workdir)
+  (run,) = runs
+  assert run.kwargs["project"] == "lm-finetune" and "test_copy" in run.kwargs["tags"]
+  evals = [(step, m) for step, m in run.logged if finetune.SCORE_KEY in m]
+  assert [step for step, _ in evals] == [4]
+  with open(os.path.join(workdir, "eval", "tasks_step_4.json")) as f:
+    result = json.load(f)
+  em = result["results"]["test_copy"]["exact_match"]
+  assert evals[0][1]["eval/test_copy/exact_match"] == pytest.approx(em)
+  assert evals[0][1][finetune.SCORE_KEY] == pytest.approx(em)
+
+
+_KILL_DRIVER = """
+import sys, time
+sys.path[:0] = [{tests!r}, {repo!r}]
+import downstream_fixtures as fx
+fx.tokenizer_path = lambda: {tokenizer!r}  # the parent's tokenizer file (same checkpoint signature)
+import test_finetune
+from lm import train
+from lm.downstream import finetune
+real = finetune.evaluate
+
+def evaluate(*args, step=0, **kwargs):
+  out = real(*args, step=step, **kwargs)
+  if step == 6:  # step 6 evaluated and written, its checkpoint not yet saved: wait for the kill
+    open({marker!r}, "w").close()
+    time.sleep(600)
+  return out
+
+finetune.evaluate = evaluate
+train.train_and_evaluate(test_finetune._config(steps=8, eval_every=2), {workdir!r})
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
+  """A fine-tuning run SIGKILLed between checkpoints (step 4 saved, step 6 evaluated) and
+  started again ends exactly like an uninterrupted run: metrics (train windows and task
+  evaluations), predictions, per-task best results and parameters."""
+  from lm import train
+  tests = pathlib.Path(__file__).resolve().parent
+  whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
+  marker = str(tmp_path / "at_step_6")
+  train.train_and_evaluate(_config(steps=8, eval_every=2), whole)
+  driver = tmp_path / "driver.py"
+  driver.write_text(textwrap.dedent(_KILL_DRIVER.format(
+      tests=str(tests), repo=str(tests.parent), tokenizer=fx.tokenizer_path(), marker=marker,
+      workdir=killed)))
+  proc = subprocess.Popen([sys.executable, str(driver)], cwd=str(tests.parent),
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 300
+  while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.05)
+  alive = proc.poll() is None
+  proc.send_signal(signal.SIGKILL)
+  _, err = proc.communicate()
+  assert alive and os.path.exists(marker), err[-3000:]
+  from lm import checkpoint
+  assert checkpoint.checkpoint_steps(os.path.join(killed, "checkpoints")) == [2, 4]
+  assert os.path.exists(os.path.join(killed, "eval", "tasks_step_6.json"))  # left by the killed run
+
+  train.train_and_evaluate(_config(steps=8, eval_every=2), killed)
+  assert _comparable(killed) == _comparable(whole)
+  for step in (2, 4, 6, 8):
+    name = f"eval/tasks_step_{step}.test_copy.validation.jsonl"
+    with open(os.path.join(whole, name)) as a, open(os.path.join(killed, name)) as b:
+      assert a.read() == b.read()
+  with open(os.path.join(whole, "eval", "tasks_best.json")) as a, open(
+      os.path.join(killed, "eval", "tasks_best.json")) as b:
+    assert json.load(a) == json.load(b)
+  import jax
+  for a, b in zip(jax.tree.leaves(_params(whole, 8)), jax.tree.leaves(_params(killed, 8))):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_best_checkpoint_is_the_best_scored_step(tmp_path, monkeypatch):

@@ -1,8 +1,11 @@
-"""lm.downstream.mini_suite: the mini suite end to end, and that it measures pre-training.
+"""lm.downstream.mini_suite: the mini suite end to end, and what it shows of pre-training.
 
-The slow test is the issue's claim (docs/downstream_mini.md "Does it measure anything?"):
-the tiny model pre-trained for a few hundred steps, fine-tuned on the suite, beats the same
-model fine-tuned from random initialisation with the same settings on most of the suite.
+The slow test runs the suite for the tiny model pre-trained for a few hundred steps and for
+the same model from random initialisation. It asserts only that pre-training lowers the
+fine-tuning loss: at this budget neither model learns the tasks' output formats, so the
+suite's scores sit near chance for both and are not compared. The issue's claim (the
+pre-trained model beats random initialisation on most of the suite's tasks) is NOT shown
+by this test (docs/downstream_mini.md "Does it measure anything?").
 """
 import json
 import pathlib

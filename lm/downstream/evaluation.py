@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -325,4 +326,127 @@ def write_results(workdir, step: int, outputs: Mapping[str, Mapping[str, Any]], 
     workdir_lib.write_text_atomic(predictions_path(workdir, step, name, o["split"]), lines)
   workdir_lib.write_text_atomic(path, json.dumps(_json_safe(record), indent=2,
                                                  sort_keys=True) + "\n")
+  return path
+
+
+# ---------------------------------------------------------------------------------------
+# The best evaluated step per task (T5's reporting: `t5/evaluation/eval_utils.py`,
+# `metric_group_max`).
+
+BEST_RESULTS_FILE = "tasks_best.json"
+_STEP_FILE = re.compile(r"^tasks_step_(\d+)\.json$")
+
+
+def metric_groups(task_names: Iterable[str]) -> list[tuple[str, ...]]:
+  """The tasks whose best step is chosen together, as T5 grouped metrics.
+
+  Each task is its own group (its metrics are averaged, e.g. MRPC's F1 and accuracy),
+  except tasks that one benchmark entry averages together (lm.downstream.mixtures'
+  GLUE_AVERAGE / SUPER_GLUE_AVERAGE): MNLI matched and mismatched share one step, as T5's
+  "MNLI" group did. Groups come in the order of their first task in `task_names`.
+  """
+  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  names = list(dict.fromkeys(task_names))
+  joint: dict[str, tuple[str, ...]] = {}
+  for spec in (mixtures.GLUE_AVERAGE, mixtures.SUPER_GLUE_AVERAGE):
+    for parts in spec.values():
+      tasks = tuple(dict.fromkeys(t for t, _ in parts))
+      if len(tasks) > 1:
+        for t in tasks:
+          joint[t] = tasks
+  groups: list[tuple[str, ...]] = []
+  for name in names:
+    group = tuple(t for t in joint.get(name, (name,)) if t in names)
+    if group not in groups:
+      groups.append(group)
+  return groups
+
+
+def _group_score(results: Mapping[str, Mapping[str, Any]], group: Sequence[str]) -> float:
+  """Mean of every metric of the group's tasks; -inf when one is missing or not finite
+  (T5 fills NaN with -1e9 before taking the best step)."""
+  values = []
+  for task in group:
+    metrics = results.get(task)
+    if not metrics:
+      return -math.inf
+    for v in metrics.values():
+      if v is None or not math.isfinite(float(v)):
+        return -math.inf
+      values.append(float(v))
+  return float(np.mean(values)) if values else -math.inf
+
+
+def select_best(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+  """Per metric group, the evaluated step with the highest group score.
+
+  T5 reported each task at its own best validation checkpoint (a model fine-tuned on a
+  mixture is not scored at one common step): `eval_utils.metric_group_max` takes, for each
+  metric group, the step where the mean of the group's metrics is highest (the earliest
+  such step on ties). lm's groups are `metric_groups`.
+
+  Args:
+    records: `write_results` records ({"step", "results": {task: metrics}}), any order.
+
+  Returns:
+    {"results": {task: metrics at its group's best step}, "steps": {task: that step},
+    "evaluated_steps": [every step seen, ascending]}; empty dicts when there are no records.
+  """
+  records = sorted(records, key=lambda r: int(r["step"]))
+  names = [t for r in records for t in r["results"]]
+  results: dict[str, dict[str, Any]] = {}
+  steps: dict[str, int] = {}
+  for group in metric_groups(names):
+    together = any(all(t in r["results"] for t in group) for r in records)
+    # A group whose tasks were never evaluated at one step: each task on its own.
+    for sub in [group] if together else [(t,) for t in group]:
+      best = None
+      for r in records:  # strictly greater: the earliest best step wins ties
+        if all(t in r["results"] for t in sub) and (
+            best is None or _group_score(r["results"], sub) > _group_score(best["results"], sub)):
+          best = r
+      for task in sub:
+        results[task], steps[task] = dict(best["results"][task]), int(best["step"])
+  return {"results": results, "steps": steps,
+          "evaluated_steps": [int(r["step"]) for r in records]}
+
+
+def read_results(workdir, *, up_to_step: int | None = None) -> list[dict[str, Any]]:
+  """Every `<workdir>/eval/tasks_step_<N>.json` record (N <= up_to_step when given: a run
+  resumed after a kill ignores the files its killed predecessor wrote past its step)."""
+  import json  # pylint: disable=g-import-not-at-top
+  directory = results_path(workdir, 0).parent
+  if not directory.exists():
+    return []
+  records = []
+  for path in directory.iterdir():
+    m = _STEP_FILE.match(path.name)
+    if not m or (up_to_step is not None and int(m.group(1)) > up_to_step):
+      continue
+    record = json.loads(path.read_text())
+    records.append({"step": int(m.group(1)), "results": record.get("results") or {}})
+  return sorted(records, key=lambda r: r["step"])
+
+
+def write_best_results(workdir, *, up_to_step: int | None = None) -> Any:
+  """Writes `<workdir>/eval/tasks_best.json`: `select_best` of the run's results files,
+  plus the GLUE / SuperGLUE averages (lm.downstream.mixtures) when every task they need is
+  there. Returns its path (process 0), else None."""
+  import json  # pylint: disable=g-import-not-at-top
+  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  if jax.process_index() != 0:
+    return None
+  best = select_best(read_results(workdir, up_to_step=up_to_step))
+  averages = {}
+  for name, fn in (("glue", mixtures.glue_average), ("super_glue", mixtures.super_glue_average)):
+    try:
+      averages[name] = fn(best["results"])
+    except ValueError:  # not every task of the benchmark was evaluated
+      pass
+  best["averages"] = averages
+  path = results_path(workdir, 0).parent / BEST_RESULTS_FILE
+  path.parent.mkdir(parents=True, exist_ok=True)
+  workdir_lib.write_text_atomic(path, json.dumps(_json_safe(best), indent=2, sort_keys=True)
+                                + "\n")
   return path

@@ -9,9 +9,11 @@ lm/train.py calls three functions when `config.finetune.tasks` is set (configs/f
 
 `evaluate` decodes every evaluation task's split with lm.downstream.evaluation, writes
 `<workdir>/eval/tasks_step_<N>.json` (+ predictions, as `python -m lm.evaluate --task`),
-and returns flat metrics for metrics.jsonl / wandb and for `ckpt.keep_best`, whose
-`best_metric` is SCORE_KEY by default: the mean over tasks of each task's mean metric
-(T5's averaging, docs/finetuning.md). See docs/finetuning.md.
+updates `<workdir>/eval/tasks_best.json` (each task at its own best step so far, as T5
+reported a mixture's tasks: evaluation.select_best), and returns flat metrics for
+metrics.jsonl / wandb and for `ckpt.keep_best`, whose `best_metric` is SCORE_KEY by
+default: the mean over tasks of each task's mean metric (T5's averaging,
+docs/finetuning.md). See docs/finetuning.md.
 """
 from __future__ import annotations
 
@@ -118,6 +120,7 @@ def evaluate(config: ml_collections.ConfigDict, model, params, tokenizer, *, mes
         rules=rules)
   if workdir is not None:
     evaluation.write_results(workdir, step, outputs, architecture=config.model.architecture)
+    evaluation.write_best_results(workdir, up_to_step=step)
   values = flat_metrics(outputs)
   logging.info("step %d task eval: %s", step, values)
   return values

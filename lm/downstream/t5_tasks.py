@@ -241,17 +241,28 @@ def wsc_simple_preprocess(raw: Example, task: str = "super_glue_wsc") -> dict[st
   split keeps only the examples where it is (`wsc_train_filter`).
   """
   marked = re.sub(" X ", lambda _: " *" + raw["span2_text"] + "* ", _wsc_inputs(raw, task))
-  label = raw.get("label", 0)
-  if label not in (-1, 0, 1, True, False):
-    raise ValueError(f"task {task!r}: label {label!r} is outside the label set [0, 1]; "
-                     "expected 0, 1 (or -1 for no label).")
-  return {"inputs": "wsc: " + marked, "targets": raw["span1_text"], "label": int(label),
+  label = _wsc_label(raw.get("label", 0), task)
+  return {"inputs": "wsc: " + marked, "targets": raw["span1_text"], "label": label,
           "idx": raw.get("idx")}
 
 
+def _wsc_label(label: Any, task: str = "super_glue_wsc") -> int:
+  """WSC's label as an int: 1 (the candidate is the referent), 0, or -1 (no label)."""
+  if label not in (-1, 0, 1, True, False):
+    raise ValueError(f"task {task!r}: label {label!r} is outside the label set [0, 1]; "
+                     "expected 0, 1 (or -1 for no label).")
+  return int(label)
+
+
 def wsc_train_filter(split: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-  """T5 trains WSC on the examples whose candidate is the referent (correct_referent_only)."""
-  return [r for r in rows if r.get("label") == 1] if split == "train" else rows
+  """T5 trains WSC on the examples whose candidate is the referent (correct_referent_only).
+
+  Every row's label is checked first, so a label outside the label set is an error on the
+  training split too rather than a row silently filtered out.
+  """
+  if split != "train":
+    return rows
+  return [r for r in rows if _wsc_label(r.get("label", 0)) == 1]
 
 
 _WSC_DETERMINERS = frozenset({

@@ -116,6 +116,15 @@ def test_empty_file(tmp_path, kind):
     get_task("glue_rte").examples("train", str(tmp_path))
 
 
+def test_empty_save_to_disk_split(tmp_path):
+  datasets = pytest.importorskip("datasets")
+  empty = datasets.Dataset.from_dict({"sentence1": [], "sentence2": [], "label": []})
+  datasets.DatasetDict({"train": empty}).save_to_disk(str(tmp_path / "glue" / "rte"))
+  state = str(tmp_path / "glue" / "rte" / "train" / "state.json")
+  with pytest.raises(ValueError, match=rf"task 'glue_rte': '{state}' is empty \(no examples\)"):
+    get_task("glue_rte").examples("train", str(tmp_path))
+
+
 def test_bad_json_line(tmp_path):
   path = tmp_path / "train.jsonl"
   path.write_text('{"a": 1}\n{not json\n')

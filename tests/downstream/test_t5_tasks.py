@@ -47,6 +47,10 @@ def test_unknown_task_lists_known_ones():
     get_task("glue_mnlii")
 
 
+WSC_ROW = {"text": "Mitchell asked Tom if he could lend some money.", "span1_index": 2,
+           "span1_text": "Tom", "span2_index": 4, "span2_text": "he", "label": 1, "idx": 1}
+
+
 # ------------------------------------------------------------------------------- GLUE
 
 GLUE_CASES = [
@@ -117,6 +121,24 @@ def test_label_outside_label_set(tmp_path, label):
   write(tmp_path, "glue/cola", "train", [{"sentence": "x", "label": label, "idx": 0}])
   with pytest.raises(ValueError, match=r"task 'glue_cola': label .* expected .*0\.\.1"):
     get_task("glue_cola").examples("train", str(tmp_path))
+
+
+@pytest.mark.parametrize("task,subdir,split,row", [
+    ("glue_mnli", "glue/mnli", "train", {"premise": "P", "hypothesis": "H", "label": 3}),
+    ("super_glue_cb", "super_glue/cb", "validation",
+     {"premise": "P", "hypothesis": "H", "label": 3, "idx": 0}),
+    ("super_glue_multirc", "super_glue/multirc", "train",
+     {"paragraph": "P", "question": "Q", "answer": "A", "label": 2,
+      "idx": {"paragraph": 0, "question": 0, "answer": 0}}),
+    ("super_glue_wsc", "super_glue/wsc.fixed", "validation", {**WSC_ROW, "label": 2}),
+    # The training split keeps only label 1 (T5's correct_referent_only): a label outside
+    # the set must be an error there too, not a row silently filtered out.
+    ("super_glue_wsc", "super_glue/wsc.fixed", "train", {**WSC_ROW, "label": 2}),
+], ids=["mnli", "cb", "multirc", "wsc_validation", "wsc_train"])
+def test_label_outside_label_set_of_other_tasks(tmp_path, task, subdir, split, row):
+  write(tmp_path, subdir, split, [row])
+  with pytest.raises(ValueError, match=rf"task '{task}': label .* is outside the label set"):
+    get_task(task).examples(split, str(tmp_path))
 
 
 # ------------------------------------------------------------------------------ STS-B
