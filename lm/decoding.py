@@ -399,12 +399,26 @@ def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
   return batch
 
 
+def _shared_by_beams(path) -> bool:
+  """True for the cache leaves that depend on the encoder input alone (cross-attention keys
+  and values, ``encoder_valid``): the same for every beam of an example, so beam search
+  keeps one copy per example (``lm.model.attention.cached_attention``)."""
+  names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
+  return "encoder_decoder_attention" in names or "encoder_valid" in names
+
+
 def _cache_gather_fn(config: TransformerConfig):
-  """Row gather for {"cache": flax cache, "lengths": int32[N]} (scanned layer caches have
-  the batch on axis 1; the shared cache_index is 0-d)."""
+  """Row gather for {"cache": flax cache, "lengths": int32[N]} in beam search.
+
+  Leaves with one row per beam are indexed (scanned layer caches have the batch on axis 1;
+  the shared cache_index is 0-d). Leaves shared by an example's beams (``_shared_by_beams``)
+  keep their Bc = N / beam_size rows untouched: beam search only ever maps a row to a row of
+  the same example (``beam_search`` expands with ``repeat(arange(B), K)`` and reorders
+  within each example), which they already hold.
+  """
   def gather(state, indices):
     def leaf(path, x):
-      if jnp.ndim(x) == 0:
+      if jnp.ndim(x) == 0 or _shared_by_beams(path):
         return x
       scanned = config.scan_layers and in_scanned_stack(path)
       return jnp.take(x, indices, axis=1 if scanned else 0)

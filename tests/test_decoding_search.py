@@ -370,3 +370,19 @@ def test_hf_t5_checkpoints_decode_like_transformers_generate(name):
       max_decode_length=m))(params, batch, jax.random.PRNGKey(0), ids)
   np.testing.assert_array_equal(np.asarray(beam[0]), golden["beam_tokens"])
   np.testing.assert_allclose(np.asarray(beam[1]), golden["beam_scores"], atol=1e-4)
+
+
+def test_beam_state_keeps_one_encoder_cache_per_example():
+  """Beam search copies the per-beam cache rows but keeps the cross-attention keys/values
+  and encoder mask at one row per example (their beams share them)."""
+  cfg = tiny(num_decoder_layers=2)
+  model, params = model_and_params(cfg)
+  batch = decoding.prompt_batch(PROMPTS, cfg)
+  _, state, _, gather = decoding.model_decoder(model, params, batch, max_decode_length=4)
+  expanded = gather(state, jnp.repeat(jnp.arange(3), 2))
+  rows = {jax.tree_util.keystr(path): x.shape[0]
+          for path, x in jax.tree_util.tree_leaves_with_path(expanded) if x.ndim}
+  shared = {k: n for k, n in rows.items() if "encoder_decoder_attention" in k or "encoder_valid" in k}
+  per_beam = {k: n for k, n in rows.items() if k not in shared}
+  assert shared and set(shared.values()) == {3}, shared
+  assert any("self_attention" in k for k in per_beam) and set(per_beam.values()) == {6}, per_beam

@@ -10,11 +10,15 @@ Params of ``MultiHeadAttention`` (no biases), all init variance_scaling(1.0, "fa
   query, key, value: float32[D, N, H]  ("embed", "heads", "kv")
   out:               float32[N, H, D]  ("heads", "kv", "embed")
 
-Cache collection ("cache") when decoding:
-  self-attention:  cached_key, cached_value: dtype[B, max_length, N, H]; prefill writes
-                   positions [0, P), each step writes the slots at ``cache_index``.
-  cross-attention: cached_key, cached_value: dtype[B, S_enc, N, H], written at prefill from
-                   the encoder output and read by every step.
+Cache collection ("cache") when decoding, laid out [B, N, H, S] (keys and values alike):
+the layout both of a step's products read without a transpose, so a step never copies a
+cache (with [B, S, N, H], XLA:CPU transposed every layer's whole cache at every step).
+  self-attention:  cached_key, cached_value: dtype[B, N, H, max_length]; prefill writes
+                   slots [0, P), each step writes the slots at ``cache_index``.
+  cross-attention: cached_key, cached_value: dtype[Bc, N, H, S_enc], written at prefill from
+                   the encoder output and read by every step. A step's queries may have
+                   R * Bc rows (beam search: rows c * R + r share cache row c), so the
+                   encoder's keys are never copied per beam.
 
 Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim.
 """
@@ -66,6 +70,34 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, (b, n, 1, s))
     scale = jnp.where(keep, 1.0 / (1.0 - dropout_rate), 0.0).astype(jnp.float32)
   return fast_grads.attend(query, key, value, biases, scale, jnp.dtype(dtype))
+
+
+def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32):
+  """``softmax(Q K^T + sum(biases)) V`` against a decoding cache (no dropout, no gradient).
+
+  Args:
+    query: [B, L, N, H] with B = R * Bc; query rows c * R + r (r < R) read cache row c.
+    key, value: [Bc, N, H, S], the cache layout (module docstring).
+    biases: tuple of float32 arrays broadcastable to [B, N, L, S] when R == 1; when R > 1,
+      each has 1 or Bc rows and a query axis of size 1 (the cross-attention mask).
+    dtype: dtype of the weights fed to the value einsum and of the result.
+  Returns:
+    dtype[B, L, N, H].
+  """
+  b, l, n, h = query.shape
+  bc, s = key.shape[0], key.shape[-1]
+  assert key.shape == value.shape == (bc, n, h, s), (query.shape, key.shape, value.shape)
+  assert b % bc == 0, (query.shape, key.shape)
+  r = b // bc
+  for x in biases:
+    assert r == 1 or (x.shape[0] in (1, bc) and x.shape[-2] == 1), (x.shape, query.shape, key.shape)
+  q = query.reshape(bc, r * l, n, h)
+  logits = jnp.einsum("BLNH,BNHS->BNLS", q, key, preferred_element_type=jnp.float32)
+  for x in biases:
+    logits = logits + jnp.asarray(x, jnp.float32)
+  probs = jax.nn.softmax(logits, axis=-1)
+  out = jnp.einsum("BNLS,BNHS->BLNH", probs.astype(dtype), value.astype(dtype))
+  return out.reshape(b, l, n, h)
 
 
 class MultiHeadAttention(nn.Module):
@@ -143,25 +175,38 @@ class MultiHeadAttention(nn.Module):
                                       value if not cross_step else None,
                                       cache_mode, cache_index, max_length, inputs_q.shape[0])
 
-    dropout_rng = None
-    if not deterministic and self.dropout_rate > 0.0:
-      dropout_rng = self.make_rng("dropout")
-    out = dot_product_attention(query, key, value, bias, dropout_rate=self.dropout_rate,
-                                dropout_rng=dropout_rng, deterministic=deterministic,
-                                dtype=self.dtype)
+    if cache_mode == "step":
+      biases = () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
+      out = cached_attention(query, key, value, biases, dtype=self.dtype)
+    else:
+      dropout_rng = None
+      if not deterministic and self.dropout_rate > 0.0:
+        dropout_rng = self.make_rng("dropout")
+      out = dot_product_attention(query, key, value, bias, dropout_rate=self.dropout_rate,
+                                  dropout_rng=dropout_rng, deterministic=deterministic,
+                                  dtype=self.dtype)
     out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
     y = dense(out, out_kernel.astype(self.dtype), num_contract=2)  # [B, L, D]
     return nn.with_logical_constraint(y, ("batch", "length", "embed"))
 
   def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):
-    """Writes new keys/values into the cache; returns the keys/values to attend over."""
+    """Writes new keys/values into the cache; returns the keys/values to attend over.
+
+    Prefill returns the new keys/values as they are ([B, S, N, H], for the full-forward
+    attention of the prefix); a step returns the whole cache ([B, N, H, S]).
+    """
     n, h = self.num_heads, self.head_dim
+
+    def cache_layout(x):  # [B, S, N, H] -> [B, N, H, S]
+      return jnp.transpose(x, (0, 2, 3, 1)).astype(self.dtype)
+
     if self.kind == "cross":
       if cache_mode == "prefill":
-        ck = self.variable("cache", "cached_key", jnp.zeros, key.shape, self.dtype)
-        cv = self.variable("cache", "cached_value", jnp.zeros, value.shape, self.dtype)
-        ck.value, cv.value = key.astype(self.dtype), value.astype(self.dtype)
+        shape = (key.shape[0], n, h, key.shape[1])
+        ck = self.variable("cache", "cached_key", jnp.zeros, shape, self.dtype)
+        cv = self.variable("cache", "cached_value", jnp.zeros, shape, self.dtype)
+        ck.value, cv.value = cache_layout(key), cache_layout(value)
         return key, value
       if not self.has_variable("cache", "cached_key"):
         raise ValueError("cross-attention step without a cache: run Transformer.prefill first")
@@ -172,11 +217,11 @@ class MultiHeadAttention(nn.Module):
     if cache_mode == "prefill":
       if max_length is None or max_length < key.shape[1]:
         raise ValueError(f"prefill needs max_length >= prefix length {key.shape[1]}, got {max_length}")
-      shape = (batch, max_length, n, h)
+      shape = (batch, n, h, max_length)
       ck = self.variable("cache", "cached_key", jnp.zeros, shape, self.dtype)
       cv = self.variable("cache", "cached_value", jnp.zeros, shape, self.dtype)
-      ck.value = jnp.zeros(shape, self.dtype).at[:, :key.shape[1]].set(key.astype(self.dtype))
-      cv.value = jnp.zeros(shape, self.dtype).at[:, :value.shape[1]].set(value.astype(self.dtype))
+      ck.value = jnp.zeros(shape, self.dtype).at[..., :key.shape[1]].set(cache_layout(key))
+      cv.value = jnp.zeros(shape, self.dtype).at[..., :value.shape[1]].set(cache_layout(value))
       return key, value  # the prefix attends over itself, exactly as the full forward pass
     if not self.has_variable("cache", "cached_key"):
       raise ValueError("self-attention step without a cache: run Transformer.prefill first")
@@ -184,6 +229,7 @@ class MultiHeadAttention(nn.Module):
     cv = self.variable("cache", "cached_value")
     idx = jnp.asarray(cache_index, jnp.int32)
     zero = jnp.zeros((), jnp.int32)
-    ck.value = jax.lax.dynamic_update_slice(ck.value, key.astype(self.dtype), (zero, idx, zero, zero))
-    cv.value = jax.lax.dynamic_update_slice(cv.value, value.astype(self.dtype), (zero, idx, zero, zero))
+    start = (zero, zero, zero, idx)
+    ck.value = jax.lax.dynamic_update_slice(ck.value, cache_layout(key), start)
+    cv.value = jax.lax.dynamic_update_slice(cv.value, cache_layout(value), start)
     return ck.value, cv.value

@@ -262,7 +262,7 @@ class Stack(nn.Module):
     Returns:
       (bool self-attention mask [B, 1, T, M] over the M cache slots, int32 query
       positions [B, T], int32 key positions [B, M], float32 cross-attention bias
-      [B, 1, T, S] or None, int32[] first slot written).
+      [Bc, 1, 1, S] or None (Bc: the encoder's rows, B / beams), int32[] first slot written).
     """
     if not self.has_variable("cache", "cache_index"):
       raise ValueError("decode_step without a cache: run Transformer.prefill first")
@@ -285,9 +285,9 @@ class Stack(nn.Module):
     self_mask = valid_var.value[:, None, None, :] & order[None, None]
     cross_bias = None
     if self.has_cross_attention:
+      # [Bc, 1, 1, S]: the encoder's rows, which beam search does not copy per beam.
       enc_valid = self.variable("cache", "encoder_valid").value
-      cross_bias = masks_lib.mask_to_bias(jnp.broadcast_to(enc_valid[:, None, None, :],
-                                                           (b, 1, l, enc_valid.shape[1])))
+      cross_bias = masks_lib.mask_to_bias(enc_valid[:, None, None, :])
     return self_mask, positions, pos_var.value, cross_bias, cache_index
 
   def _position_encoding(self, x, self_mask, q_positions, k_positions, *, bidirectional):

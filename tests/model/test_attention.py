@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from lm.model import masks
-from lm.model.attention import MultiHeadAttention, dot_product_attention
+from lm.model.attention import MultiHeadAttention, cached_attention, dot_product_attention
 from lm.model.layers import broadcast_dropout
 
 B, L, S, N, H = 2, 5, 5, 2, 4
@@ -183,3 +183,22 @@ def test_broadcast_dropout_shares_mask_along_length():
   y = np.asarray(M().apply({}, x, rngs={"dropout": jax.random.PRNGKey(1)}))
   np.testing.assert_array_equal(y, np.broadcast_to(y[:, :1], y.shape))
   assert set(np.unique(y)) == {0.0, 2.0}
+
+
+@pytest.mark.parametrize("rows_per_cache_row", [1, 3])
+def test_cached_attention_matches_numpy(rows_per_cache_row):
+  """The decoding path: a cache laid out [Bc, N, H, S], query rows c * R + r reading cache
+  row c (beam search's shared cross-attention cache), a [Bc, 1, 1, S] padding bias."""
+  r = rows_per_cache_row
+  rng = np.random.default_rng(5)
+  q = jnp.asarray(rng.normal(size=(B * r, 1, N, H)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(B, S, N, H)), jnp.float32)
+  v = jnp.asarray(rng.normal(size=(B, S, N, H)), jnp.float32)
+  valid = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+  bias = masks.mask_to_bias(jnp.asarray(valid)[:, None, None, :])
+  got = cached_attention(q, jnp.transpose(k, (0, 2, 3, 1)), jnp.transpose(v, (0, 2, 3, 1)), (bias,))
+  assert got.shape == (B * r, 1, N, H) and got.dtype == jnp.float32
+  rows = np.repeat(np.arange(B), r)  # query row i reads cache row i // r
+  want = naive_attention(q, np.asarray(k)[rows], np.asarray(v)[rows], valid[rows][:, None, None, :])
+  assert np.all(np.isfinite(np.asarray(got)))
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
