@@ -125,8 +125,9 @@ def _finetune_arg(point: local.Point, scale: str) -> str:
 
 
 def stages(point: local.Point, root: str, *, scale: str, study: str, python: str = "python",
-           data_dir: str = "", extra: Sequence[str] = (),
-           which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
+           data_dir: str = "", extra: Sequence[str] = (), finetune_extra: Sequence[str] = (),
+           evaluate_extra: Sequence[str] = (), which: Sequence[str] = STAGE_NAMES
+           ) -> list[Stage]:
   """A point's stages at `scale` (module docstring), workdirs under `root`.
 
   Args:
@@ -137,6 +138,9 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     python: the interpreter's name in the commands ("python" on remote machines).
     data_dir: where T5's task files are (paper scale fine-tuning).
     extra: more lm.main arguments for the pre-training run.
+    finetune_extra: more arguments for the fine-tuning commands (the mini suite's, e.g.
+      --steps=100, at tiny scale; lm.main's at paper scale).
+    evaluate_extra: more arguments for lm.evaluate (e.g. --num_batches=2).
     which: the stage kinds to include (STAGE_NAMES).
 
   Raises:
@@ -168,7 +172,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
       config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
                 f"{_finetune_arg(point, scale)}")
       argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
-              f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides]
+              f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
+              *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False))
     else:
       if not data_dir:
@@ -181,11 +186,11 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
                 f"--workdir={_join(workdir, 'ft_' + short)}",
                 f"--config.ckpt.init_from={workdir}", f"--config.finetune.data_dir={data_dir}",
                 *model_overrides, f"--config.wandb.group={study}",
-                f"--config.wandb.name={point.name}/{column}"]
+                f"--config.wandb.name={point.name}/{column}", *finetune_extra]
         out.append(Stage(f"ft_{short}", tuple(argv), marker(f"ft_{short}"),
                          every_process=True))
   if "evaluate" in which:
-    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}"]
+    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", *evaluate_extra]
     out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False))
   return out
 
@@ -420,6 +425,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--extra", action="append", default=[],
                  help="argument for every pre-training run, e.g. "
                  "--extra=--config.train.num_steps=2000 (repeatable)")
+  p.add_argument("--finetune_extra", action="append", default=[],
+                 help="argument for every fine-tuning command, e.g. --finetune_extra=--steps=100 "
+                 "(the mini suite's at tiny scale; lm.main's at paper scale; repeatable)")
+  p.add_argument("--evaluate_extra", action="append", default=[],
+                 help="argument for every lm.evaluate, e.g. --evaluate_extra=--num_batches=2")
   p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--no_validate", action="store_true", help="skip validating every config")
@@ -464,7 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   study = study_name(args.experiment)
   try:
     plan = [(p, stages(p, args.root, scale=args.scale, study=study, python=python,
-                       data_dir=args.data_dir, extra=args.extra, which=which))
+                       data_dir=args.data_dir, extra=args.extra,
+                       finetune_extra=args.finetune_extra, evaluate_extra=args.evaluate_extra,
+                       which=which))
             for p in selected]
   except ValueError as e:
     return _fail(str(e))

@@ -327,3 +327,35 @@ def test_scaling_report_from_run_directories(tmp_path):
   alpha = next(line for line in text.splitlines() if line.startswith("| alpha |"))
   assert float(alpha.split("|")[2]) == pytest.approx(0.5, abs=0.05)
   assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_two_point_micro_sweep_end_to_end(tmp_path):
+  """pretrain -> mini suite -> evaluate for two points, then the report with its rankings
+  and plot; a second call skips every finished stage."""
+  exp = tmp_path / "micro.py"
+  exp.write_text(
+      "def sweep(add):\n"
+      "  add(name='sc', config='configs/t5.py:objective=span_corruption', reference={'GLUE': 83.5})\n"
+      "  add(name='iid', config='configs/t5.py:objective=iid_replace_spans', "
+      "reference={'GLUE': 83.3})\n")
+  root = tmp_path / "root"
+  argv = [sys.executable, "-m", "launch.sweep", str(exp), f"--root={root}", "--parallel=2",
+          "--extra=--config.train.num_steps=20", "--extra=--config.train.eval_every=10",
+          "--extra=--config.wandb.mode=disabled", "--finetune_extra=--steps=10",
+          "--finetune_extra=--max_eval_examples=8", "--evaluate_extra=--num_batches=1",
+          "--evaluate_extra=--num_examples=8"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
+  out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+  for name in ("sc", "iid"):
+    assert sorted(os.listdir(root / name / "sweep")) == ["evaluate.json", "mini.json",
+                                                         "pretrain.json"]
+    assert json.loads((root / name / "mini" / "mini_suite.json").read_text())["mini"] >= 0
+    assert list((root / name / "eval").glob("step_20.json"))
+  again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0 and again.stdout.count("all stages done") == 2, again.stdout
+  assert report.main([str(exp), f"--root={root}"]) == 0
+  text = (root / "report.md").read_text()
+  assert "| mini | GLUE | 2 |" in text and "our mini" in text
+  assert (root / "eval_loss.png").stat().st_size > 1000
