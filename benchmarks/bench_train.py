@@ -46,7 +46,6 @@ Prints figures only; asserts nothing. On a shared machine look at min vs median.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import sys
@@ -63,7 +62,7 @@ import results  # noqa: E402  (benchmarks/)
 from configs import t5 as t5_config  # noqa: E402
 from lm import config as config_lib  # noqa: E402
 from lm.architecture import ARCHITECTURES  # noqa: E402
-from lm import hostmem, metrics, partitioning, steps, train  # noqa: E402
+from lm import hostmem, metrics, partitioning, train  # noqa: E402
 from lm.data import features  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
@@ -153,11 +152,9 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   model_config = run.model_config
   d = run.data_spec
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size
-  init_batch = features.zero_batch(d.architecture, li, lt)
   local = random_batch(d.architecture, li, lt, b, model_config.vocab_size)
   with run.axis_rules():
-    state = jax.jit(functools.partial(steps.create_train_state, model=run.model, tx=run.tx),
-                    out_shardings=run.state_shardings)(run.rng, init_batch)
+    state = run.init_state()  # the trainer's new state, on the run's shardings
     batch = partitioning.make_global_batch(local, run.mesh)
     t0 = time.perf_counter()
     compiled = run.train_step.lower(state, batch).compile()

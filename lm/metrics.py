@@ -1,4 +1,4 @@
-"""Metric aggregation (sum, weight) pairs, peak FLOP/s per device, MFU.
+"""Metric aggregation (sum, weight) pairs, logging windows, peak FLOP/s per device, MFU.
 
 Step functions return metrics as `{name: (sum, weight)}` (see lm/steps.py). Summing the
 pairs over steps / microbatches and dividing once gives exact means:
@@ -8,6 +8,9 @@ MFU = achieved model FLOP/s / peak FLOP/s, with the model FLOPs per token from
 `lm.model.accounting.flops_per_token` and the peak from `CHIP_SPECS` (dense bf16, per
 device as JAX counts devices; the table also holds HBM size and bandwidth, for lm.plan)
 or, on CPU, from `measure_matmul_flops()`.
+
+`LogWindow` is the trainer's logging window: the merged metrics of the steps since the last
+log line, and the line itself (means, tokens/s, MFU, packing efficiency: `window_rates`).
 """
 from __future__ import annotations
 
@@ -173,3 +176,72 @@ def compute(acc: Mapping[str, tuple]) -> dict[str, float]:
 def totals(acc: Mapping[str, tuple]) -> dict[str, float]:
   """The plain sums per metric (e.g. token counts over a logging window)."""
   return {k: float(np.sum(s)) for k, (s, _) in acc.items()}
+
+
+def window_rates(tokens: float, seconds: float, packing_efficiencies: Sequence[float], *,
+                 flops_per_token: float, peak_flops_total: float) -> dict[str, float]:
+  """Throughput of one logging window: tokens/s, MFU and the mean packing efficiency.
+
+  Args:
+    tokens: the window's token count (the `tokens` metric's sum).
+    seconds: wall-clock time of the window (floored at 1e-9 s).
+    packing_efficiencies: the iterator's packing efficiency after each batch of the window.
+    flops_per_token, peak_flops_total: as for `mfu`.
+  """
+  tokens_per_s = tokens / max(seconds, 1e-9)
+  return {"tokens_per_s": tokens_per_s,
+          "mfu": mfu(flops_per_token, tokens_per_s, peak_flops_total),
+          "packing_efficiency": float(np.mean(packing_efficiencies))}
+
+
+@dataclasses.dataclass
+class LogWindow:
+  """The steps since the last log line: their metric sums and packing efficiencies.
+
+  The trainer adds each step's fetched metrics, logs `summary(...)` every log_every steps
+  and starts a new window; a checkpoint saves the partial window (`to_json`), so a resumed
+  run logs the same means as an uninterrupted one.
+
+  Attributes:
+    acc: {name: (sum, weight)} merged over the window's steps (None: no step fetched yet).
+    packing: the iterator's packing efficiency after each batch of the window.
+  """
+  acc: dict[str, tuple] | None = None
+  packing: list[float] = dataclasses.field(default_factory=list)
+
+  def add(self, fetched: Sequence[Mapping[str, tuple]]) -> None:
+    """Merges the host copies of steps' metrics (`jax.device_get` of their outputs)."""
+    for item in fetched:
+      self.acc = merge(self.acc, item)
+
+  def means(self) -> dict[str, float]:
+    """`compute` of the window's sums."""
+    return compute(self.acc)
+
+  def summary(self, seconds: float, *, flops_per_token: float, peak_flops_total: float,
+              static: Mapping[str, float]) -> dict[str, float]:
+    """The log line: the means, then `static` (e.g. the objective's settings), then
+    tokens_per_s, mfu and packing_efficiency (`window_rates`) over `seconds`."""
+    values = self.means()
+    values.update(static)
+    values.update(window_rates(totals(self.acc)["tokens"], seconds, self.packing,
+                               flops_per_token=flops_per_token,
+                               peak_flops_total=peak_flops_total))
+    return values
+
+  def to_json(self) -> dict:
+    """The partial window as JSON ({} when empty), for a checkpoint's extra item."""
+    if self.acc is None:
+      return {}
+    return {"acc": {k: [np.asarray(a).tolist(), np.asarray(w).tolist()]
+                    for k, (a, w) in self.acc.items()},
+            "packing_eff": [float(x) for x in self.packing]}
+
+  @classmethod
+  def from_json(cls, saved: Mapping[str, Any] | None) -> LogWindow:
+    """The window `to_json` saved (None or {}: an empty window)."""
+    if not saved:
+      return cls()
+    acc = {k: (np.asarray(a, np.float64), np.asarray(w, np.float64))
+           for k, (a, w) in saved["acc"].items()}
+    return cls(acc, list(saved.get("packing_eff", [])))

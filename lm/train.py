@@ -189,6 +189,13 @@ class RunBuild:
     return {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.batch_shardings[k])
             for k, s in self.batch_shapes.items()}
 
+  def init_state(self):
+    """A new train state from `rng`, placed on `state_shardings` (call inside axis_rules())."""
+    d = self.data_spec
+    return jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
+                   out_shardings=self.state_shardings)(self.rng, dummy_batch(
+                       d.architecture, d.inputs_length, d.targets_length))
+
   def lower_train_step(self):
     """The train step lowered for abstract inputs (`.compile()` it for XLA's analyses)."""
     state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
@@ -284,25 +291,6 @@ def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike, 
   workdir_lib.write_text_atomic(path, text)
 
 
-def _window_state(acc: Mapping[str, Any] | None, packing_eff: list[float]) -> dict:
-  """The partial logging window as JSON (saved with a checkpoint, see `_restore_window`)."""
-  if acc is None:
-    return {}
-  return {"acc": {k: [np.asarray(a).tolist(), np.asarray(w).tolist()]
-                  for k, (a, w) in acc.items()},
-          "packing_eff": [float(x) for x in packing_eff]}
-
-
-def _restore_window(saved: Mapping[str, Any] | None) -> tuple[dict | None, list[float]]:
-  """(acc, packing_eff) of a window saved by `_window_state` ({} -> (None, []))."""
-  window = (saved or {}).get("log_window") or {}
-  if not window:
-    return None, []
-  acc = {k: (np.asarray(a, np.float64), np.asarray(w, np.float64))
-         for k, (a, w) in window["acc"].items()}
-  return acc, list(window.get("packing_eff", []))
-
-
 def _gather_data_states(state: Mapping[str, Any], merge=shards_lib.merge_states
                         ) -> dict[str, Any]:
   """Every process's data-shard positions merged into one JSON dict (all shards).
@@ -383,99 +371,157 @@ def evaluate(eval_fn, params, data: pipeline_lib.DataPipeline, mesh, num_batches
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
   """Trains (or resumes) the run described by `config` in `workdir`.
 
+  The stages: `build_run` (model, optimizer, mesh, shardings, jitted steps), the data,
+  then under the workdir lock `restore_or_init` (the newest checkpoint, or a new state)
+  and `_train_loop` (steps; log lines from a `lm.metrics.LogWindow`, evals, checkpoints).
+
   Returns:
     the last logged train metrics and eval metrics (floats), for tests and sweeps.
   """
   run = build_run(config)  # validates the config (every problem listed) first
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
-  model_config, model, tx, mesh = run.model_config, run.model, run.tx, run.mesh
   if finetune.enabled(config):  # fine-tuning: a task / mixture's examples (configs/finetune.py)
     data = finetune.make_data(config, jax.process_index(), jax.process_count())
   else:
     data = pipeline_lib.DataPipeline(run.data_spec, process_index=jax.process_index(),
                                      process_count=jax.process_count())
-  _vocab_check(data, model_config)
-
-  rng = run.rng
+  _vocab_check(data, run.model_config)
   # Before the mesh context: the CPU measurement runs on one device.
   peak, _ = metrics_lib.peak_flops(hosts=jax.process_count())
-
-  abstract, state_sh = run.abstract_state, run.state_shardings
-  train_fn, eval_fn = run.train_step, run.eval_step
   with run.axis_rules():  # the model's activation constraints need them
     with contextlib.ExitStack() as stack:
       lock = None
       if jax.process_index() == 0:  # before anything is written to the workdir
         lock = stack.enter_context(workdir_lib.WorkdirLock(workdir))
-      return _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state_sh,
-                         train_fn, eval_fn, rng, peak, model=model, tx=tx)
+      ckpt = _checkpoint_manager(config, workdir, run, data)  # before compiling
+      start = restore_or_init(run, ckpt, config, workdir, data)
+      return _train_loop(config, workdir, lock, run, data, ckpt, start, peak)
 
 
-def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state_sh,
-                train_fn, eval_fn, rng, peak, *, model, tx) -> dict[str, float]:
-  """The part of train_and_evaluate that runs under the workdir lock (and axis rules)."""
-  d = data.spec
-  loop = config_lib.loop_config(config)
-  ckpt_settings = config_lib.checkpoint_config(config)
-  ckpt = checkpoint.CheckpointManager(  # checks the directory is writable (before compiling)
-      workdir / "checkpoints", every_steps=ckpt_settings.every_steps,
-      keep=ckpt_settings.keep, keep_best=ckpt_settings.keep_best,
-      best_metric=ckpt_settings.best_metric, best_mode=ckpt_settings.best_mode,
-      async_save=ckpt_settings.async_save,
+def _checkpoint_manager(config: ml_collections.ConfigDict, workdir, run: RunBuild,
+                        data) -> checkpoint.CheckpointManager:
+  """The run's CheckpointManager (config.ckpt); checks the directory is writable."""
+  settings = config_lib.checkpoint_config(config)
+  return checkpoint.CheckpointManager(
+      workdir / "checkpoints", every_steps=settings.every_steps,
+      keep=settings.keep, keep_best=settings.keep_best,
+      best_metric=settings.best_metric, best_mode=settings.best_mode,
+      async_save=settings.async_save,
       signature=checkpoint.run_signature(
-          dataclasses.asdict(model_config), abstract,
+          dataclasses.asdict(run.model_config), run.abstract_state,
           tokenizer_sha256=checkpoint.tokenizer_hash(data.tokenizer.model_proto)))
+
+
+@dataclasses.dataclass
+class Start:
+  """Where a run starts (see `restore_or_init`).
+
+  Attributes:
+    state: the train state (on the run's state shardings).
+    step: its step (0 for a new run).
+    iterator: this process's train iterator, at the restored data position.
+    window: the partial logging window saved with the checkpoint (empty for a new run).
+    last_saved: the restored checkpoint's step; None for a new run.
+  """
+  state: Any
+  step: int
+  iterator: Any
+  window: metrics_lib.LogWindow
+  last_saved: int | None
+
+
+def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
+                    config: ml_collections.ConfigDict, workdir, data) -> Start:
+  """Resumes from the newest intact checkpoint in `ckpt`, or initialises a new run.
+
+  In order: restore (on an error `ckpt` is closed and the error raised); write config.json
+  (only now is the run known to be good; a resumed run never replaces it, see
+  `write_config`); open the train iterator; then either set its position and the logging
+  window from the checkpoint, or initialise a new state (`RunBuild.init_state`) with its
+  parameters from config.ckpt.init_from when set.
+  """
   try:
-    restored = ckpt.restore_or_none(abstract, state_sh)
+    restored = ckpt.restore_or_none(run.abstract_state, run.state_shardings)
   except BaseException:
     ckpt.close(after_error=True)
     raise
-  # Only now is the run known to be good: config.json is written (never replaced).
   write_config(config, workdir,
                resumed_at=None if restored is None else int(restored[0].step))
   iterator = data.train_iterator()
-  acc, packing_eff = None, []
-  last_saved = None
   if restored is not None:
     state, data_state = restored
     _restore_data_state(iterator, data_state)
-    acc, packing_eff = _restore_window(ckpt.restored_extra)
-    last_saved = int(state.step)
+    window = metrics_lib.LogWindow.from_json((ckpt.restored_extra or {}).get("log_window"))
     logging.info("resumed from step %d", int(state.step))
-  else:
-    state = jax.jit(functools.partial(steps.create_train_state, model=model, tx=tx),
-                    out_shardings=state_sh)(rng, dummy_batch(
-                        d.architecture, d.inputs_length, d.targets_length))
-    if ckpt_settings.init_from:
-      params = init_params_from(ckpt_settings.init_from, model_config, abstract.params,
-                                state_sh.params)
-      state = state.replace(params=params)
-      logging.info("initialised parameters from %s", ckpt_settings.init_from)
+    return Start(state, int(state.step), iterator, window, last_saved=int(state.step))
+  state = run.init_state()
+  init_from = config_lib.checkpoint_config(config).init_from
+  if init_from:
+    params = init_params_from(init_from, run.model_config, run.abstract_state.params,
+                              run.state_shardings.params)
+    state = state.replace(params=params)
+    logging.info("initialised parameters from %s", init_from)
+  return Start(state, int(state.step), iterator, metrics_lib.LogWindow(), last_saved=None)
 
-  start = int(state.step)
-  num_steps = int(loop.num_steps)
-  if start >= num_steps:
-    logging.warning("%s is already at step %d (train.num_steps=%d): nothing to do; raise "
-                    "--config.train.num_steps to continue training.", workdir, start, num_steps)
-  flops_per_token = accounting.flops_per_token(model_config, d.inputs_length, d.targets_length)
-  writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=start,
-                                progress_bar=sys.stderr.isatty())  # no bar in log files
+
+def _static_metrics(d) -> dict[str, float]:
+  """The data settings written beside the loss in every log line (NaN: not set)."""
   params = getattr(d, "objective_params", {})  # none when fine-tuning (FinetuneSpec)
-  static = {"noise_density": params.get("noise_density", float("nan")),
-            "mean_noise_span_length": params.get("mean_noise_span_length", float("nan")),
-            "inputs_length": d.inputs_length, "targets_length": d.targets_length}
+  return {"noise_density": params.get("noise_density", float("nan")),
+          "mean_noise_span_length": params.get("mean_noise_span_length", float("nan")),
+          "inputs_length": d.inputs_length, "targets_length": d.targets_length}
+
+
+def _evaluate_due(config: ml_collections.ConfigDict, loop, run: RunBuild, data, params,
+                  step: int, num_steps: int, workdir, writer) -> dict[str, float]:
+  """The evaluations due at `step`, written: held-out loss every train.eval_every steps,
+  the fine-tuning tasks every finetune.eval_every steps, both at the last step ({}: none)."""
+  out = {}
+  if loop.eval_every and (step % loop.eval_every == 0 or step == num_steps):
+    out = evaluate(run.eval_step, params, data, run.mesh, loop.eval_steps or None)
+    writer.write(step, out, prefix_console="eval")
+  task_every = int(config.finetune.eval_every) if finetune.enabled(config) else 0
+  if task_every and (step % task_every == 0 or step == num_steps):
+    task_metrics = finetune.evaluate(config, run.model, params, data.tokenizer,
+                                     mesh=run.mesh, workdir=workdir, step=step)
+    writer.write(step, task_metrics, prefix_console="eval")
+    out = {**out, **task_metrics}
+  return out
+
+
+def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
+                peak: float) -> dict[str, float]:
+  """Steps from `start` to train.num_steps (under the workdir lock and the axis rules).
+
+  Each step: a batch, the train step. Every log_every steps (and before a checkpoint) the
+  steps' metrics are fetched into the `LogWindow` and checked finite; at log steps its line
+  is written and a new window starts; then the due evaluations; then the checkpoint (with
+  the data position and the partial window) when due, at the last step or on SIGTERM.
+  """
+  d = data.spec
+  loop = config_lib.loop_config(config)
+  state, iterator, window, last_saved = start.state, start.iterator, start.window, start.last_saved
+  step = start.step
+  num_steps = int(loop.num_steps)
+  if step >= num_steps:
+    logging.warning("%s is already at step %d (train.num_steps=%d): nothing to do; raise "
+                    "--config.train.num_steps to continue training.", workdir, step, num_steps)
+  flops_per_token = accounting.flops_per_token(run.model_config, d.inputs_length,
+                                               d.targets_length)
+  writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=step,
+                                progress_bar=sys.stderr.isatty())  # no bar in log files
+  static = _static_metrics(d)
   last: dict[str, float] = {}
   pending = []
   t_last = time.perf_counter()
-  step = start
   preempted = False
   with Preemption() as preemption:
     try:
       while step < num_steps:
         local = next(iterator)
-        packing_eff.append(iterator.packing_efficiency)
-        state, m = train_fn(state, partitioning.make_global_batch(local, mesh))
+        window.packing.append(iterator.packing_efficiency)
+        state, m = run.train_step(state, partitioning.make_global_batch(local, run.mesh))
         pending.append(m)
         step += 1
         ckpt.raise_if_save_failed()
@@ -484,42 +530,26 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
         force = step == num_steps or stop
         save_now = force or ckpt.should_save(step)
         if log_now or save_now:  # fetch and check before anything is saved
-          for item in jax.device_get(pending):
-            acc = metrics_lib.merge(acc, item)
+          window.add(jax.device_get(pending))
           pending.clear()
-          _check_finite(metrics_lib.compute(acc), step, last_saved)
+          _check_finite(window.means(), step, last_saved)
         if log_now:
           now = time.perf_counter()
-          values = metrics_lib.compute(acc)
-          tok_s = metrics_lib.totals(acc)["tokens"] / max(now - t_last, 1e-9)
-          values.update(static)
-          values["tokens_per_s"] = tok_s
-          values["mfu"] = metrics_lib.mfu(flops_per_token, tok_s, peak)
-          values["packing_efficiency"] = float(np.mean(packing_eff))
+          values = window.summary(now - t_last, flops_per_token=flops_per_token,
+                                  peak_flops_total=peak, static=static)
           writer.write(step, values)
           if lock is not None:
             lock.refresh()
           last = dict(values)
-          acc, packing_eff, t_last = None, [], now
-        eval_metrics = {}
-        if loop.eval_every and (step % loop.eval_every == 0
-                                        or step == num_steps):
-          eval_metrics = evaluate(eval_fn, state.params, data, mesh,
-                                  loop.eval_steps or None)
-          writer.write(step, eval_metrics, prefix_console="eval")
-          last.update(eval_metrics)
-        task_every = int(config.finetune.eval_every) if finetune.enabled(config) else 0
-        if task_every and (step % task_every == 0 or step == num_steps):
-          task_metrics = finetune.evaluate(config, model, state.params, data.tokenizer,
-                                           mesh=mesh, workdir=workdir, step=step)
-          writer.write(step, task_metrics, prefix_console="eval")
-          eval_metrics = {**eval_metrics, **task_metrics}
-          last.update(task_metrics)
+          window, t_last = metrics_lib.LogWindow(), now
+        eval_metrics = _evaluate_due(config, loop, run, data, state.params, step, num_steps,
+                                     workdir, writer)
+        last.update(eval_metrics)
         if save_now:
           merge = getattr(data, "merge_states", shards_lib.merge_states)
           if ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state(), merge),
                        metrics=eval_metrics or None, force=force,
-                       extra={"log_window": _window_state(acc, packing_eff)}):
+                       extra={"log_window": window.to_json()}):
             last_saved = step
         if stop:
           logging.warning("stopped at step %d after SIGTERM; checkpoint saved.", step)
@@ -536,4 +566,3 @@ def _train_loop(config, workdir, lock, model_config, data, mesh, abstract, state
   if preempted:
     raise Preempted(step)
   return last
-

@@ -52,3 +52,39 @@ def test_peak_flops_on_cpu_is_the_measured_host_rate_times_the_hosts(monkeypatch
   flops, source = metrics.peak_flops(sizes=(256, 512), repeats=3, hosts=2)
   assert flops == 6e9 and calls == [(256, 3, "cpu"), (512, 3, "cpu")]
   assert source.startswith("best float32 matmul (256^3, 512^3) measured on the host")
+
+
+def test_window_rates_by_hand():
+  # 6000 tokens in 2 s = 3000 tokens/s; 3000 * 2e9 FLOPs/token / 1.2e13 FLOP/s = 0.5.
+  out = metrics.window_rates(6000.0, 2.0, [0.5, 0.75, 1.0], flops_per_token=2e9,
+                             peak_flops_total=1.2e13)
+  assert out == {"tokens_per_s": 3000.0, "mfu": 0.5, "packing_efficiency": 0.75}
+  assert list(out) == ["tokens_per_s", "mfu", "packing_efficiency"]
+  assert metrics.window_rates(5.0, 0.0, [1.0], flops_per_token=1.0,
+                              peak_flops_total=1.0)["tokens_per_s"] == 5e9  # 1e-9 s floor
+  assert math.isnan(metrics.window_rates(1.0, 1.0, [1.0], flops_per_token=1.0,
+                                         peak_flops_total=0.0)["mfu"])
+
+
+def test_log_window_summary_and_json_round_trip():
+  """Two steps: loss sums 3 + 5 over weights 2 + 2 -> mean 2; 30 + 50 tokens in 4 s."""
+  window = metrics.LogWindow()
+  assert window.to_json() == {} and metrics.LogWindow.from_json({}) == metrics.LogWindow()
+  assert metrics.LogWindow.from_json(None) == metrics.LogWindow()
+  step = lambda loss, tokens: {"loss": (np.float32(loss), np.float32(2.0)),
+                               "tokens": (np.int32(tokens), np.int32(1))}
+  window.add([step(3.0, 30)])
+  window.packing += [0.5, 1.0]
+  window.add([step(5.0, 50)])
+  saved = window.to_json()
+  assert saved == {"acc": {"loss": [8.0, 4.0], "tokens": [80.0, 2.0]}, "packing_eff": [0.5, 1.0]}
+  restored = metrics.LogWindow.from_json(saved)
+  summaries = [w.summary(4.0, flops_per_token=100.0, peak_flops_total=4000.0,
+                         static={"noise_density": 0.15}) for w in (window, restored)]
+  # means, then the static values, then tokens/s = 80 / 4 = 20, mfu = 100 * 20 / 4000.
+  assert summaries[0] == summaries[1] == {
+      "loss": 2.0, "tokens": 40.0, "noise_density": 0.15, "tokens_per_s": 20.0, "mfu": 0.5,
+      "packing_efficiency": 0.75}
+  assert list(summaries[0]) == ["loss", "tokens", "noise_density", "tokens_per_s", "mfu",
+                                "packing_efficiency"]
+  assert metrics.LogWindow.from_json({"acc": saved["acc"]}).packing == []  # older checkpoints
