@@ -128,9 +128,34 @@ def filter_logits(logits: jax.Array, config: SamplingConfig) -> jax.Array:
   return logits
 
 
+def log_probs(logits: jax.Array) -> jax.Array:
+  """float32[..., V] log-probabilities ``logits - logsumexp(logits)``.
+
+  The same values as ``jax.nn.log_softmax``, written so that XLA:CPU does not fuse the
+  logits matmul into the max-and-subtract of log_softmax: that fused kernel ran the
+  [128, 512] x [512, 32128] product of a beam-search step at about 2.5x the time of the
+  matmul alone (benchmarks/bench_decode.py, docs/decoding.md).
+  """
+  logits = logits.astype(jnp.float32)
+  return logits - jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def first_argmax(logits: jax.Array) -> jax.Array:
+  """int32[...] index of the first maximum along the last axis (``jnp.argmax`` without NaN).
+
+  Two plain reductions (max, then the smallest index holding it) instead of argmax's
+  variadic (value, index) reduction, which XLA:CPU ran about 6x slower on [32, 32128]
+  logits. A row of NaNs gives V - 1.
+  """
+  v = logits.shape[-1]
+  top = jnp.max(logits, axis=-1, keepdims=True)
+  index = jnp.min(jnp.where(logits == top, jnp.arange(v, dtype=jnp.int32), v), axis=-1)
+  return jnp.minimum(index, v - 1)
+
+
 def _choose_greedy(logits, step, row_keys):
   del step, row_keys
-  return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+  return first_argmax(logits)
 
 
 def _choose_sample(config, logits, step, row_keys):
@@ -148,7 +173,9 @@ def _sampling_loop(first_logits, state, tokens_to_logits, choose, *, max_decode_
   def pick(logits, step, tokens, done, logprob):
     tok = choose(logits, step, row_keys)
     tok = jnp.where(done, PAD_ID, tok)
-    lp = jnp.take_along_axis(jax.nn.log_softmax(logits.astype(jnp.float32)), tok[:, None], axis=-1)[:, 0]
+    logits = logits.astype(jnp.float32)
+    lp = (jnp.take_along_axis(logits, tok[:, None], axis=-1)[:, 0]
+          - jax.nn.logsumexp(logits, axis=-1))
     logprob = logprob + jnp.where(done, 0.0, lp)
     tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (jnp.zeros((), jnp.int32), step))
     return tokens, done | (tok == eos_id), logprob
@@ -275,10 +302,10 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
   state = gather_fn(state, jnp.repeat(jnp.arange(b), k))
   batch_offset = (jnp.arange(b) * k)[:, None]
 
-  def step_fn(i, log_probs, carry):
+  def step_fn(i, token_lp, carry):
     """Extends the live beams by token i given float32[B, K, V] log-probabilities."""
     live_seqs, live_lp, fin_seqs, fin_scores, fin_flags, state = carry
-    cand = (live_lp[:, :, None] + log_probs).reshape(b, k * v)
+    cand = (live_lp[:, :, None] + token_lp).reshape(b, k * v)
     top_lp, top_idx = jax.lax.top_k(cand, 2 * k)  # [B, 2K], best first
     parent = top_idx // v
     tok = (top_idx % v).astype(jnp.int32)
@@ -321,7 +348,7 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
   live_lp = jnp.full((b, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
   carry = (jnp.zeros((b, k, m), jnp.int32), live_lp, jnp.zeros((b, k, m), jnp.int32),
            jnp.full((b, k), NEG_INF, jnp.float32), jnp.zeros((b, k), bool), state)
-  first = jax.nn.log_softmax(first_logits.astype(jnp.float32))
+  first = log_probs(first_logits)
   carry = step_fn(0, jnp.broadcast_to(first[:, None], (b, k, v)), carry)
 
   def cond(loop):
@@ -333,8 +360,7 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
     live_seqs, state = carry[0], carry[5]
     prev = jax.lax.dynamic_slice(live_seqs, (0, 0, i - 1), (b, k, 1)).reshape(b * k)
     logits, state = tokens_to_logits(prev, state, i - 1)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(b, k, v)
-    return i + 1, step_fn(i, log_probs, carry[:5] + (state,))
+    return i + 1, step_fn(i, log_probs(logits).reshape(b, k, v), carry[:5] + (state,))
 
   _, (live_seqs, live_lp, fin_seqs, fin_scores, fin_flags, _) = jax.lax.while_loop(
       cond, body, (jnp.ones((), jnp.int32), carry))
@@ -561,6 +587,6 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
 
 
 __all__ = ["EOS_ID", "PAD_ID", "METHODS", "LENGTH_PENALTIES", "SamplingConfig", "DecodeConfig",
-           "filter_logits", "greedy_search", "temperature_sample", "beam_search", "brevity_penalty",
-           "hf_length_penalty", "gather_rows", "prompt_batch", "model_decoder", "decode",
-           "make_decode_fn"]
+           "filter_logits", "log_probs", "first_argmax", "greedy_search", "temperature_sample",
+           "beam_search", "brevity_penalty", "hf_length_penalty", "gather_rows", "prompt_batch",
+           "model_decoder", "decode", "make_decode_fn"]

@@ -386,3 +386,22 @@ def test_beam_state_keeps_one_encoder_cache_per_example():
   per_beam = {k: n for k, n in rows.items() if k not in shared}
   assert shared and set(shared.values()) == {3}, shared
   assert any("self_attention" in k for k in per_beam) and set(per_beam.values()) == {6}, per_beam
+
+
+def test_log_probs_and_first_argmax_by_value():
+  """The decoding kernels against their definitions: log-softmax in float64 (error bound:
+  a few float32 ulps of the largest |logit|), and the first index of the maximum (ties go
+  to the lowest index, as jnp.argmax)."""
+  rng = np.random.default_rng(3)
+  logits = rng.normal(size=(4, 37)).astype(np.float32) * 5
+  logits[1, [3, 20]] = 50.0  # a tie: the first wins
+  logits[2, :] = -1e9
+  logits[2, 36] = -1e9 + 1e3
+  got = np.asarray(decoding.log_probs(jnp.asarray(logits)))
+  assert np.all(np.isfinite(got))
+  for row, out in zip(logits.astype(np.float64), got):
+    want = row - row.max() - np.log(np.sum(np.exp(row - row.max())))
+    np.testing.assert_allclose(out, want, rtol=0, atol=8 * np.finfo(np.float32).eps * max(1.0, np.abs(row).max()))
+  np.testing.assert_array_equal(np.asarray(decoding.first_argmax(jnp.asarray(logits))),
+                                [np.argmax(logits[0]), 3, 36, np.argmax(logits[3])])
+  assert int(decoding.first_argmax(jnp.full((1, 5), jnp.nan))[0]) == 4
