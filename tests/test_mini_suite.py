@@ -1,11 +1,11 @@
 """lm.downstream.mini_suite: the mini suite end to end, and what it shows of pre-training.
 
-The slow test runs the suite for the tiny model pre-trained for a few hundred steps and for
-the same model from random initialisation. It asserts only that pre-training lowers the
-fine-tuning loss: at this budget neither model learns the tasks' output formats, so the
-suite's scores sit near chance for both and are not compared. The issue's claim (the
-pre-trained model beats random initialisation on most of the suite's tasks) is NOT shown
-by this test (docs/downstream_mini.md "Does it measure anything?").
+The slow test runs the suite (rank classification of every validation example) for the
+tiny model pre-trained for PRETRAIN_STEPS steps and for the same model from random
+initialisation. It asserts only that pre-training lowers the fine-tuning loss: at this
+budget the suite's scores do not separate the two reliably (the issue's claim, pre-trained
+beats random initialisation on most of the suite, is NOT shown; docs/downstream_mini.md
+"Does it measure anything?" has the figures), so they are printed, not compared.
 """
 import json
 import pathlib
@@ -13,9 +13,10 @@ import pathlib
 import pytest
 
 from lm.downstream import mini, mini_suite
+from lm.downstream import task as task_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-CONFIG = f"{REPO}/configs/finetune.py:mixture={mini_suite.MIXTURE},runlocal"
+CONFIG = f"{REPO}/{mini_suite.DEFAULT_CONFIG}"
 
 
 def test_suite_config_sets_init_steps_and_one_final_evaluation():
@@ -24,6 +25,9 @@ def test_suite_config_sets_init_steps_and_one_final_evaluation():
   assert c.ckpt.init_from == "/runs/pre" and c.train.num_steps == 40
   assert c.finetune.eval_every == 40 and c.ckpt.every_steps == 40
   assert c.finetune.max_eval_examples == 16
+  assert c.finetune.rank_classification  # the suite ranks each example's choices
+  assert (c.data.inputs_length, c.data.targets_length) == (mini.MAX_TOKENS, mini.MAX_TOKENS)
+  assert not mini_suite.suite_config(base, None, decode=True).finetune.rank_classification
   assert c.finetune.eval_tasks.split(",") == list(mini.HEADLINE)
   assert sorted(n.split(":")[0] for n in c.finetune.tasks.split(",")) == sorted(mini.HEADLINE)
   scratch = mini_suite.suite_config(base, None)
@@ -35,7 +39,11 @@ def test_suite_config_sets_init_steps_and_one_final_evaluation():
 def test_suite_config_bad_input(tmp_path):
   with pytest.raises(ValueError, match="lack \\['mini_same_doc'"):
     mini_suite.suite_config(mini_suite.load_config(
-        f"{REPO}/configs/finetune.py:mixture=mini_next_line:1,runlocal"), None)
+        f"{REPO}/configs/finetune.py:mixture=mini_next_line:1,runlocal,inputs_length=128,"
+        "targets_length=128"), None)
+  with pytest.raises(ValueError, match="would cut the suite's examples"):
+    mini_suite.suite_config(mini_suite.load_config(
+        f"{REPO}/configs/finetune.py:mixture={mini_suite.MIXTURE},runlocal"), None)
   with pytest.raises(ValueError, match="has no `finetune` section"):
     mini_suite.suite_config(mini_suite.load_config(f"{REPO}/configs/t5.py:runlocal"), None)
   with pytest.raises(ValueError, match="no config file"):
@@ -59,11 +67,12 @@ def test_summarize_reads_the_results_record():
              "mini_cloze": {"exact_match": 30.0},
              "mini_unshuffle": {"exact_match": 20.0, "line_accuracy": 50.0}}
   record = {"step": 7, "results": {**results, "other": {"accuracy": 1.0}},
-            "tasks": {n: {"num_examples": 4, "method": "decode", "split": "validation"}
-                      for n in results}}
+            "tasks": {n: {"num_examples": 4, "method": "rank_classification",
+                          "split": "validation"} for n in results}}
   s = mini_suite.summarize(record)
   assert s["mini"] == pytest.approx(45.0) and s["step"] == 7
   assert set(s["results"]) == set(mini.HEADLINE) and s["num_examples"]["mini_cloze"] == 4
+  assert s["method"]["mini_unshuffle"] == "rank_classification"
 
 
 def test_final_train_loss(tmp_path):
@@ -75,15 +84,17 @@ def test_final_train_loss(tmp_path):
   assert mini_suite.final_train_loss(tmp_path / "none.jsonl") is None
 
 
-# A CI-sized budget (~3-4 min on 2 cores). At this budget (and at 1500 pre-training + 1000
-# fine-tuning steps, docs/downstream_mini.md "Does it measure anything?") the tiny model has
-# not learned the tasks' output formats from either initialisation, so the suite's metrics
-# sit at or below chance for both and do not separate them; what does separate them,
-# robustly, is the fine-tuning loss (0.4-0.5 nats lower from the pre-trained run after 300
-# steps). The test checks that, and the suite end to end for both initialisations.
-PRETRAIN_STEPS = 600
-FINETUNE_STEPS = 200
-EVAL_EXAMPLES = 32  # per task
+# The comparison of docs/downstream_mini.md "Does it measure anything?" at lr 1e-3: the tiny
+# runlocal model pre-trained PRETRAIN_STEPS steps, then fine-tuned FINETUNE_STEPS steps on the
+# mixture, against the same fine-tuning from random initialisation, every validation example
+# rank-classified (~5 min on a shared 2-core CPU). At this budget the suite's scores do not
+# separate the two reliably (the "mini" margin was +1.3 points from this config's
+# pre-training run by lm.main and -0.7 from this test's, which differ from step 40 on), so
+# only the fine-tuning loss margin (0.9-1.1 nats measured) is asserted; the per-task scores
+# are printed.
+PRETRAIN_STEPS = 1500
+FINETUNE_STEPS = 300
+MIN_LOSS_MARGIN = 0.5  # nats
 
 
 @pytest.mark.slow
@@ -103,16 +114,19 @@ def test_pretrained_vs_random_initialisation(tmp_path):
   base.lock()
   summaries = {}
   for name, init in (("pretrained", str(tmp_path / "pre")), ("scratch", None)):
-    config = mini_suite.suite_config(base, init, steps=FINETUNE_STEPS,
-                                     max_eval_examples=EVAL_EXAMPLES, learning_rate=1e-2)
+    config = mini_suite.suite_config(base, init, steps=FINETUNE_STEPS)
     summaries[name] = mini_suite.run(config, tmp_path / name)
     written = json.loads((tmp_path / name / mini_suite.RESULTS_FILE).read_text())
     assert written["mini"] == pytest.approx(summaries[name]["mini"])
     assert written["init"] == name and written["steps"] == FINETUNE_STEPS
-    assert set(written["results"]) == set(mini.HEADLINE)
-    assert all(n == EVAL_EXAMPLES for n in written["num_examples"].values())
+    assert set(written["method"].values()) == {"rank_classification"}
+    assert written["num_examples"] == {
+        n: len(task_lib.get_task(n).examples("validation")) for n in mini.HEADLINE}
     assert 0.0 <= written["mini"] <= 100.0
 
-  margin = summaries["scratch"]["train_loss"] - summaries["pretrained"]["train_loss"]
-  print("mini:", {k: s["mini"] for k, s in summaries.items()}, "loss margin:", margin)
-  assert margin >= 0.2, summaries
+  p, s = summaries["pretrained"], summaries["scratch"]
+  print("mini (pretrained, scratch):", round(p["mini"], 1), round(s["mini"], 1),
+        {t: (round(p["results"][t][m], 1), round(s["results"][t][m], 1))
+         for t, m in mini.HEADLINE.items()},
+        "loss:", round(p["train_loss"], 3), round(s["train_loss"], 3))
+  assert s["train_loss"] - p["train_loss"] >= MIN_LOSS_MARGIN, (p, s)

@@ -2,11 +2,17 @@ r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself, scored on h
 
 Four tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
 
-  mini_next_line   classification (GLUE-like): does line B directly follow line A?
-  mini_same_doc    pair classification: are lines A and B from the same document?
+  mini_next_line   classification (GLUE / COPA-like): which of two lines directly follows
+                   line A?
+  mini_same_doc    pair classification: which of two lines is from line A's document?
   mini_cloze       extraction (SQuAD-like): the word that fills the blank, copied from the
                    passage
   mini_unshuffle   generation (CNN/DM / WMT-like): write 3 shuffled lines back in order
+
+Every task has `choices` (the two options; the passage's candidate words; the 5 orders of
+the shown lines other than the shown one) and the suite (lm.downstream.mini_suite) scores
+them by rank classification; chance levels are those of a uniformly random choice
+(`chance_level`).
 
     task = get_task("mini_cloze")
     rows = task.examples("validation")          # [{"inputs": "cloze: ...", "targets": ...}]
@@ -55,7 +61,7 @@ so every process and every PYTHONHASHSEED builds the same examples):
      over MAX_INPUT_COST (below), then keeps at most
      MAX_EXAMPLES[split] (2000 train / 500 validation) chosen at random with the task's own
      seed. On the embedded corpus (Python 3.11.7) every train split holds 2000 examples and
-     the validation splits 494 / 500 / 298 / 192 (next_line / same_doc / cloze / unshuffle:
+     the validation splits 248 / 293 / 298 / 192 (next_line / same_doc / cloze / unshuffle:
      all the held-out text gives; table in docs/downstream_mini.md); a larger held-out
      corpus fills the caps.
 
@@ -63,6 +69,11 @@ Every input is a few lines of text (at most 3 units of <= 100 characters plus a 
 tokenizer-free cost estimate (`input_cost`: words, lower-case letters / 4, other characters)
 is at most MAX_INPUT_COST = 100, so inputs and targets stay <= 128 tokens with the 1000-piece
 tokenizer of configs/t5.py:runlocal (the tests check every example).
+
+Why this module is long: it is the whole suite: reading and splitting the text, the four
+tasks' construction, formats, choices, chance levels and metrics are one contract (stated in
+docs/downstream_mini.md and checked together by tests/downstream/test_mini.py); splitting it
+would spread each task over several files.
 """
 from __future__ import annotations
 
@@ -91,9 +102,9 @@ SPLITS = ("train", "validation")
 MIN_UNIT_WORDS = 3
 MAX_UNIT_CHARS = 100
 MAX_INPUT_COST = 100  # input_cost of an example's shown lines (~<= 110 tokens: budget 128)
+MAX_TOKENS = 128  # inputs and targets fit in this many tokens (runlocal's tokenizer)
 UNSHUFFLE_SEPARATOR = " | "
 BLANK = "___"
-YES, NO = "yes", "no"
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
 _WORD = re.compile(r"(?<![\w])[A-Za-z]{4,}(?![\w])")
@@ -266,40 +277,65 @@ def _splits(data_dir: str | None) -> dict[str, list[list[list[str]]]]:
 # Task builders: runs of units -> raw examples (dicts), deterministic given the rng.
 
 
-def _other_unit(docs, d: int, rng: np.random.Generator, avoid: Sequence[str]) -> str | None:
-  """A random unit of a random document other than docs[d] (None if there is none)."""
-  for _ in range(100):
-    e = int(rng.integers(len(docs)))
-    if e == d:
-      continue
-    units = [u for run in docs[e] for u in run]
-    unit = units[int(rng.integers(len(units)))]
-    if unit not in avoid:
-      return unit
-  return None
+DISTRACTOR_DRAWS = 16  # other documents' answers drawn per distractor; the most alike wins
 
 
-def _balanced_pairs(positives, docs, rng) -> list[tuple[dict[str, Any], ...]]:
-  """One "yes" example per (doc, a, b) and one "no" with the same a and a unit of another
-  document; pairs whose negative cannot be drawn are left out."""
+def _start_class(text: str) -> int:
+  """0: starts with a lower-case letter, 1: upper-case, 2: anything else."""
+  return 0 if text[:1].islower() else 1 if text[:1].isupper() else 2
+
+
+def _distractor(pool: Sequence[tuple[int, str]], d: int, rng: np.random.Generator, like: str,
+                avoid: Sequence[str]) -> str | None:
+  """Another example's answer, from another document than docs[d], that looks like `like`:
+  of DISTRACTOR_DRAWS random (document, answer) entries of `pool` (every example's answer)
+  from other documents, one that starts like it (lower-case letter, capital, other) if any,
+  and of those the closest to it in length (the first on ties). Drawn from the answers, a
+  distractor is a line of the same kind as an answer (with a random line of a random other
+  document both fine-tuned models scored below chance, docs/downstream_mini.md); matched in
+  start and length,
+  neither option is recognisable without reading line A (a next line starts in lower case
+  more often than a sentence does, and rank classification, a sum of log-likelihoods,
+  favours the shorter option). None if no entry can be drawn."""
+  drawn = []
+  for _ in range(200):
+    if len(drawn) == DISTRACTOR_DRAWS:
+      break
+    e, unit = pool[int(rng.integers(len(pool)))]
+    if e != d and unit not in avoid and unit not in drawn:
+      drawn.append(unit)
+  if not drawn:
+    return None
+  return min(drawn, key=lambda u: (_start_class(u) != _start_class(like),
+                                   abs(len(u) - len(like))))
+
+
+def _choice_examples(positives, rng) -> list[tuple[dict[str, Any], ...]]:
+  """One example per (doc, a, b): the options are b and a distractor (`_distractor`: the
+  answer of another document's example) in a random order, the answer is b; positives whose
+  distractor cannot be drawn are left out."""
+  pool = [(d, b) for d, _, b in positives]
   out = []
   for d, a, b in positives:
-    neg = _other_unit(docs, d, rng, avoid=(a, b))
+    neg = _distractor(pool, d, rng, like=b, avoid=(a, b))
     if neg is not None:
-      out.append(({"a": a, "b": b, "label": YES}, {"a": a, "b": neg, "label": NO}))
+      options = [b, neg] if rng.integers(2) == 0 else [neg, b]
+      out.append(({"a": a, "options": options, "answer": b},))
   return out
 
 
 def build_next_line(docs, rng) -> list[tuple[dict, ...]]:
-  """Groups (yes, no) of mini_next_line: b follows a in a run, or b is from another doc."""
+  """mini_next_line examples: for adjacent units (a, b) of a run, a and the options b and a
+  distractor (another document's answer, `_distractor`)."""
   positives = [(d, a, b) for d, runs in enumerate(docs) for run in runs
                for a, b in zip(run, run[1:]) if a != b]
-  return _balanced_pairs(positives, docs, rng)
+  return _choice_examples(positives, rng)
 
 
 def build_same_doc(docs, rng) -> list[tuple[dict, ...]]:
-  """Groups (yes, no) of mini_same_doc: for each unit a of a document with a unit b at least
-  2 units away (not adjacent), one such b at random, and one b from another document."""
+  """mini_same_doc examples: for each unit a of a document with a unit b at least 2 units
+  away (not adjacent), a and the options: one such b at random and a distractor (another
+  document's answer, `_distractor`)."""
   positives = []
   for d, runs in enumerate(docs):
     units = [u for run in runs for u in run]
@@ -307,7 +343,7 @@ def build_same_doc(docs, rng) -> list[tuple[dict, ...]]:
       far = [j for j in range(len(units)) if abs(i - j) >= 2 and units[j] != a]
       if far:
         positives.append((d, a, units[far[int(rng.integers(len(far)))]]))
-  return _balanced_pairs(positives, docs, rng)
+  return _choice_examples(positives, rng)
 
 
 def _word_pattern(word: str) -> re.Pattern:
@@ -350,7 +386,7 @@ def build_unshuffle(docs, rng) -> list[tuple[dict, ...]]:
   return out
 
 
-_INPUT_FIELDS = ("a", "b", "passage", "shuffled")  # the raw fields an example's inputs show
+_INPUT_FIELDS = ("a", "options", "passage", "shuffled")  # the raw fields inputs show
 
 
 def input_cost(example: Mapping[str, Any]) -> float:
@@ -369,8 +405,8 @@ def input_cost(example: Mapping[str, Any]) -> float:
 
 def _cap(groups: list[tuple[dict, ...]], limit: int, rng: np.random.Generator
          ) -> list[dict[str, Any]]:
-  """At most `limit` examples: whole groups (a yes/no pair stays together) chosen at random,
-  then all examples shuffled; each gets its position as "idx".
+  """At most `limit` examples: whole groups (every task's groups now hold one example each)
+  chosen at random, then all examples shuffled; each gets its position as "idx".
 
   A group with an example whose inputs an earlier group already has is dropped first
   (identical lines recur across documents), so a split holds no input twice; so is a group
@@ -427,7 +463,7 @@ def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
   """The "mini" column: the mean over the 4 tasks of each one's headline metric.
 
   Headlines: mini_next_line accuracy, mini_same_doc accuracy, mini_cloze exact_match,
-  mini_unshuffle exact_match (all in %, equal weights; chance levels 50, 50, ~11, 20).
+  mini_unshuffle exact_match (all in %, equal weights; chance levels 50, 50, ~14, 20).
   Other keys of `results` (e.g. T5 tasks) are ignored.
 
   Raises:
@@ -444,19 +480,26 @@ def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
 # Preprocessors and postprocessors (text formats with T5-style prefixes).
 
 
-def _pair_format(prefix: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+OPTIONS = " options: "  # between line A and the two options of the choice tasks
+
+
+def _choice_format(prefix: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
   def preprocess(raw):
-    return {"inputs": f"{prefix}: A: {raw['a']} B: {raw['b']}", "targets": raw["label"],
-            "idx": raw["idx"]}
+    return {"inputs": f"{prefix}: {raw['a']}{OPTIONS}"
+                      + UNSHUFFLE_SEPARATOR.join(raw["options"]),
+            "targets": raw["answer"], "options": list(raw["options"]), "idx": raw["idx"]}
   return preprocess
 
 
+CLOZE_PREFIX, UNSHUFFLE_PREFIX = "cloze: ", "unshuffle: "
+
+
 def _cloze_format(raw):
-  return {"inputs": f"cloze: {raw['passage']}", "targets": raw["answer"], "idx": raw["idx"]}
+  return {"inputs": CLOZE_PREFIX + raw["passage"], "targets": raw["answer"], "idx": raw["idx"]}
 
 
 def _unshuffle_format(raw):
-  return {"inputs": "unshuffle: " + UNSHUFFLE_SEPARATOR.join(raw["shuffled"]),
+  return {"inputs": UNSHUFFLE_PREFIX + UNSHUFFLE_SEPARATOR.join(raw["shuffled"]),
           "targets": UNSHUFFLE_SEPARATOR.join(raw["lines"]), "idx": raw["idx"]}
 
 
@@ -470,9 +513,34 @@ def _lines(text: str, example=None, is_target: bool = False) -> tuple[str, ...]:
   return tuple(_clean(p) for p in text.split(UNSHUFFLE_SEPARATOR.strip()))
 
 
-def _yes_no(example=None) -> tuple[str, str]:
-  del example
-  return (YES, NO)
+def _options(example) -> list[str]:
+  """The two options a choice task's inputs show (in the order shown)."""
+  return list(example["options"])
+
+
+def cloze_choices(passage: str) -> list[str]:
+  """The candidate answers of a cloze passage (with its blank): its distinct words of 4+
+  letters that are not stopwords, in order of first occurrence. The answer is always one
+  (it occurs at least twice, so at least once outside the blank)."""
+  out: list[str] = []
+  for word in _cloze_candidates(passage):
+    if word not in out and word not in _STOPWORDS and word.lower() not in _STOPWORDS:
+      out.append(word)
+  return out
+
+
+def _cloze_choices(example) -> list[str]:
+  return cloze_choices(example["inputs"][len(CLOZE_PREFIX):])
+
+
+def unshuffle_choices(shown: Sequence[str]) -> list[str]:
+  """The 5 orders of the 3 shown lines that differ from the shown order, joined by
+  UNSHUFFLE_SEPARATOR (the original order is always one: the shown order never is)."""
+  return [UNSHUFFLE_SEPARATOR.join(shown[k] for k in p) for p in _NON_IDENTITY]
+
+
+def _unshuffle_choices(example) -> list[str]:
+  return unshuffle_choices(example["inputs"][len(UNSHUFFLE_PREFIX):].split(UNSHUFFLE_SEPARATOR))
 
 
 # --------------------------------------------------------------------------------------
@@ -487,23 +555,21 @@ def chance_level(name: str, split: str = "validation", data_dir: str | None = No
                  ) -> dict[str, float]:
   """Each metric's expected score of the task's chance baseline on a split (in %).
 
-  mini_next_line / mini_same_doc: the majority class's accuracy (50: balanced) — a random
-  yes/no guess also scores 50 in expectation. mini_cloze: guessing a word of 4+ letters of
-  the passage uniformly at random (per example: occurrences of the answer / candidates).
-  mini_unshuffle: answering one of the 5 orders of the shown lines that differ from the
-  shown one, uniformly (exact match exactly 20; line accuracy averaged over those orders).
+  Each is the expected score of picking one of the task's `choices` uniformly at random
+  (what rank classification picks from). mini_next_line / mini_same_doc: 1 / 2 options
+  (50).
+  mini_cloze: one of the passage's candidate words (`cloze_choices`: distinct words of 4+
+  letters, not stopwords), per example 1 / their number. mini_unshuffle: one of the 5
+  orders of the shown lines that differ from the shown one (exact match exactly 20; line
+  accuracy averaged over those orders).
   """
   if name not in _BUILDERS:
     raise ValueError(f"unknown mini task {name!r}; expected one of {sorted(_BUILDERS)}.")
   raw = _raw_examples(name, split, data_dir)
   if name in ("mini_next_line", "mini_same_doc"):
-    labels = [r["label"] for r in raw]
-    return {"accuracy": 100.0 * max(labels.count(YES), labels.count(NO)) / len(labels)}
+    return {"accuracy": 100.0 * float(np.mean([1.0 / len(r["options"]) for r in raw]))}
   if name == "mini_cloze":
-    per = []
-    for r in raw:
-      cands = _cloze_candidates(r["passage"])
-      per.append(cands.count(r["answer"]) / len(cands))
+    per = [1.0 / len(cloze_choices(r["passage"])) for r in raw]
     return {"exact_match": 100.0 * float(np.mean(per))}
   if name == "mini_unshuffle":
     em, la = [], []
@@ -565,27 +631,31 @@ _CAPS = "2000 train / 500 validation at most (embedded corpus: fewer validation)
 TASKS = (
     task_lib.Task(
         name="mini_next_line", load=_loader("mini_next_line"),
-        preprocess=_pair_format("next line"), postprocess=_strip, metric_fns=(accuracy,),
-        choices=_yes_no,
-        description="classification: does line B directly follow line A (B from another "
-                    f"document otherwise); balanced yes/no; accuracy, chance 50; {_CAPS}"),
+        preprocess=_choice_format("next line"), postprocess=_strip, metric_fns=(accuracy,),
+        choices=_options,
+        description="classification: which of two options directly follows line A (the "
+                    "other: another document's answer of the same start and length); "
+                    f"accuracy, chance 50; {_CAPS}"),
     task_lib.Task(
         name="mini_same_doc", load=_loader("mini_same_doc"),
-        preprocess=_pair_format("same document"), postprocess=_strip, metric_fns=(accuracy,),
-        choices=_yes_no,
-        description="pair classification: are lines A and B (not adjacent) from the same "
-                    f"document; balanced yes/no; accuracy, chance 50; {_CAPS}"),
+        preprocess=_choice_format("same document"), postprocess=_strip,
+        metric_fns=(accuracy,), choices=_options,
+        description="pair classification: which of two options is from line A's document "
+                    "(not adjacent to A; the other: another document's answer of the same "
+                    f"start and length); accuracy, chance 50; {_CAPS}"),
     task_lib.Task(
         name="mini_cloze", load=_loader("mini_cloze"), preprocess=_cloze_format,
-        postprocess=_strip, metric_fns=(exact_match,),
+        postprocess=_strip, metric_fns=(exact_match,), choices=_cloze_choices,
         description="extraction: the word (4+ letters, also elsewhere in the passage) that "
-                    "fills the blank of a 1-3 line passage; exact match, chance ~11 (a "
-                    f"random passage word); {_CAPS}"),
+                    "fills the blank of a 1-3 line passage; exact match, chance ~14 (one "
+                    f"of the passage's distinct candidate words at random); {_CAPS}"),
     task_lib.Task(
         name="mini_unshuffle", load=_loader("mini_unshuffle"), preprocess=_unshuffle_format,
         postprocess=_lines, metric_fns=(exact_match, line_accuracy),
-        description="generation: write 3 shuffled consecutive lines in their original order; "
-                    f"exact match (chance 20) and line accuracy; {_CAPS}"),
+        choices=_unshuffle_choices,
+        description="generation: write 3 shuffled consecutive lines in their original order "
+                    "(rank-classified: the 5 other orders of the shown lines); exact match "
+                    f"(chance 20) and line accuracy (chance ~36); {_CAPS}"),
 )
 
 for _task in TASKS:

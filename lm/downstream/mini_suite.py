@@ -7,16 +7,23 @@ r"""The mini suite end to end: fine-tune a pre-trained run on it and report the 
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
 
 One fine-tuning run on an equal mixture of the four mini tasks (docs/downstream_mini.md;
-`configs/finetune.py`'s settings: Adafactor, constant 1e-3, dropout 0.1, packing), started
+`configs/finetune.py`'s settings: Adafactor, constant 1e-3, dropout 0.1, packing; inputs and
+targets of up to mini.MAX_TOKENS = 128 tokens, which the suite's examples need), started
 from the pre-trained run's parameters (`ckpt.init_from`) or, with --from_scratch, from random
 initialisation with the same seed and settings; then every mini task's validation split is
-decoded greedily and scored. Writes
+scored by rank classification: each example's choices (`Task.choices`: the two options, the
+passage's candidate words, the 5 other orders of the lines) are scored with lm.score
+(log-likelihood of the choice as the target) and the most likely one is the prediction, as
+T5-style evaluation treats multiple-choice tasks. With --decode every task is decoded
+greedily instead (T5's protocol for every task; a tiny model rarely writes a well-formed
+answer, so its scores sit at or below chance). Writes
 
 * `<output>/finetune/`: the fine-tuning run (checkpoints, metrics, `eval/tasks_step_<N>.json`
   and predictions); running the same command again resumes or reuses it;
 * `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
   "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
-  `init_from`, `steps`, `learning_rate`, `train_loss` (the fine-tuning loss averaged over
+  `init_from`, `steps`, `learning_rate`, `method` {task: "rank_classification" /
+  "decode"}, `train_loss` (the fine-tuning loss averaged over
   the last 5 logged steps), `seconds` (wall time of this call);
 
 and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
@@ -42,7 +49,10 @@ from lm.downstream import mini
 
 TASKS = tuple(mini.HEADLINE)
 MIXTURE = "+".join(f"{name}:1" for name in TASKS)
-DEFAULT_CONFIG = f"configs/finetune.py:mixture={MIXTURE},runlocal"
+# The suite's inputs and targets reach mini.MAX_TOKENS = 128 tokens; runlocal's fine-tuning
+# lengths (64 / 16) would cut line B of a pair and all but the first line of an unshuffle.
+DEFAULT_CONFIG = (f"configs/finetune.py:mixture={MIXTURE},runlocal,"
+                  f"inputs_length={mini.MAX_TOKENS},targets_length={mini.MAX_TOKENS}")
 RESULTS_FILE = "mini_suite.json"
 
 
@@ -59,8 +69,8 @@ def load_config(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
 
 
 def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, steps: int = 0,
-                 max_eval_examples: int = 0, learning_rate: float = 0.0
-                 ) -> ml_collections.ConfigDict:
+                 max_eval_examples: int = 0, learning_rate: float = 0.0,
+                 decode: bool = False) -> ml_collections.ConfigDict:
   """The fine-tuning config of one suite run.
 
   Args:
@@ -69,9 +79,16 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
     steps: fine-tuning steps (0 = the base config's); the tasks are scored at the last one.
     max_eval_examples: score the first N validation examples per task (0 = all).
     learning_rate: the constant fine-tuning learning rate (0 = the config's).
+    decode: score every task by greedy decoding (T5's protocol for every task) instead of
+      rank classification of each example's choices (the suite's default).
 
   Returns:
-    a locked copy with ckpt.init_from, train.num_steps and one task evaluation at the end.
+    a locked copy with ckpt.init_from, train.num_steps, one task evaluation at the end and
+    finetune.rank_classification = not decode.
+
+  Raises:
+    ValueError: not a mini-suite fine-tuning config, or its data lengths cut the suite's
+      examples (inputs_length or targets_length below mini.MAX_TOKENS).
   """
   if not base.get("finetune"):
     raise ValueError("mini_suite: the config has no `finetune` section; pass "
@@ -81,6 +98,12 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
   if missing:
     raise ValueError(f"mini_suite: the config's tasks {names} lack {missing}; pass "
                      f"--config=configs/finetune.py:mixture={MIXTURE},...")
+  short = {k: int(base.data[k]) for k in ("inputs_length", "targets_length")
+           if int(base.data[k]) < mini.MAX_TOKENS}
+  if short:
+    raise ValueError(f"mini_suite: the config's {short} would cut the suite's examples (up "
+                     f"to {mini.MAX_TOKENS} tokens); pass inputs_length={mini.MAX_TOKENS},"
+                     f"targets_length={mini.MAX_TOKENS} in --config (as {DEFAULT_CONFIG}).")
   config = ml_collections.ConfigDict(base.to_dict())
   if steps > 0:
     config.train.num_steps = int(steps)
@@ -89,6 +112,7 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
   config.finetune.eval_every = n        # score once, at the last step
   config.ckpt.every_steps = n
   config.finetune.max_eval_examples = int(max_eval_examples)
+  config.finetune.rank_classification = not decode
   if learning_rate > 0:
     config.schedule.base_lr = float(learning_rate)
   config.ckpt.init_from = init_from or None
@@ -101,6 +125,7 @@ def summarize(results_json: dict[str, Any]) -> dict[str, Any]:
   results = {name: results_json["results"][name] for name in TASKS}
   return {"results": results, "mini": mini.mini_average(results),
           "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in TASKS},
+          "method": {name: results_json["tasks"][name]["method"] for name in TASKS},
           "step": results_json["step"]}
 
 
@@ -183,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="score the first N validation examples per task (0 = all)")
   parser.add_argument("--learning_rate", type=float, default=0.0,
                       help="constant fine-tuning learning rate (default: the config's)")
+  parser.add_argument("--decode", action="store_true",
+                      help="score every task by greedy decoding instead of rank "
+                      "classification of its choices")
   parser.add_argument("--config", default=DEFAULT_CONFIG,
                       help="fine-tuning config file[:arg] (default %(default)s); its model "
                       "must be the pre-trained run's")
@@ -201,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     config = suite_config(load_config(args.config),
                           None if args.from_scratch else args.workdir, steps=args.steps,
                           max_eval_examples=args.max_eval_examples,
-                          learning_rate=args.learning_rate)
+                          learning_rate=args.learning_rate, decode=args.decode)
     run(config, args.output)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)

@@ -15,7 +15,7 @@ from lm.downstream import task as task_lib
 NAMES = ("mini_next_line", "mini_same_doc", "mini_cloze", "mini_unshuffle")
 SPLITS = ("train", "validation")
 TOKEN_BUDGET = 128  # inputs and targets, with the 1000-piece tokenizer of configs/t5.py:runlocal
-PREFIX = {"mini_next_line": "next line: A: ", "mini_same_doc": "same document: A: ",
+PREFIX = {"mini_next_line": "next line: ", "mini_same_doc": "same document: ",
           "mini_cloze": "cloze: ", "mini_unshuffle": "unshuffle: "}
 
 
@@ -63,10 +63,7 @@ def test_registered_with_splits_choices_and_descriptions():
   for name in NAMES:
     t = task_lib.get_task(name)
     assert t.splits == SPLITS and t.description
-    classification = name in ("mini_next_line", "mini_same_doc")
-    assert (t.choices is not None) == classification
-    if classification:
-      assert tuple(t.choices({})) == ("yes", "no")
+    assert t.choices is not None  # every task can be rank-classified (the suite's default)
 
 
 def test_heldout_constants_match_the_configs():
@@ -86,7 +83,7 @@ def _units_of(name, ex):
     return ex["lines"]
   if name == "mini_cloze":  # 1-3 units joined by spaces, with the answer put back
     return [ex["passage"].replace(mini.BLANK, ex["answer"])]
-  return [ex["a"], ex["b"]]
+  return [ex["a"], *ex["options"]]
 
 
 def test_validation_from_heldout_documents_train_from_pretraining_documents():
@@ -157,30 +154,43 @@ def test_train_and_validation_come_from_disjoint_documents(synthetic):
   units = {}
   for split in SPLITS:
     units[split] = ({u for ex in mini._raw_examples("mini_next_line", split, None)
-                     for u in (ex["a"], ex["b"])}
+                     for u in (ex["a"], *ex["options"])}
                     | {u for ex in mini._raw_examples("mini_unshuffle", split, None)
                        for u in ex["lines"]})
   assert not units["train"] & units["validation"]
 
 
-def test_pair_tasks_are_balanced_and_labels_follow_the_construction(synthetic):
+def test_choice_tasks_follow_the_construction(synthetic):
+  """mini_next_line / mini_same_doc: line A, then two options (the answer and a line of
+  another document, in a random order); the options shown are the choices."""
   for name in ("mini_next_line", "mini_same_doc"):
+    t = task_lib.get_task(name)
     for split in SPLITS:
       rows = _examples(name, split, synthetic)
-      labels = [r["targets"] for r in rows]
-      assert labels.count("yes") == labels.count("no") == len(rows) // 2
+      first = 0
       for r in rows:
-        (da, ka), (db, kb) = _tags(r["inputs"])
+        assert len(r["options"]) == 2 and r["targets"] in r["options"]
+        assert list(t.choices(r)) == r["options"]
+        assert r["inputs"].endswith(" options: " + " | ".join(r["options"])), r
+        first += r["options"][0] == r["targets"]
+        a = r["inputs"][len(PREFIX[name]):].split(" options: ")[0]
+        ((da, ka),) = _tags(a)
+        ((db, kb),) = _tags(r["targets"])
+        (other,) = [o for o in r["options"] if o != r["targets"]]
+        ((do, _),) = _tags(other)
+        assert da == db and do != da, r
         if name == "mini_next_line":
-          assert (r["targets"] == "yes") == (da == db and kb == ka + 1), r
+          assert kb == ka + 1, r
         else:
-          assert (r["targets"] == "yes") == (da == db), r
-          if da == db:
-            assert abs(ka - kb) >= 2, r
-  for name in ("mini_next_line", "mini_same_doc"):
+          assert abs(ka - kb) >= 2, r
+      assert 0.4 < first / len(rows) < 0.6, (name, split, first, len(rows))
+    # Embedded corpus: the distractor is about as long as the answer (length gives no clue).
     for split in SPLITS:
-      labels = [r["targets"] for r in _examples(name, split)]
-      assert labels.count("yes") == labels.count("no")
+      rows = _examples(name, split)
+      diffs = [abs(len(r["options"][0]) - len(r["options"][1])) for r in rows]
+      assert np.median(diffs) <= 5, (name, split, np.median(diffs))
+      first = sum(r["options"][0] == r["targets"] for r in rows)
+      assert 0.4 < first / len(rows) < 0.6, (name, split, first, len(rows))
 
 
 def test_every_example_is_well_formed_and_within_the_token_budget():
@@ -220,9 +230,9 @@ def test_answers_are_recoverable_from_the_inputs(synthetic):
 def _simulate(name, rows, rng):
   """Chance-baseline predictions (text) for preprocessed rows."""
   if name in ("mini_next_line", "mini_same_doc"):
-    return [rng.choice(["yes", "no"]) for _ in rows]
-  if name == "mini_cloze":
-    return [rng.choice(mini._cloze_candidates(r["inputs"][len("cloze: "):])) for r in rows]
+    return [rng.choice(r["options"]) for r in rows]
+  if name == "mini_cloze":  # a distinct candidate word, as rank classification picks one
+    return [rng.choice(mini.cloze_choices(r["inputs"][len("cloze: "):])) for r in rows]
   preds = []
   for r in rows:
     shown = r["inputs"][len("unshuffle: "):].split(" | ")
@@ -245,7 +255,7 @@ def test_chance_levels_match_simulated_random_baselines():
       simulated = np.mean([m[metric] for m in runs])
       assert abs(simulated - value) < 1.0, (name, metric, simulated, value)
     assert t.compute_metrics(golds, golds)[mini.HEADLINE[name]] == 100.0
-  # Majority class of the balanced tasks; copying the shuffled lines never matches.
+  # Two options; copying the shuffled lines never matches.
   assert mini.chance_level("mini_next_line") == {"accuracy": 50.0}
   assert mini.chance_level("mini_unshuffle")["exact_match"] == pytest.approx(20.0)
   t = task_lib.get_task("mini_unshuffle")
@@ -253,8 +263,32 @@ def test_chance_levels_match_simulated_random_baselines():
   copies = [t.postprocess(r["inputs"][len("unshuffle: "):], r) for r in rows]
   golds = [t.postprocess(r["targets"], r, is_target=True) for r in rows]
   assert t.compute_metrics(golds, copies)["exact_match"] == 0.0
-  # The cloze chance the descriptions state (a random word of the passage), Python-dependent.
+  # The cloze chance the descriptions state (a random candidate word), Python-dependent.
   assert 5.0 < mini.chance_level("mini_cloze")["exact_match"] < 25.0
+
+
+def test_every_task_has_choices_holding_its_target(synthetic):
+  """The suite rank-classifies every task: the gold target is always one of the choices,
+  choices are distinct, and the shown order is never a choice of mini_unshuffle."""
+  counts = {"mini_next_line": {2}, "mini_same_doc": {2}, "mini_unshuffle": {5}}
+  for data_dir in (None, synthetic):
+    for name in NAMES:
+      t = task_lib.get_task(name)
+      for split in SPLITS:
+        for r in _examples(name, split, data_dir):
+          c = list(t.choices(r))
+          assert r["targets"] in c and len(set(c)) == len(c), (name, r, c)
+          if name in counts:
+            assert len(c) in counts[name]
+          if name == "mini_unshuffle":
+            assert r["inputs"][len("unshuffle: "):] not in c
+          if name == "mini_cloze":
+            passage = r["inputs"][len("cloze: "):]
+            assert set(c) <= set(mini._cloze_candidates(passage)) and mini.BLANK not in c
+  assert mini.cloze_choices("Return ___ and then ___ foobar Foobar that foobar baz") == [
+      "foobar", "Foobar"]
+  assert mini.unshuffle_choices(["b", "c", "a"]) == [
+      "b | a | c", "c | b | a", "c | a | b", "a | b | c", "a | c | b"]
 
 
 def test_metrics_and_postprocessors_on_hand_computed_cases():
@@ -278,7 +312,7 @@ def test_unit_rules_and_input_cost_on_hand_computed_cases():
   assert not mini._usable("IN NO EVENT SHALL THE AUTHOR BE LIABLE")  # licence capitals
   assert not mini._usable("two words") and not mini._usable("a | b c")
   # words 1 each; lower-case letters 1/4; other non-space characters 1.
-  assert mini.input_cost({"a": "abcd efgh", "b": "X1 y"}) == 2 + 2 + 2 + 0.25 + 2
+  assert mini.input_cost({"a": "abcd efgh", "options": ["X1 y"]}) == 2 + 2 + 2 + 0.25 + 2
   assert mini.input_cost({"shuffled": ["abcd", "(x)"], "label": "yes"}) == 2 + 1.25 + 2
   dense = " ".join(["{0:#x};"] * 14)  # 98 characters of format code
   assert mini.input_cost({"passage": dense}) > mini.MAX_INPUT_COST
