@@ -193,6 +193,7 @@ def main(argv=None) -> None:
   parser.add_argument("--methods", default="greedy,beam")
   parser.add_argument("--inputs_length", type=int, default=None, help="prompt tokens (default 128; quick 16)")
   parser.add_argument("--max_decode_length", type=int, default=None, help="new tokens (default 64; quick 8)")
+  parser.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
   parser.add_argument("--worker", choices=("lm", "hf"), help=argparse.SUPPRESS)
   parser.add_argument("--hf_dir", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -231,9 +232,12 @@ def main(argv=None) -> None:
           per_round.setdefault((system, key), []).append(rate)
 
   print(f"\n{'model':28s} {'method':7s} {'batch':>5s} {'lm tokens/s':>26s} {'transformers tokens/s':>26s}  lm/hf")
+  rows = []
   for case in _cases(args):
     key = _key(case)
     lm = _summary(per_round[("lm", key)])
+    record = {"model": args.presets[case["model"]], "method": case["method"], "batch": case["batch"],
+              "lm_tokens_per_s": lm, "lm_rounds": per_round[("lm", key)]}
     row = (f"{args.presets[case['model']]:28s} {case['method']:7s} {case['batch']:5d} "
            f"{lm[0]:10.1f} [{lm[1]:8.1f}-{lm[2]:8.1f}]")
     if ("hf", key) in per_round:
@@ -241,9 +245,14 @@ def main(argv=None) -> None:
       ratio = lm[0] / hf[0]
       verdict = "parity" if lm[1] <= hf[2] and hf[1] <= lm[2] else ("faster" if ratio > 1 else "slower")
       row += f" {hf[0]:10.1f} [{hf[1]:8.1f}-{hf[2]:8.1f}]  {ratio:.2f}x ({verdict})"
+      record.update(hf_tokens_per_s=hf, hf_rounds=per_round[("hf", key)], lm_over_hf=ratio,
+                    verdict=verdict)
     else:
       row += f" {'(no transformers counterpart)':>26s}"
+    rows.append(record)
     print(row)
+  if args.json:
+    results.write_json(args.json, "bench_decode", {"rows": rows}, vars(args))
 
 
 if __name__ == "__main__":
