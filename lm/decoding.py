@@ -566,8 +566,9 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
                    rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES):
   """A jitted ``fn(params, batch, rng, row_ids) -> (int32[B, M], float32[B])``.
 
-  With a mesh, the batch rows are sharded over its data axes (B must divide evenly) and the
-  model's logical-axis annotations apply (``rules``); params keep the shardings they arrive
+  With a mesh, the batch rows are sharded over its data axes (B must divide evenly; every
+  process passes the whole batch, also when the mesh spans processes) and the model's
+  logical-axis annotations apply (``rules``); params keep the shardings they arrive
   with (``lm.restore`` places them on the mesh).
   """
   def fn(params, batch, rng, row_ids):
@@ -578,9 +579,15 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
     return jitted
   sharding = partitioning.batch_sharding(mesh)
 
+  def place(x):
+    # Every process holds the whole batch; each places the rows of its own devices, so this
+    # also works when the mesh spans several processes (device_put would need them all).
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
   def sharded(params, batch, rng, row_ids):
-    batch = {k: jax.device_put(np.asarray(v), sharding) for k, v in batch.items()}
-    row_ids = jax.device_put(np.asarray(row_ids, np.int32), sharding)
+    batch = {k: place(v) for k, v in batch.items()}
+    row_ids = place(np.asarray(row_ids, np.int32))
     with partitioning.axis_rules(mesh, rules):
       return jitted(params, batch, rng, row_ids)
   return sharded
