@@ -168,9 +168,12 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     model_overrides = [f"--config.{k}={local._format_value(v)}"
                        for k, v in point.overrides.items() if k.startswith("model.")]
     if scale == "tiny":
-      from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+      from lm.downstream import mini, mini_suite  # pylint: disable=g-import-not-at-top
+      # The suite's examples reach mini.MAX_TOKENS tokens (runlocal's own lengths would cut
+      # them, and mini_suite refuses such a config).
       config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
-                f"{_finetune_arg(point, scale)}")
+                f"{_finetune_arg(point, scale)},inputs_length={mini.MAX_TOKENS},"
+                f"targets_length={mini.MAX_TOKENS}")
       argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]

@@ -65,6 +65,10 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   mini = list(got[1].argv)
   assert mini[:3] == ["python", "-m", "lm.downstream.mini_suite"]
   assert "--workdir=runs/t7/span_03" in mini and "--output=runs/t7/span_03/mini" in mini
+  # The mini suite accepts the config the stage passes (its lengths fit the suite's examples).
+  from lm.downstream import mini_suite
+  config = next(a for a in mini if a.startswith("--config="))[len("--config="):]
+  mini_suite.suite_config(mini_suite.load_config(config), "runs/t7/span_03")
   assert [s.done for s in got] == [f"runs/t7/span_03/sweep/{n}.json"
                                    for n in ("pretrain", "mini", "evaluate")]
   assert [s.every_process for s in got] == [True, False, False]
