@@ -95,7 +95,9 @@ def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
   lm = next(p for p in points if p.name == "lm_denoising")
   config = next(a for a in sweep.stages(lm, "r", scale="tiny", study="s")[1].argv
                 if a.startswith("--config="))
-  assert "arch=causal" in config and config.endswith(",runlocal")
+  items = config.split(":", 1)[1].split(",")
+  assert "arch=causal" in items and "runlocal" in items
+  assert {"inputs_length=128", "targets_length=128"} <= set(items)  # the suite's lengths
 
 
 def test_local_dry_run_tokens_are_literal(capsys, tmp_path):
