@@ -37,6 +37,11 @@ from lm.model.layers import param_with_axes
 CACHE_MODES = (None, "prefill", "step")
 
 
+def _as_biases(bias) -> tuple:
+  """None, one array or a tuple/list of arrays -> a tuple of arrays."""
+  return () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
+
+
 def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float = 0.0,
                           dropout_rng=None, deterministic: bool = True, dtype=jnp.float32):
   """``softmax(Q K^T + bias) V`` with float32 logits and softmax, no logit scaling.
@@ -60,8 +65,7 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
   assert query.ndim == key.ndim == value.ndim == 4, (query.shape, key.shape, value.shape)
   assert key.shape == value.shape, (key.shape, value.shape)
   assert query.shape[0] == key.shape[0] and query.shape[2:] == key.shape[2:], (query.shape, key.shape)
-  biases = () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
-  biases = tuple(jnp.asarray(b, jnp.float32) for b in biases)
+  biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
   for b in biases:
     jnp.broadcast_shapes(b.shape, (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
   scale = None
@@ -176,8 +180,7 @@ class MultiHeadAttention(nn.Module):
                                       cache_mode, cache_index, max_length, inputs_q.shape[0])
 
     if cache_mode == "step":
-      biases = () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
-      out = cached_attention(query, key, value, biases, dtype=self.dtype)
+      out = cached_attention(query, key, value, _as_biases(bias), dtype=self.dtype)
     else:
       dropout_rng = None
       if not deterministic and self.dropout_rate > 0.0:
