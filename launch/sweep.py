@@ -168,12 +168,10 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     model_overrides = [f"--config.{k}={local._format_value(v)}"
                        for k, v in point.overrides.items() if k.startswith("model.")]
     if scale == "tiny":
-      from lm.downstream import mini, mini_suite  # pylint: disable=g-import-not-at-top
-      # The suite's examples reach mini.MAX_TOKENS tokens (runlocal's own lengths would cut
-      # them, and mini_suite refuses such a config).
+      from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+      # The suite's lengths (runlocal's own would cut its examples, and mini_suite refuses them).
       config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
-                f"{_finetune_arg(point, scale)},inputs_length={mini.MAX_TOKENS},"
-                f"targets_length={mini.MAX_TOKENS}")
+                f"{_finetune_arg(point, scale)},{mini_suite.LENGTHS_ARG}")
       argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]

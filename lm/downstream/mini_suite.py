@@ -51,8 +51,8 @@ TASKS = tuple(mini.HEADLINE)
 MIXTURE = "+".join(f"{name}:1" for name in TASKS)
 # The suite's inputs and targets reach mini.MAX_TOKENS = 128 tokens; runlocal's fine-tuning
 # lengths (64 / 16) would cut line B of a pair and all but the first line of an unshuffle.
-DEFAULT_CONFIG = (f"configs/finetune.py:mixture={MIXTURE},runlocal,"
-                  f"inputs_length={mini.MAX_TOKENS},targets_length={mini.MAX_TOKENS}")
+LENGTHS_ARG = f"inputs_length={mini.MAX_TOKENS},targets_length={mini.MAX_TOKENS}"
+DEFAULT_CONFIG = f"configs/finetune.py:mixture={MIXTURE},runlocal,{LENGTHS_ARG}"
 RESULTS_FILE = "mini_suite.json"
 
 
