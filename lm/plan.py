@@ -22,8 +22,8 @@ accounting (analytic: the shardings' shard shapes and `lm.model.accounting.activ
 beside XLA's memory analysis (argument, output, temporary, aliased; total = argument +
 output + temporary - aliased) and the chip's memory; whether it fits; training FLOPs per
 step (lm.model.accounting: matmuls only, 2 per multiply-add, backward = 2x forward) beside
-XLA's cost analysis (all operations, summed over devices; with scanned layers corrected
-for the loop, see `scan_correction`); and a step-time ESTIMATE: the
+XLA's HLO cost analysis (all operations, summed over devices, every loop counted as often
+as it runs: see `hlo_cost`); and a step-time ESTIMATE: the
 roofline max(XLA FLOPs / peak FLOP/s, XLA bytes accessed / HBM bandwidth) per device,
 which ignores communication and overlap, with the tokens/s per chip and the MFU (lm's
 matmul FLOPs / step time / peak) it implies. The compiler's own `optimal_seconds` is shown
@@ -151,42 +151,66 @@ def xla_cost(compiled) -> dict[str, float]:
           "optimal_seconds": float(ca.get("optimal_seconds", float("nan")))}
 
 
-def scan_correction(config: ml_collections.ConfigDict, mesh, lowered) -> dict[str, float]:
-  """Factors that turn XLA's cost analysis of a scanned-layers step into the whole step's.
-
-  XLA's cost analysis counts a while loop's body once, not once per layer, so with
-  `scan_layers` its FLOPs and bytes cover one layer per stack. The factor is the ratio of
-  the HLO cost analyses (before optimisation, so no compile is needed) of the same step
-  with the layers unrolled and scanned; the compiled program's per-device figures are
-  multiplied by it.
-
-  A program lowered for a TPU topology that is not attached has no cost analysis before
-  compilation (`lowered.cost_analysis()` is None: there is no client for that platform),
-  so there both programs are lowered for one CPU device instead: the ratio counts the
-  same layers either way, only the per-device figures that it multiplies depend on the
-  mesh.
-  """
+def _one_cpu_cost(config: ml_collections.ConfigDict, axis_names, **changes) -> dict[str, float]:
+  """Pre-optimisation HLO cost analysis of the train step of `config` (with `changes`),
+  lowered (not compiled) for one CPU device: the whole program's FLOPs and bytes accessed."""
   from lm import train  # pylint: disable=g-import-not-at-top
-  unrolled = _with(config, **{"model.scan_layers": False})
-  scanned_cost = _first(lowered.cost_analysis())
-  if scanned_cost:
-    unrolled_cost = _first(train.build_run(unrolled, mesh=mesh).lower_train_step()
-                           .cost_analysis())
-  else:
-    one = {"mesh.shape": (1,) * len(mesh.devices.shape), "data.num_shards": 1}
-    cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
-                            mesh.axis_names)
-    scanned_cost = _first(train.build_run(_with(config, **one), mesh=cpu)
-                          .lower_train_step().cost_analysis())
-    unrolled_cost = _first(train.build_run(_with(unrolled, **one), mesh=cpu)
-                           .lower_train_step().cost_analysis())
-  scanned_cost, unrolled_cost = scanned_cost or {}, unrolled_cost or {}
-  out = {}
-  for key in ("flops", "bytes_accessed"):
-    name = key.replace("_", " ")
-    a, b = unrolled_cost.get(name), scanned_cost.get(name)
-    out[key] = float(a / b) if a and b else 1.0
-  return out
+  one = {"mesh.shape": (1,) * len(axis_names), "data.num_shards": 1, **changes}
+  cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
+                          axis_names)
+  cost = _first(train.build_run(_with(config, **one), mesh=cpu).lower_train_step()
+                .cost_analysis()) or {}
+  return {key: float(cost.get(key.replace("_", " "), float("nan")))
+          for key in ("flops", "bytes_accessed")}
+
+
+def hlo_cost(config: ml_collections.ConfigDict, axis_names: Sequence[str]) -> dict[str, Any]:
+  """The whole train step's FLOPs and bytes accessed as XLA's HLO cost analysis counts them,
+  with every loop counted as many times as it runs (summed over devices).
+
+  XLA's cost analysis counts a while loop's body once. The compiled step has three kinds:
+  the layer scan (`scan_layers`), the microbatch scan (`grad_accum_steps`) and, on TPU,
+  the loops XLA:TPU makes of an all-gather followed by a matmul ("windowed einsums",
+  `wide.windowed_dot_general_*`, one iteration per shard: with fsdp 32 the 6.7B step's
+  compiled count was 0.55 of the program's). So the count comes from the program before
+  optimisation instead, lowered for one CPU device (no compile) with the layers unrolled
+  and one microbatch, at 1 and 2 layers per stack: the stacks repeat one layer, so the
+  cost is affine in the depth and the depth-L cost is c1 + (L - 1) (c2 - c1). Two small
+  lowerings, where unrolling a deep model (xxl) takes minutes.
+
+  Returns:
+    {"flops", "bytes_accessed": at the config's depth, "per_layer": {...}: c2 - c1}.
+    The bytes are those of the unfused program (an upper bound on the traffic); the
+    roofline uses the compiled program's bytes, scaled by `loop_factor`.
+  """
+  depth = int(config.model.num_layers)
+  base = {"model.scan_layers": False, "optim.grad_accum_steps": 1}
+  c1 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 1})
+  c2 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 2})
+  per_layer = {k: c2[k] - c1[k] for k in c1}
+  return {**{k: c1[k] + (depth - 1) * per_layer[k] for k in c1}, "per_layer": per_layer}
+
+
+def loop_factor(config: ml_collections.ConfigDict, axis_names: Sequence[str],
+                whole: dict[str, Any]) -> float:
+  """How many times more bytes the whole step accesses than XLA counts for the program as
+  configured (its layer and microbatch loops counted once): the ratio of the two
+  pre-optimisation counts. 1 for a program without those loops."""
+  if not config.model.scan_layers and int(config.optim.grad_accum_steps) == 1:
+    return 1.0
+  configured = _one_cpu_cost(config, axis_names)["bytes_accessed"]
+  ratio = whole["bytes_accessed"] / configured
+  return float(ratio) if np.isfinite(ratio) and ratio > 0 else 1.0
+
+
+def windowed_einsum_loops(compiled) -> int:
+  """The number of all-gather + matmul loops XLA:TPU made (0 elsewhere); the compiled cost
+  analysis counts one iteration of each."""
+  try:
+    text = compiled.as_text()
+  except Exception:  # pylint: disable=broad-except  # not every backend prints its program
+    return 0
+  return len(re.findall(r"condition=%?[\w.]*windowed_dot_general_cond", text))
 
 
 def step_time_estimate(flops_per_device: float, bytes_per_device: float,
@@ -259,12 +283,14 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
       return result
     result["compile_seconds"] = time.perf_counter() - t0
     mem, cost = xla_memory(compiled), xla_cost(compiled)
-    loop = scan_correction(config, mesh, lowered) if mc.scan_layers else {
-        "flops": 1.0, "bytes_accessed": 1.0}
-    result["xla"] = {"memory": mem, "cost": cost, "scan_correction": loop}
-    per_device_flops = cost["flops"] * loop["flops"]
-    bytes_accessed = cost["bytes_accessed"] * loop["bytes_accessed"]
-    result["flops"]["xla"] = per_device_flops * target.num_devices
+    whole = hlo_cost(config, mesh.axis_names)
+    factor = loop_factor(config, mesh.axis_names, whole)
+    windowed = windowed_einsum_loops(compiled)
+    result["xla"] = {"memory": mem, "cost": cost, "hlo": whole, "loop_factor": factor,
+                     "windowed_einsum_loops": windowed}
+    per_device_flops = whole["flops"] / target.num_devices
+    bytes_accessed = cost["bytes_accessed"] * factor
+    result["flops"]["xla"] = whole["flops"]
     used = mem["total"]
   else:
     used = result["analytic"]["total"]
@@ -330,8 +356,12 @@ def format_plan(p: dict[str, Any]) -> str:
   f = p["flops"]
   xla_f = f.get("xla")
   lines.append(f"training FLOPs per step: analytic {f['analytic']:.4g} (matmuls, 3x forward)"
-               + (f", XLA {xla_f:.4g} (all ops, all devices; "
+               + (f", XLA {xla_f:.4g} (HLO, all ops, all devices; "
                   f"{(xla_f / f['analytic'] - 1) * 100:+.1f} %)" if xla_f else ""))
+  windowed = (p["xla"] or {}).get("windowed_einsum_loops")
+  if windowed:
+    lines.append(f"  XLA:TPU made {windowed} all-gather matmuls into windowed loops: the compiled "
+                 "bytes count one iteration each, so the memory term below is a lower bound")
   est = p.get("estimate")
   if est and est["seconds"] is not None and np.isfinite(est["seconds"]):
     lines.append(f"step time ESTIMATE ({est['basis']}): {est['seconds'] * 1e3:.1f} ms "

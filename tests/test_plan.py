@@ -129,6 +129,31 @@ def test_analytic_memory_and_flops_agree_with_xla_on_cpu(cpu_plans, mesh):
   assert p["fits"] and p["estimate"]["seconds"] != p["estimate"]["seconds"]  # NaN: no CPU spec
 
 
+@pytest.mark.parametrize("arg, accum", [("size=small_cpu,batch=8,inputs_length=64", 1),
+                                         ("arch=causal,size=small_cpu,batch=8", 2)])
+def test_hlo_cost_counts_every_layer_and_microbatch(arg, accum):
+  # The depth-1/depth-2 extrapolation against the step lowered whole: every layer unrolled,
+  # one microbatch (an accumulation loop's body is counted once, like a scan's).
+  config = t5.get_config(arg)
+  config.optim.grad_accum_steps = accum
+  config.model.scan_layers = True
+  axes = ("data", "fsdp", "tensor")
+  whole = plan.hlo_cost(config, axes)
+  unrolled = plan._one_cpu_cost(  # pylint: disable=protected-access
+      config, axes, **{"model.scan_layers": False, "optim.grad_accum_steps": 1})
+  assert config.model.num_layers >= 3 and whole["per_layer"]["flops"] > 0
+  # Not bit-exact: the lowered programs differ by a few elementwise ops (28,672 FLOPs of
+  # 2.4e10 here, measured), where one layer is ~1e9.
+  assert whole["flops"] == pytest.approx(unrolled["flops"], rel=1e-5)
+  assert whole["bytes_accessed"] == pytest.approx(unrolled["bytes_accessed"], rel=1e-4)
+  # The premise: the program as configured (scanned, k microbatches) counts one layer per
+  # stack and one microbatch, the depth-1 program's FLOPs (of the full batch when k = 1).
+  configured = plan._one_cpu_cost(config, axes)  # pylint: disable=protected-access
+  depth1 = whole["flops"] - (config.model.num_layers - 1) * whole["per_layer"]["flops"]
+  assert configured["flops"] == pytest.approx(depth1 / accum, rel=0.05)
+  assert plan.loop_factor(config, axes, whole) > 1.1
+
+
 def test_data_parallel_replicates_what_fsdp_and_tensor_split(cpu_plans):
   data, fsdp, tensor = (cpu_plans[k]["analytic"] for k in ("data", "fsdp", "tensor"))
   assert fsdp["params"] == pytest.approx(data["params"] / 8, rel=0.02)
@@ -170,6 +195,11 @@ def test_gpt3_6_7b_fits_on_v4_64_with_fsdp():
   p = plan.plan(_tpu_config("size=6_7b", (1, 32, 1), batch=64, module=gpt3,
                             remat_policy="full"), plan.resolve_target("v4-64"))
   assert p["model"]["params"] > 6e9 and p["fits"], (p.get("compile_error"), p["analytic"])
+  # Full remat runs every layer's forward pass twice: a third more layer FLOPs than lm's
+  # count (3x forward), the logits excepted. (Before the HLO count, XLA:TPU's windowed
+  # einsums, counted once per loop, made this 0.62 of lm's.)
+  assert p["xla"]["windowed_einsum_loops"] > 0
+  assert 1.05 * p["flops"]["analytic"] <= p["flops"]["xla"] <= 4 / 3 * p["flops"]["analytic"]
 
 
 @pytest.mark.slow
