@@ -151,7 +151,6 @@ def test_hlo_cost_counts_every_layer_and_microbatch(arg, accum):
   configured = plan._one_cpu_cost(config, axes)  # pylint: disable=protected-access
   depth1 = whole["flops"] - (config.model.num_layers - 1) * whole["per_layer"]["flops"]
   assert configured["flops"] == pytest.approx(depth1 / accum, rel=0.05)
-  assert plan.loop_factor(config, axes, whole) > 1.1
 
 
 def test_data_parallel_replicates_what_fsdp_and_tensor_split(cpu_plans):
@@ -183,6 +182,12 @@ def test_t5_xxl_fits_on_v5p_128_with_fsdp():
   assert p["analytic"]["total"] == pytest.approx(p["xla"]["memory"]["total"], rel=0.5)
   assert p["flops"]["analytic"] <= p["flops"]["xla"] <= 1.15 * p["flops"]["analytic"]
   assert 0 < p["estimate"]["mfu"] <= 1
+  # The roofline: XLA's FLOPs per chip at peak; XLA's memory read and written once.
+  v5p, mem, est = metrics.chip_spec_by_name("v5p"), p["xla"]["memory"], p["estimate"]
+  assert est["compute_s"] == pytest.approx(p["flops"]["xla"] / 64 / v5p.peak_flops_bf16)
+  traffic = mem["argument"] + mem["output"] + 2 * mem["temp"]
+  assert est["memory_s"] == pytest.approx(traffic / v5p.hbm_bandwidth)
+  assert est["seconds"] == max(est["compute_s"], est["memory_s"])
 
 
 @pytest.mark.slow
