@@ -115,21 +115,16 @@ PAPER_COLUMNS = (("GLUE", "ft_glue", None, None), ("CNNDM", "ft_cnndm", "cnn_dai
 
 
 def _best_task_results(run: str) -> dict[str, dict[str, float]] | None:
-  """{task: metrics} of the best-scored `eval/tasks_step_<N>.json` of a fine-tuning run (as T5
-  reported the best validation checkpoint), or None when there is none."""
+  """{task: metrics}, each task at its own best evaluated step of a fine-tuning run's
+  `eval/tasks_step_<N>.json` files, as T5 reported them (`lm.downstream.evaluation
+  .select_best`, what the run's `eval/tasks_best.json` holds; MNLI matched/mismatched and
+  the multi-metric tasks are chosen together); None when there is none."""
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
-  best, best_score = None, -math.inf
-  for path in sorted(glob.glob(os.path.join(run, "eval", "tasks_step_*.json"))):
-    try:
-      with open(path) as f:
-        results = json.load(f)["results"]
-    except (OSError, ValueError, KeyError):
-      continue
-    # The trainer's keep-best score (lm.downstream.finetune.SCORE_KEY): mean task score.
-    score = sum(evaluation.task_score(m) for m in results.values()) / max(len(results), 1)
-    if score > best_score:
-      best, best_score = results, score
-  return best
+  try:
+    records = evaluation.read_results(run)
+  except (OSError, ValueError):
+    return None
+  return evaluation.select_best(records)["results"] if records else None
 
 
 def downstream_scores(workdir: str) -> dict[str, float]:

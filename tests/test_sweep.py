@@ -259,6 +259,30 @@ def test_report_ranks_our_mini_column_beside_the_paper(tmp_path):
   assert (tmp_path / "eval_loss.png").exists()
 
 
+def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
+  # A GLUE mixture run evaluated at steps 100 and 200: CoLA and SST-2 peak at 100, the rest
+  # at 200 (MNLI matched and mismatched together, MRPC's two metrics together), as T5
+  # reported them; a single common step (either) would give a lower average.
+  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  tasks = {t: m for parts in mixtures.GLUE_AVERAGE.values() for t, m in parts}
+  early = {"glue_cola", "glue_sst2"}
+  eval_dir = tmp_path / "p" / "ft_glue" / "eval"
+  eval_dir.mkdir(parents=True)
+  best = {}
+  for step in (100, 200):
+    results = {}
+    for parts in mixtures.GLUE_AVERAGE.values():
+      for task, metric in parts:
+        good = (task in early) == (step == 100)
+        results.setdefault(task, {})[metric] = 80.0 if good else 50.0
+        if good:
+          best.setdefault(task, {})[metric] = 80.0
+    (eval_dir / f"tasks_step_{step}.json").write_text(json.dumps({"results": results}))
+  assert set(best) == set(tasks)
+  scores = report.downstream_scores(str(tmp_path / "p"))
+  assert scores == {"GLUE": mixtures.glue_average(best)} and scores["GLUE"] == 80.0
+
+
 def test_report_command_line(tmp_path, capsys):
   exp = _hostile_experiment(tmp_path)
   assert report.main([exp, f"--root={tmp_path / 'missing'}"]) == 2
