@@ -24,9 +24,11 @@ output + temporary - aliased) and the chip's memory; whether it fits; training F
 step (lm.model.accounting: matmuls only, 2 per multiply-add, backward = 2x forward) beside
 XLA's HLO cost analysis (all operations, summed over devices, every loop counted as often
 as it runs: see `hlo_cost`); and a step-time ESTIMATE: the
-roofline max(XLA FLOPs / peak FLOP/s, XLA bytes accessed / HBM bandwidth) per device,
-which ignores communication and overlap, with the tokens/s per chip and the MFU (lm's
-matmul FLOPs / step time / peak) it implies. The compiler's own `optimal_seconds` is shown
+roofline max(XLA FLOPs / peak FLOP/s, HBM traffic / HBM bandwidth) per device, the traffic
+being XLA's memory analysis read and written once (`hbm_traffic_lower_bound`). Both terms
+are lower bounds and communication is ignored, so the step time is a lower bound and the
+tokens/s per chip and the MFU (lm's matmul FLOPs / step time / peak) it implies are upper
+bounds. The compiler's own `optimal_seconds` is shown
 only when it is positive. Nothing here is a measurement.
 
 `--search`: for each rematerialisation policy and mesh layout, the largest global batch
@@ -363,8 +365,8 @@ def format_plan(p: dict[str, Any]) -> str:
                  f"(compute {est['compute_s'] * 1e3:.1f} ms, memory {est['memory_s'] * 1e3:.1f} ms)"
                  + (f", compiler's own {est['compiler_seconds'] * 1e3:.1f} ms"
                     if est.get("compiler_seconds") else "")
-                 + f"; implies {est['tokens_per_s_per_chip']:.0f} tokens/s per chip, "
-                 f"MFU {est['mfu']:.1%} (lm's matmul FLOPs / peak bf16)")
+                 + f"; a lower bound: implies at most {est['tokens_per_s_per_chip']:.0f} "
+                 f"tokens/s per chip, MFU <= {est['mfu']:.1%} (lm's matmul FLOPs / peak bf16)")
   elif est:
     lines.append("step time ESTIMATE: none (no peak FLOP/s for this device)")
   return "\n".join(lines)
