@@ -78,24 +78,16 @@ def weighted_cross_entropy(logits: jax.Array, targets: jax.Array,
   return jnp.sum(loss * weights), jnp.sum(z * weights), jnp.sum(weights)
 
 
-def first_argmax(logits: jax.Array) -> jax.Array:
-  """int32[...] index of the first maximum along the last axis (``jnp.argmax`` without NaN).
-
-  Two plain reductions (max, then the smallest index holding it) instead of argmax's
-  variadic (value, index) reduction, which XLA:CPU ran about 6x slower on [32, 32128]
-  logits (in the tiny model's training step, argmax for the accuracy was ~18 % of the
-  step). A row holding a NaN gives V - 1 (jnp.argmax: the first NaN's index).
-  """
-  v = logits.shape[-1]
-  top = jnp.max(logits, axis=-1, keepdims=True)
-  index = jnp.min(jnp.where(logits == top, jnp.arange(v, dtype=jnp.int32), v), axis=-1)
-  return jnp.minimum(index, v - 1)
-
-
 def weighted_accuracy(logits: jax.Array, targets: jax.Array,
                       weights: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-  """Token accuracy of argmax(logits) (the first maximum: `first_argmax`) as
-  (correct_sum, weight_sum).
+  """Token accuracy of argmax(logits) as (correct_sum, weight_sum).
+
+  A token is correct when its target is the first maximum of its logits (`jnp.argmax`'s
+  tie rule): the target's logit is the maximum and every logit before the target's index
+  is below it. Computed that way, with two plain reductions fused over the logits, instead
+  of `jnp.argmax`'s variadic (value, index) reduction, which XLA:CPU ran slowly: it was
+  ~18 % of the tiny model's training step (A/B, same process: 114 -> 95 ms median; no
+  extra temporary memory, where max-then-first-index added a [B, L, V] buffer).
 
   Args:
     logits: float[B, L, V]; targets: int32[B, L]; weights: float32[B, L] or None.
@@ -107,7 +99,13 @@ def weighted_accuracy(logits: jax.Array, targets: jax.Array,
   if weights is None:
     weights = jnp.ones(targets.shape, jnp.float32)
   weights = weights.astype(jnp.float32)
-  correct = (first_argmax(logits) == targets).astype(jnp.float32)
+  logits = logits.astype(jnp.float32)
+  targets = targets.astype(jnp.int32)
+  top = jnp.max(logits, axis=-1)
+  target_logit = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  before = jnp.max(jnp.where(index < targets[..., None], logits, -jnp.inf), axis=-1)
+  correct = ((target_logit >= top) & (before < top)).astype(jnp.float32)
   return jnp.sum(correct * weights), jnp.sum(weights)
 
 

@@ -147,6 +147,22 @@ def test_accuracy_equals_hand_count_including_ties_and_weights():
   assert (float(correct), float(total)) == (4.0, 6.0)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_accuracy_is_numpys_first_argmax_under_many_ties(seed):
+  # Logits drawn from {0, 1, 2}: most rows have several tied maxima, so a tie rule other
+  # than the first maximum (NumPy's and T5's argmax) shows.
+  rng = np.random.default_rng(seed)
+  logits = rng.integers(0, 3, (4, 50, 7)).astype(np.float32)
+  targets = rng.integers(0, 7, (4, 50))
+  weights = rng.uniform(size=(4, 50)).astype(np.float32)
+  expect = np.sum((np.argmax(logits, -1) == targets) * weights, dtype=np.float64)
+  correct, total = losses.weighted_accuracy(jnp.asarray(logits), jnp.asarray(targets),
+                                            jnp.asarray(weights))
+  assert np.isfinite(float(correct))
+  np.testing.assert_allclose(float(correct), expect, rtol=1e-6)
+  np.testing.assert_allclose(float(total), weights.sum(dtype=np.float64), rtol=1e-6)
+
+
 def test_normalize_loss_all_padding_gives_zero_gradient_not_nan():
   logits = jnp.asarray(_case()[0])
   targets = jnp.zeros(logits.shape[:2], jnp.int32)
