@@ -237,3 +237,20 @@ def test_search_brackets_the_largest_batch():
   assert r["largest_fit"] and r["first_fail"] == r["largest_fit"] + r["batch_step"]
   assert r["probes"][r["largest_fit"]] and not r["probes"][r["first_fail"]]
   assert f"--config.data.batch_size={r['largest_fit']}" in result["overrides"]
+
+
+def test_plan_table_rows_render_an_analytic_plan():
+  # tools/plan_table.py's Markdown row from lm.plan's JSON schema (an analytic target: no
+  # compile), and every row's command parses as lm.plan flags.
+  from tools import plan_table  # pylint: disable=g-import-not-at-top
+  cmd = plan_table.command("configs/t5.py:size=xl", "h100-8", "1,8,1")
+  config = t5.get_config("size=xl")
+  config.mesh.shape = (1, 8, 1)
+  p = json.loads(json.dumps(plan.plan(config, plan.resolve_target("h100-8"))))
+  row = plan_table.row_markdown(cmd, p)
+  cells = [c.strip() for c in row.strip("|").split("|")]
+  assert len(cells) == plan_table.HEADER.splitlines()[0].count("|") - 1
+  assert cells[1].startswith("h100-8 (8 chips, 80.0 GiB)") and cells[6] == "yes"
+  assert cells[9] == "-" and cells[10] == "-" and cells[-1] == f"`{' '.join(cmd)}`"
+  names = [r[0] for r in plan_table.ROWS]
+  assert len(names) == len(set(names)) and {"small", "xxl", "xxl_causal"} <= set(names)

@@ -63,13 +63,15 @@ def row_markdown(cmd: list[str], p: dict) -> str:
   mfu = est.get("mfu")
   flops = p["flops"]
   ratio = f"{flops['xla'] / flops['analytic']:.3f}" if flops.get("xla") else "-"
+  seconds = p.get("compile_seconds")
+  compiled = "-" if seconds is None else f"{seconds:.0f} s"
   return (f"| {m['preset']} {m['mask_type']} ({m['params'] / 1e9:.2f}B) | {p['target']} "
           f"({chips} chips, {_gib(p['memory_per_device'])} GiB) | {mesh} | "
           f"{p['batch_size']} x {p['inputs_length']}/{p['targets_length']} | "
           f"{_gib(p['analytic']['total'])} | {_gib(mem)} | {fits} | "
           f"{'-' if not step else f'{step * 1e3:.0f} ms'} | "
           f"{'-' if mfu is None else f'{mfu:.0%}'} | {ratio} | "
-          f"{p['compile_seconds']:.0f} s | `{shlex.join(cmd)}` |")
+          f"{compiled} | `{shlex.join(cmd)}` |")
 
 
 HEADER = ("| model | target | mesh (data x fsdp x tensor) | batch x lengths | analytic GiB/chip "
