@@ -70,12 +70,13 @@ def row_markdown(cmd: list[str], p: dict) -> str:
           f"{p['batch_size']} x {p['inputs_length']}/{p['targets_length']} | "
           f"{_gib(p['analytic']['total'])} | {_gib(mem)} | {fits} | "
           f"{'-' if not step else f'{step * 1e3:.0f} ms'} | "
-          f"{'-' if mfu is None else f'{mfu:.0%}'} | {ratio} | "
+          f"{'-' if mfu is None else f'<= {mfu:.0%}'} | {ratio} | "
           f"{compiled} | `{shlex.join(cmd)}` |")
 
 
 HEADER = ("| model | target | mesh (data x fsdp x tensor) | batch x lengths | analytic GiB/chip "
-          "| XLA GiB/chip | fits | step-time ESTIMATE (roofline) | implied MFU | XLA/lm FLOPs "
+          "| XLA GiB/chip | fits | step-time ESTIMATE (roofline, a lower bound) | implied MFU "
+          "(an upper bound) | XLA/lm FLOPs "
           "| compile | command |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
