@@ -70,12 +70,14 @@ class Point:
     reference: the paper's row, {column: score} for the columns of COLUMNS the paper
       gives (in COLUMNS order; {} for a point the paper has no row for).
     baseline: the paper's ★ row.
+    replicate_of: for a seed replicate (`seed_replicates`), the point it repeats.
   """
   name: str
   config: str
   overrides: dict[str, Any]
   reference: dict[str, float] = dataclasses.field(default_factory=dict)
   baseline: bool = False
+  replicate_of: str = ""
 
   def override_args(self) -> list[str]:
     """The overrides as lm.main flags, `--config.dotted.field=value`, in order."""
@@ -84,6 +86,36 @@ class Point:
 
 # Files the launcher writes in --root itself: a point may not be named like them.
 _ROOT_FILES = report.REPORT_FILES + ("launch.jsonl",)
+
+
+# The fields a seed replicate changes: the initialisation / dropout seed and the data
+# pipeline's (shuffling and the objective's noise).
+SEED_FIELDS = ("train.seed", "data.seed")
+
+
+def seed_replicates(points: list[Point], seeds: int) -> list[Point]:
+  """`points` followed by `seeds - 1` replicates of the baseline point (the ★ row; the first
+  point when none is marked), `<name>_seed<k>` with SEED_FIELDS = k for k = 1 .. seeds - 1.
+
+  Replicates carry no paper reference (so the rankings leave them out); the report shows
+  the spread of every score over the baseline and its replicates: seed noise, against which
+  the differences between points are read.
+  """
+  if seeds < 1:
+    raise ValueError(f"--seeds must be >= 1, got {seeds}.")
+  if seeds == 1 or not points:
+    return list(points)
+  base = next((p for p in points if p.baseline), points[0])
+  taken = {p.name for p in points}
+  out = list(points)
+  for k in range(1, seeds):
+    name = f"{base.name}_seed{k}"
+    if name in taken:
+      raise ValueError(f"seed replicate {name!r} clashes with a point of the experiment.")
+    out.append(dataclasses.replace(
+        base, name=name, overrides={**base.overrides, **{f: k for f in SEED_FIELDS}},
+        reference={}, baseline=False, replicate_of=base.name))
+  return out
 
 
 def point_name_problem(name: Any) -> str | None:

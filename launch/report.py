@@ -198,6 +198,37 @@ def ranking_section(points: Sequence[Point], scores: dict[str, dict[str, float]]
   return lines + [""]
 
 
+def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, float]],
+                        summaries: dict[str, dict[str, Any]]) -> list[str]:
+  """Markdown: each score over a point and its seed replicates (`launch.sweep --seeds`):
+  the values, their mean, standard deviation and range: the seed noise the differences
+  between points are read against. [] without replicates."""
+  groups: dict[str, list[str]] = {}
+  for p in points:
+    if p.replicate_of:
+      groups.setdefault(p.replicate_of, [p.replicate_of]).append(p.name)
+  lines = []
+  for base, names in groups.items():
+    columns = [("eval loss", {n: summaries[n]["eval_loss"] for n in names})]
+    columns += [(f"our {c}", {n: scores[n].get(c) for n in names})
+                for c in ("mini", *COLUMNS) if any(c in scores[n] for n in names)]
+    lines += [f"## Seed spread of `{base}`", "",
+              f"`{base}` run with {len(names)} seeds ({', '.join(names)}; train.seed and "
+              "data.seed differ). A difference between two points smaller than the range "
+              "below is within seed noise.", "",
+              "| score | values | mean | sd | range (max - min) |", "|---|---|---:|---:|---:|"]
+    for label, values in columns:
+      got = [v for v in values.values() if v is not None and v == v]
+      if not got:
+        continue
+      mean = sum(got) / len(got)
+      sd = (sum((v - mean) ** 2 for v in got) / (len(got) - 1)) ** 0.5 if len(got) > 1 else None
+      lines.append(f"| {label} | {', '.join(fmt(v, 3) for v in got)} | {fmt(mean, 3)} | "
+                   f"{fmt(sd, 3)} | {fmt(max(got) - min(got), 3)} |")
+    lines.append("")
+  return lines
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
   """A number with `digits` decimals, or "—" for a missing (or NaN) one."""
   return "—" if x is None or x != x else f"{x:.{digits}f}"
@@ -256,6 +287,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
     lines.append("| " + " | ".join(row) + " |")
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
   lines += ranking_section(points, scores)
+  lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
   for i, p in enumerate(points):
     overrides = " ".join(p.override_args())
@@ -302,6 +334,15 @@ def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
   fig.savefig(path)
 
 
+def _replicates_present(root: str, points: Sequence[Point]) -> int:
+  """How many seed replicates of the baseline point `root` holds (<name>_seed1, 2, ...)."""
+  base = next((p for p in points if p.baseline), points[0] if points else None)
+  k = 0
+  while base is not None and os.path.isdir(os.path.join(root, f"{base.name}_seed{k + 1}")):
+    k += 1
+  return k
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """`python -m launch.report EXPERIMENT --root=DIR`: (re)writes the study's report."""
   import argparse  # pylint: disable=g-import-not-at-top
@@ -312,9 +353,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       "downstream scores beside the paper's, rankings and Kendall's tau."))
   parser.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
   parser.add_argument("--root", required=True, help="the study's directory")
+  parser.add_argument("--seeds", type=int, default=0,
+                      help="the sweep's --seeds (default: as many as <root> holds replicates "
+                      "of the baseline, <name>_seed<k>)")
   args = parser.parse_args(argv)
   try:
     points = local.collect(args.experiment)
+    seeds = args.seeds or 1 + _replicates_present(args.root, points)
+    points = local.seed_replicates(points, seeds)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

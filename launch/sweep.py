@@ -165,8 +165,10 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
             *extra]
     out.append(Stage("pretrain", tuple(argv), marker("pretrain"), every_process=True))
   if "finetune" in which:
+    # The model's overrides, and a replicate's seed (the fine-tuning run's own train.seed).
     model_overrides = [f"--config.{k}={local._format_value(v)}"
-                       for k, v in point.overrides.items() if k.startswith("model.")]
+                       for k, v in point.overrides.items()
+                       if k.startswith("model.") or k == "train.seed"]
     if scale == "tiny":
       from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
       # The suite's lengths (runlocal's own would cut its examples, and mini_suite refuses them).
@@ -420,6 +422,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                  help="tiny: CPU-sized runs (runlocal) and the mini suite; paper: the "
                  "paper's sizes and T5's tasks")
   p.add_argument("--only", default="", help="comma-separated point names (default: all)")
+  p.add_argument("--seeds", type=int, default=1,
+                 help="also run the baseline point with seeds 1 .. N-1 (points <name>_seed<k>; "
+                 "train.seed and data.seed = k): the report shows the seed spread")
   p.add_argument("--stages", default=",".join(STAGE_NAMES),
                  help="comma-separated stages to run (default %(default)s)")
   p.add_argument("--parallel", type=int, default=1, help="local: points at once")
@@ -460,7 +465,8 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   try:
-    points = local.collect(args.experiment, runlocal=args.scale == "tiny")
+    points = local.seed_replicates(local.collect(args.experiment, runlocal=args.scale == "tiny"),
+                                   args.seeds)
   except ValueError as e:
     return _fail(str(e))
   names = [p.name for p in points]

@@ -87,6 +87,45 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
                                        which=("pretrain", "evaluate"))] == ["pretrain", "evaluate"]
 
 
+def test_seed_replicates_of_the_baseline_reach_every_stage(capsys, tmp_path):
+  points = local.collect("experiments/t5_span_length.py", runlocal=True)
+  got = local.seed_replicates(points, 3)
+  assert [p.name for p in got] == [p.name for p in points] + ["iid_seed1", "iid_seed2"]
+  rep = got[-1]
+  base = next(p for p in points if p.baseline)
+  assert rep.replicate_of == "iid" and not rep.baseline and rep.reference == {}
+  assert rep.config == base.config and rep.overrides == {**base.overrides, "train.seed": 2,
+                                                         "data.seed": 2}
+  assert local.seed_replicates(points, 1) == points
+  with pytest.raises(ValueError, match="--seeds"):
+    local.seed_replicates(points, 0)
+  # Through the command line: pre-training gets both seeds, the mini suite its train.seed.
+  assert sweep.main(["experiments/t5_span_length.py", f"--root={tmp_path}", "--scale=tiny",
+                     "--seeds=2", "--only=iid_seed1", "--dry_run", "--no_validate"]) == 0
+  lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+  pre, mini = lines[0], lines[1]
+  assert f"--workdir={tmp_path}/iid_seed1" in pre
+  assert "--config.train.seed=1" in pre and "--config.data.seed=1" in pre
+  assert "--config.train.seed=1" in mini and "--config.data.seed=1" not in mini
+
+
+def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
+  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g},
+                        baseline=n == "a") for n, g in (("a", 83.0), ("b", 82.0), ("c", 75.0))]
+  points = local.seed_replicates(points, 3)
+  for name, mini in (("a", 40.0), ("b", 45.0), ("c", 30.0), ("a_seed1", 44.0),
+                     ("a_seed2", 39.0)):
+    (tmp_path / name / "mini").mkdir(parents=True)
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps({"mini": mini}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert "## Seed spread of `a`" in text
+  # mean 41, sd sqrt(((-1)^2 + 3^2 + (-2)^2) / 2) = sqrt(7), range 5.
+  assert (f"| our mini | 40.000, 44.000, 39.000 | 41.000 | {7 ** 0.5:.3f} | 5.000 |"
+          in text)
+  assert "| mini | GLUE | 3 |" in text  # the replicates have no paper row
+  assert report._replicates_present(str(tmp_path), points[:3]) == 2  # pylint: disable=protected-access
+
+
 def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
   points = local.collect("experiments/t5_architectures.py", runlocal=True)
   six = next(p for p in points if p.name == "encdec6_denoising")
