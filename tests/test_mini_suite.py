@@ -62,6 +62,21 @@ def test_cli_bad_input(tmp_path, capsys):
   assert "--from_scratch" in capsys.readouterr().out
 
 
+def test_cli_config_overrides_reach_the_run(tmp_path, capsys, monkeypatch):
+  # launch.sweep passes a point's model overrides and a seed replicate's train.seed this way.
+  got = []
+  monkeypatch.setattr(mini_suite, "run", lambda config, output: got.append(config))
+  assert mini_suite.main([f"--output={tmp_path}", "--from_scratch", f"--config={CONFIG}",
+                          "--config.train.seed=3", "--config.model.num_layers=1"]) == 0
+  assert got[0].train.seed == 3 and got[0].model.num_layers == 1
+  assert mini_suite.main([f"--output={tmp_path}", "--from_scratch", f"--config={CONFIG}",
+                          "--config.train.nope=1"]) == 2
+  assert "no field 'train.nope'" in capsys.readouterr().err
+  with pytest.raises(SystemExit) as e:
+    mini_suite.main([f"--output={tmp_path}", "--from_scratch", "--bogus=1"])
+  assert e.value.code == 2 and "--bogus=1" in capsys.readouterr().err
+
+
 def test_summarize_reads_the_results_record():
   results = {"mini_next_line": {"accuracy": 60.0}, "mini_same_doc": {"accuracy": 70.0},
              "mini_cloze": {"exact_match": 30.0},

@@ -45,6 +45,7 @@ from typing import Any
 
 import ml_collections
 
+from lm import config as config_lib
 from lm.downstream import mini
 
 TASKS = tuple(mini.HEADLINE)
@@ -213,8 +214,13 @@ def main(argv: list[str] | None = None) -> int:
                       "classification of its choices")
   parser.add_argument("--config", default=DEFAULT_CONFIG,
                       help="fine-tuning config file[:arg] (default %(default)s); its model "
-                      "must be the pre-trained run's")
-  args = parser.parse_args(argv)
+                      "must be the pre-trained run's. --config.<field>=<value> overrides a "
+                      "field (e.g. --config.model.num_layers=1 --config.train.seed=1)")
+  args, rest = parser.parse_known_args(argv)
+  overrides = [a for a in rest if a.startswith("--config.")]
+  unknown = [a for a in rest if not a.startswith("--config.")]
+  if unknown:
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}")
   import logging  # pylint: disable=g-import-not-at-top
   logging.getLogger().setLevel(logging.INFO)  # as lm.main: the run's own progress lines
   for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
@@ -226,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
           "baseline).", file=sys.stderr)
     return 2
   try:
-    config = suite_config(load_config(args.config),
+    base = load_config(args.config)
+    if overrides:
+      base = config_lib.apply_overrides(base, overrides)
+    config = suite_config(base,
                           None if args.from_scratch else args.workdir, steps=args.steps,
                           max_eval_examples=args.max_eval_examples,
                           learning_rate=args.learning_rate, decode=args.decode)
