@@ -45,7 +45,7 @@ def _py_files(*dirs: str) -> list[pathlib.Path]:
 
 CODE_FILES = _py_files(*CODE_DIRS)
 TEXT_PY_FILES = _py_files(*CODE_DIRS, "tests")
-DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md", REPO / "benchmarks" / "README.md"]
+DOCS = sorted((REPO / "docs").rglob("*.md")) + [REPO / "README.md", REPO / "benchmarks" / "README.md"]
 SHELL_SCRIPTS = sorted((REPO / "launch").glob("*.sh"))
 
 
