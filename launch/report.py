@@ -353,12 +353,15 @@ def main(argv: Sequence[str] | None = None) -> int:
       "downstream scores beside the paper's, rankings and Kendall's tau."))
   parser.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
   parser.add_argument("--root", required=True, help="the study's directory")
+  parser.add_argument("--scale", default="tiny", choices=("tiny", "paper"),
+                      help="the sweep's --scale (the points' configs as they ran: runlocal "
+                      "at tiny scale)")
   parser.add_argument("--seeds", type=int, default=0,
                       help="the sweep's --seeds (default: as many as <root> holds replicates "
                       "of the baseline, <name>_seed<k>)")
   args = parser.parse_args(argv)
   try:
-    points = local.collect(args.experiment)
+    points = local.collect(args.experiment, runlocal=args.scale == "tiny")
     seeds = args.seeds or 1 + _replicates_present(args.root, points)
     points = local.seed_replicates(points, seeds)
   except ValueError as e:

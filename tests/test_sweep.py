@@ -328,7 +328,13 @@ def test_report_command_line(tmp_path, capsys):
   assert "does not exist" in capsys.readouterr().err
   (tmp_path / "r").mkdir()
   assert report.main([exp, f"--root={tmp_path / 'r'}"]) == 0
-  assert "No downstream scores yet" in (tmp_path / "r" / "report.md").read_text()
+  text = (tmp_path / "r" / "report.md").read_text()
+  assert "No downstream scores yet" in text
+  # The points' configs as they ran: runlocal at tiny scale (the default), not at paper scale.
+  configs = [line for line in text.splitlines() if line.startswith("- `")]
+  assert configs and all("runlocal" in line for line in configs)
+  assert report.main([exp, f"--root={tmp_path / 'r'}", "--scale=paper"]) == 0
+  assert "runlocal" not in (tmp_path / "r" / "report.md").read_text()
 
 
 # -- scaling study --------------------------------------------------------------------------
