@@ -128,6 +128,10 @@ def tpu_devices(topology: str, generation: str, num_slices: int = 1) -> list:
         num_slices=num_slices)
   except (RuntimeError, ValueError) as e:  # JaxRuntimeError is a RuntimeError
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if "lockfile" in first:
+      raise PlanError(f"libtpu is loaded by another process (another lm.plan?), and it allows "
+                      f"one at a time: wait for it, or set ALLOW_MULTIPLE_LIBTPU_LOAD=1 to "
+                      f"plan alongside it (planning uses no TPU). libtpu said: {first}") from None
     raise PlanError(f"libtpu cannot describe topology {topology!r} x {num_slices} slice(s): "
                     f"{first}") from None
   return list(desc.devices)

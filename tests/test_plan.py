@@ -254,3 +254,16 @@ def test_plan_table_rows_render_an_analytic_plan():
   assert cells[9] == "-" and cells[10] == "-" and cells[-1] == f"`{' '.join(cmd)}`"
   names = [r[0] for r in plan_table.ROWS]
   assert len(names) == len(set(names)) and {"small", "xxl", "xxl_causal"} <= set(names)
+
+
+def test_libtpu_held_by_another_process_is_a_one_line_error_with_the_fix(monkeypatch):
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(targets, "_libtpu_available", lambda: True)
+
+  def held(**kwargs):
+    raise RuntimeError("ABORTED: Internal error when accessing libtpu multi-process lockfile. "
+                       "Run \"$ sudo rm /tmp/libtpu_lockfile\".\nmore")
+  monkeypatch.setattr(topologies, "get_topology_desc", held)
+  with pytest.raises(plan.PlanError, match="ALLOW_MULTIPLE_LIBTPU_LOAD=1") as e:
+    targets.tpu_devices("v5e:2x2", "v5e")
+  assert "\n" not in str(e.value)
