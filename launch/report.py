@@ -13,7 +13,6 @@ launch/local.py's job.
 from __future__ import annotations
 
 import datetime
-import glob
 import json
 import math
 import os
