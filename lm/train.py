@@ -435,34 +435,40 @@ def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
                     config: ml_collections.ConfigDict, workdir, data) -> Start:
   """Resumes from the newest intact checkpoint in `ckpt`, or initialises a new run.
 
-  In order: restore (on an error `ckpt` is closed and the error raised); write config.json
-  (only now is the run known to be good; a resumed run never replaces it, see
-  `write_config`); open the train iterator; then either set its position and the logging
-  window from the checkpoint, or initialise a new state (`RunBuild.init_state`) with its
-  parameters from config.ckpt.init_from when set.
+  In order: restore; open the train iterator; then either set its position and the
+  logging window from the checkpoint, or initialise a new state (`RunBuild.init_state`)
+  with its parameters from config.ckpt.init_from when set; last, write config.json (only
+  now is the run known to be good; a resumed run never replaces it, see `write_config`).
+  On any error `ckpt` and the iterator (when opened) are closed, nothing is written, and
+  the error is raised.
   """
+  iterator = None
   try:
     restored = ckpt.restore_or_none(run.abstract_state, run.state_shardings)
-  except BaseException:
+    iterator = data.train_iterator()
+    if restored is not None:
+      state, data_state = restored
+      _restore_data_state(iterator, data_state)
+      window = metrics_lib.LogWindow.from_json((ckpt.restored_extra or {}).get("log_window"))
+      start = Start(state, int(state.step), iterator, window, last_saved=int(state.step))
+    else:
+      state = run.init_state()
+      init_from = config_lib.checkpoint_config(config).init_from
+      if init_from:
+        params = init_params_from(init_from, run.model_config, run.abstract_state.params,
+                                  run.state_shardings.params)
+        state = state.replace(params=params)
+        logging.info("initialised parameters from %s", init_from)
+      start = Start(state, int(state.step), iterator, metrics_lib.LogWindow(), last_saved=None)
+    write_config(config, workdir, resumed_at=None if restored is None else start.step)
+  except BaseException:  # the checkpointer's threads and the iterator's pool end here
     ckpt.close(after_error=True)
+    if iterator is not None:
+      iterator.close()
     raise
-  write_config(config, workdir,
-               resumed_at=None if restored is None else int(restored[0].step))
-  iterator = data.train_iterator()
   if restored is not None:
-    state, data_state = restored
-    _restore_data_state(iterator, data_state)
-    window = metrics_lib.LogWindow.from_json((ckpt.restored_extra or {}).get("log_window"))
-    logging.info("resumed from step %d", int(state.step))
-    return Start(state, int(state.step), iterator, window, last_saved=int(state.step))
-  state = run.init_state()
-  init_from = config_lib.checkpoint_config(config).init_from
-  if init_from:
-    params = init_params_from(init_from, run.model_config, run.abstract_state.params,
-                              run.state_shardings.params)
-    state = state.replace(params=params)
-    logging.info("initialised parameters from %s", init_from)
-  return Start(state, int(state.step), iterator, metrics_lib.LogWindow(), last_saved=None)
+    logging.info("resumed from step %d", start.step)
+  return start
 
 
 def _static_metrics(d) -> dict[str, float]:

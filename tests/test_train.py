@@ -294,3 +294,28 @@ def test_empty_or_undecodable_corpus_is_a_clear_error(tmp_path, content):
   assert "error:" in out.stderr and "Traceback" not in out.stderr
   assert str(corpus) in out.stderr or "document" in out.stderr
   assert not workdir.exists() or not any(workdir.iterdir())
+
+
+def test_a_failed_init_from_closes_the_iterator_and_writes_no_config(tmp_path, monkeypatch):
+  """ckpt.init_from naming a directory with no checkpoint: the error names the path, the
+  train iterator that was opened is closed, and config.json is not written (the run
+  never became good, so a later run is not mistaken for a resume of it)."""
+  from lm import train
+  from lm.data import pipeline
+  closed = []
+  real = pipeline.DataPipeline.train_iterator
+
+  def train_iterator(self):
+    iterator = real(self)
+    close = iterator.close
+    iterator.close = lambda: closed.append(1) or close()
+    return iterator
+
+  monkeypatch.setattr(pipeline.DataPipeline, "train_iterator", train_iterator)
+  missing = str(tmp_path / "no_such_run")
+  workdir = tmp_path / "run"
+  with pytest.raises(Exception, match="no_such_run"):
+    train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": missing}), str(workdir))
+  assert closed == [1]
+  assert not (workdir / "config.json").exists()
+  assert not (workdir / "lock").exists()

@@ -51,13 +51,17 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/model/accounting.py": ["tests/model/test_accounting.py"],
     "lm/optim.py": ["tests/test_optim.py", "tests/test_optim_reference.py"],
     "lm/steps.py": ["tests/test_steps.py", "tests/test_steps_reference.py"],
-    "lm/data/objectives.py": ["tests/data/test_objectives.py"],
-    "lm/data/noise.py": ["tests/data/test_objectives.py"],
-    "lm/data/lengths.py": ["tests/data/test_objectives.py"],
+    "lm/data/objectives.py": ["tests/data/test_objectives.py",
+                              "tests/data/test_objectives_reference.py"],
+    "lm/data/noise.py": ["tests/data/test_objectives.py",
+                         "tests/data/test_objectives_reference.py"],
+    "lm/data/lengths.py": ["tests/data/test_objectives.py",
+                           "tests/data/test_objectives_reference.py"],
     "lm/data/mixtures.py": ["tests/data/test_objectives.py"],
     "lm/data/features.py": ["tests/data/test_features.py"],
-    "lm/data/converters.py": ["tests/data/test_converters.py"],
-    "lm/data/packing.py": ["tests/data/test_packing.py"],
+    "lm/data/converters.py": ["tests/data/test_converters.py", "tests/data/test_packing.py",
+                              "tests/data/test_features.py"],
+    "lm/data/packing.py": ["tests/data/test_packing.py", "tests/data/test_features.py"],
 }
 
 
