@@ -109,6 +109,48 @@ def _config(module: str, tests: list[str], timeout: float, quick: bool) -> str:
       """)
 
 
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+  """((line, col), (end_line, end_col)) of every annotation in a module's source.
+
+  Only for a module with `from __future__ import annotations`, where annotations are never
+  evaluated, so mutating one (`int | None` -> `int + None`) cannot change behaviour: every
+  such mutant is equivalent. [] for other modules (their annotations are evaluated).
+  """
+  import ast  # pylint: disable=g-import-not-at-top
+  tree = ast.parse(source)
+  future = any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+               and any(a.name == "annotations" for a in n.names) for n in tree.body)
+  if not future:
+    return []
+  spans = []
+  for node in ast.walk(tree):
+    annotations = []
+    if isinstance(node, ast.arg):
+      annotations.append(node.annotation)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      annotations.append(node.returns)
+    elif isinstance(node, ast.AnnAssign):
+      annotations.append(node.annotation)
+    spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset))
+              for a in annotations if a is not None]
+  return spans
+
+
+def skip_annotation_mutants(session: Path, module: Path) -> int:
+  """Marks the session's mutants that lie inside an annotation as skipped; returns how many."""
+  from cosmic_ray.work_db import WorkDB, use_db  # pylint: disable=g-import-not-at-top
+  from cosmic_ray.work_item import WorkerOutcome, WorkResult  # pylint: disable=g-import-not-at-top
+  spans = annotation_spans(module.read_text())
+  skipped = 0
+  with use_db(str(session), WorkDB.Mode.open) as db:
+    for item in list(db.pending_work_items):
+      if all(any(lo <= tuple(m.start_pos) and tuple(m.end_pos) <= hi for lo, hi in spans)
+             for m in item.mutations):
+        db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+        skipped += 1
+  return skipped
+
+
 def _results(session: Path, cwd: Path, env: dict[str, str]) -> list[tuple[dict, dict]]:
   out = _run(["cosmic-ray", "dump", str(session)], cwd, env, capture=True).stdout
   return [tuple(json.loads(line)) for line in out.splitlines() if line.strip()]
@@ -134,6 +176,8 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
   _run(["cosmic-ray", "init", str(config), str(session)], copy, env)
   _run(["cr-filter-pragma", str(session)], copy, env)
   _run(["cr-filter-operators", str(session), str(config)], copy, env)
+  print(f"skipped {skip_annotation_mutants(session, copy / module)} mutants inside "
+        "annotations (never evaluated: equivalent)", flush=True)
   n = sum(1 for _, result in _results(session, copy, env) if not result)
   if list_only:
     print(f"{module}: {n} mutants")

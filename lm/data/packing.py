@@ -51,11 +51,12 @@ def _lengths_by_feature(example: Mapping[str, np.ndarray], lengths: Mapping[str,
 
 
 def _example_length(example, stack):
+  """The one length of `example`'s features in `stack` (which has at least one feature)."""
   sizes = {len(v) for k, v in example.items() if stack_of(k) == stack}
   if len(sizes) > 1:
     raise ValueError(f"The {stack} features of an example differ in length: "
                      f"{ {k: len(v) for k, v in example.items()} }")
-  return sizes.pop() if sizes else 0
+  return sizes.pop()
 
 
 def pad_example(example: Mapping[str, np.ndarray], lengths: Mapping[str, int]

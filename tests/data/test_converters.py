@@ -107,3 +107,25 @@ def test_bad_arguments():
     converters.convert(EX, "causal", lengths={"targets": 0})
   with pytest.raises(ValueError, match="decoder-only"):
     converters.convert(EX, "encoder_decoder", loss_on_inputs=True)
+
+
+def test_targets_eos_false_trims_without_eos():
+  """full_lm's chunks (targets_eos=False): trimmed to the length, no EOS appended."""
+  ex = {"inputs": np.zeros(0, np.int32), "targets": np.arange(30, 36, dtype=np.int32)}
+  feats = converters.convert(ex, "causal", lengths={"targets": 3}, targets_eos=False)
+  np.testing.assert_array_equal(feats["decoder_target_tokens"], [30, 31, 32])
+  feats = converters.convert(ex, "causal", targets_eos=False)
+  np.testing.assert_array_equal(feats["decoder_target_tokens"], np.arange(30, 36))
+
+
+def test_length_one_holds_only_the_eos_and_extra_fields_are_ignored():
+  feats = converters.convert({**EX, "id": np.array([7])}, "encoder_decoder",
+                             lengths={"inputs": 1, "targets": 1})
+  np.testing.assert_array_equal(feats["encoder_input_tokens"], [1])
+  np.testing.assert_array_equal(feats["decoder_target_tokens"], [1])
+  np.testing.assert_array_equal(feats["decoder_input_tokens"], [0])
+
+
+def test_shift_right_refuses_longer_segment_ids():
+  with pytest.raises(ValueError, match="segment_ids shape"):
+    converters.shift_right(np.array([8, 9, 1]), np.array([1, 1, 1, 1]))

@@ -92,3 +92,34 @@ def test_rename_packed_requires_stack_prefix():
     packing.stack_of("tokens")
   with pytest.raises(ValueError, match="unknown architecture"):
     packing.feature_lengths("moe", 4, 4)
+
+
+def test_an_example_exactly_at_the_row_length_fills_one_row():
+  ex = _encdec([3, 3, 3], [4])  # 4 encoder tokens with EOS, 2 decoder tokens
+  rows = packing.pack_examples([ex, ex], {"encoder": 4, "decoder": 2})
+  assert len(rows) == 2
+  for r in rows:
+    np.testing.assert_array_equal(r["encoder_segment_ids"], [1, 1, 1, 1])
+    np.testing.assert_array_equal(r["decoder_positions"], [0, 1])
+  assert packing.packing_efficiency(rows[0]) == 1.0
+
+
+def test_malformed_examples_are_refused_by_name():
+  a = _encdec([3, 3], [4])
+  b = {k: v for k, v in a.items() if k != "decoder_loss_weights"}
+  with pytest.raises(ValueError, match=r"Example 1 has keys .*expected"):
+    packing.pack_examples([a, b], {"encoder": 8, "decoder": 8})
+  ragged = dict(a, decoder_loss_weights=np.ones(3, np.float32))  # the other decoder ones: 2
+  with pytest.raises(ValueError, match="decoder features of an example differ in length"):
+    packing.pack_examples([ragged], {"encoder": 8, "decoder": 8})
+  with pytest.raises(ValueError, match="no row length"):
+    packing.pack_examples([a], {"encoder": 8})
+  assert packing.pack_examples([], {"encoder": 8, "decoder": 8}) == []
+
+
+def test_packing_efficiency_counts_every_stack_and_needs_segment_ids():
+  batch = {"encoder_segment_ids": np.array([[1, 1, 0, 0]]),
+           "decoder_segment_ids": np.array([[1, 2, 2, 2, 0, 0]])}
+  assert packing.packing_efficiency(batch) == pytest.approx(6 / 10)
+  with pytest.raises(ValueError, match="needs \\*_segment_ids"):
+    packing.packing_efficiency({"decoder_target_tokens": np.ones((1, 4))})
