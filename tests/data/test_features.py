@@ -47,3 +47,17 @@ def test_lengths_and_bad_architecture():
     features.feature_keys("moe")
   with pytest.raises(ValueError, match="expected one of"):
     features.batch_spec("moe", 4, 4)
+
+
+def test_feature_lengths_boundaries():
+  """encoder-decoder needs an input token, decoder-only rows may have none (full_lm); every
+  row needs a target token."""
+  assert features.feature_lengths("encoder_decoder", 1, 1) == {"encoder": 1, "decoder": 1}
+  for arch in ("prefix_lm", "causal"):
+    assert features.feature_lengths(arch, 0, 1) == {"decoder": 1}
+    assert features.feature_lengths(arch, 3, 2) == {"decoder": 5}
+  bad = [("encoder_decoder", 0, 4), ("causal", -1, 4), ("prefix_lm", 4, 0),
+         ("encoder_decoder", 4, 0), ("causal", 4, -1)]
+  for arch, li, lt in bad:
+    with pytest.raises(ValueError, match="Lengths must be positive"):
+      features.feature_lengths(arch, li, lt)
