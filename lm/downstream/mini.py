@@ -386,6 +386,43 @@ def build_unshuffle(docs, rng) -> list[tuple[dict, ...]]:
   return out
 
 
+WORD_ORDER_MIN_WORDS = 5  # a line and its scramble differ in 3+ interior words
+
+
+def scramble_interior(words: Sequence[str], rng: np.random.Generator) -> list[str] | None:
+  """`words` with all but the first and last in another order (None if all orders of the
+  interior give back `words`: fewer than 2 distinct interior words). The ends stay, so the
+  capital at the start and the full stop at the end do not tell the two apart."""
+  inner = list(words[1:-1])
+  if len(set(inner)) < 2:
+    return None
+  while True:
+    order = [inner[i] for i in rng.permutation(len(inner))]
+    if order != inner:
+      return [words[0], *order, words[-1]]
+
+
+def build_word_order(docs, rng) -> list[tuple[dict, ...]]:
+  """mini_word_order examples: every unit of WORD_ORDER_MIN_WORDS+ words, and the same unit
+  with its interior words scrambled (`scramble_interior`), in a random order; the answer is
+  the unit (a minimal pair in the manner of CoLA / BLiMP: the same words, only their order
+  tells which is text)."""
+  out = []
+  for runs in docs:
+    for run in runs:
+      for unit in run:
+        words = unit.split(" ")
+        if len(words) < WORD_ORDER_MIN_WORDS:
+          continue
+        scrambled = scramble_interior(words, rng)
+        if scrambled is None:
+          continue
+        neg = " ".join(scrambled)
+        options = [unit, neg] if rng.integers(2) == 0 else [neg, unit]
+        out.append(({"options": options, "answer": unit},))
+  return out
+
+
 _INPUT_FIELDS = ("a", "options", "passage", "shuffled")  # the raw fields inputs show
 
 
@@ -456,7 +493,8 @@ def line_accuracy(targets: Sequence[Sequence[str]], predictions: Sequence[Sequen
 
 
 HEADLINE = {"mini_next_line": "accuracy", "mini_same_doc": "accuracy",
-            "mini_cloze": "exact_match", "mini_unshuffle": "exact_match"}
+            "mini_cloze": "exact_match", "mini_unshuffle": "exact_match",
+            "mini_word_order": "accuracy"}
 
 
 def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
@@ -492,6 +530,12 @@ def _choice_format(prefix: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
 CLOZE_PREFIX, UNSHUFFLE_PREFIX = "cloze: ", "unshuffle: "
+WORD_ORDER_PREFIX = "word order:"
+
+
+def _word_order_format(raw):
+  return {"inputs": WORD_ORDER_PREFIX + OPTIONS + UNSHUFFLE_SEPARATOR.join(raw["options"]),
+          "targets": raw["answer"], "options": list(raw["options"]), "idx": raw["idx"]}
 
 
 def _cloze_format(raw):
@@ -566,7 +610,7 @@ def chance_level(name: str, split: str = "validation", data_dir: str | None = No
   if name not in _BUILDERS:
     raise ValueError(f"unknown mini task {name!r}; expected one of {sorted(_BUILDERS)}.")
   raw = _raw_examples(name, split, data_dir)
-  if name in ("mini_next_line", "mini_same_doc"):
+  if name in ("mini_next_line", "mini_same_doc", "mini_word_order"):
     return {"accuracy": 100.0 * float(np.mean([1.0 / len(r["options"]) for r in raw]))}
   if name == "mini_cloze":
     per = [1.0 / len(cloze_choices(r["passage"])) for r in raw]
@@ -597,6 +641,7 @@ _BUILDERS = {
     "mini_same_doc": _Builder(2, build_same_doc),
     "mini_cloze": _Builder(3, build_cloze),
     "mini_unshuffle": _Builder(4, build_unshuffle),
+    "mini_word_order": _Builder(5, build_word_order),
 }
 
 
@@ -656,6 +701,13 @@ TASKS = (
         description="generation: write 3 shuffled consecutive lines in their original order "
                     "(rank-classified: the 5 other orders of the shown lines); exact match "
                     f"(chance 20) and line accuracy (chance ~36); {_CAPS}"),
+    task_lib.Task(
+        name="mini_word_order", load=_loader("mini_word_order"),
+        preprocess=_word_order_format, postprocess=_strip, metric_fns=(accuracy,),
+        choices=_options,
+        description="acceptability (CoLA-like minimal pairs): which of two options is the "
+                    "line as written (the other: its interior words scrambled); accuracy, "
+                    f"chance 50; {_CAPS}"),
 )
 
 for _task in TASKS:
