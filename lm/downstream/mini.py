@@ -1,6 +1,6 @@
 r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself, scored on held-out text.
 
-Four tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
+Five tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
 
   mini_next_line   classification (GLUE / COPA-like): which of two lines directly follows
                    line A?
@@ -8,9 +8,11 @@ Four tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
   mini_cloze       extraction (SQuAD-like): the word that fills the blank, copied from the
                    passage
   mini_unshuffle   generation (CNN/DM / WMT-like): write 3 shuffled lines back in order
+  mini_word_order  acceptability (CoLA-like minimal pairs): which of two options is the line
+                   as written, the other its interior words scrambled
 
 Every task has `choices` (the two options; the passage's candidate words; the 5 orders of
-the shown lines other than the shown one) and the suite (lm.downstream.mini_suite) scores
+the shown lines other than the shown one; the two options of a word-order pair) and the suite (lm.downstream.mini_suite) scores
 them by rank classification; chance levels are those of a uniformly random choice
 (`chance_level`).
 
@@ -61,7 +63,8 @@ so every process and every PYTHONHASHSEED builds the same examples):
      over MAX_INPUT_COST (below), then keeps at most
      MAX_EXAMPLES[split] (2000 train / 500 validation) chosen at random with the task's own
      seed. On the embedded corpus (Python 3.11.7) every train split holds 2000 examples and
-     the validation splits 248 / 293 / 298 / 192 (next_line / same_doc / cloze / unshuffle:
+     the validation splits 248 / 293 / 298 / 192 / 282 (next_line / same_doc / cloze /
+     unshuffle / word_order:
      all the held-out text gives; table in docs/downstream_mini.md); a larger held-out
      corpus fills the caps.
 
@@ -70,7 +73,7 @@ tokenizer-free cost estimate (`input_cost`: words, lower-case letters / 4, other
 is at most MAX_INPUT_COST = 100, so inputs and targets stay <= 128 tokens with the 1000-piece
 tokenizer of configs/t5.py:runlocal (the tests check every example).
 
-Why this module is long: it is the whole suite: reading and splitting the text, the four
+Why this module is long: it is the whole suite: reading and splitting the text, the five
 tasks' construction, formats, choices, chance levels and metrics are one contract (stated in
 docs/downstream_mini.md and checked together by tests/downstream/test_mini.py); splitting it
 would spread each task over several files.
@@ -498,10 +501,11 @@ HEADLINE = {"mini_next_line": "accuracy", "mini_same_doc": "accuracy",
 
 
 def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
-  """The "mini" column: the mean over the 4 tasks of each one's headline metric.
+  """The "mini" column: the mean over the 5 tasks of each one's headline metric.
 
   Headlines: mini_next_line accuracy, mini_same_doc accuracy, mini_cloze exact_match,
-  mini_unshuffle exact_match (all in %, equal weights; chance levels 50, 50, ~14, 20).
+  mini_unshuffle exact_match, mini_word_order accuracy (all in %, equal weights; chance
+  levels 50, 50, ~14, 20, 50).
   Other keys of `results` (e.g. T5 tasks) are ignored.
 
   Raises:

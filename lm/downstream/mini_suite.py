@@ -6,7 +6,7 @@ r"""The mini suite end to end: fine-tune a pre-trained run on it and report the 
   python -m lm.downstream.mini_suite --workdir=RUN --output=DIR --steps=300 \
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
 
-One fine-tuning run on an equal mixture of the four mini tasks (docs/downstream_mini.md;
+One fine-tuning run on an equal mixture of the five mini tasks (docs/downstream_mini.md;
 `configs/finetune.py`'s settings: Adafactor, constant 1e-3, dropout 0.1, packing; inputs and
 targets of up to mini.MAX_TOKENS = 128 tokens, which the suite's examples need), started
 from the pre-trained run's parameters (`ckpt.init_from`) or, with --from_scratch, from random
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
       prog="python -m lm.downstream.mini_suite",
       description="Fine-tune a pre-trained run on the mini suite (an equal mixture of its "
-      "four tasks), score each task's validation split and write the 'mini' column to "
+      "five tasks), score each task's validation split and write the 'mini' column to "
       f"OUTPUT/{RESULTS_FILE}.")
   parser.add_argument("--workdir", help="the pre-trained run (its checkpoints); required "
                       "unless --from_scratch")

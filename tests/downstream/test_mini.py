@@ -12,11 +12,12 @@ import pytest
 from lm.downstream import mini
 from lm.downstream import task as task_lib
 
-NAMES = ("mini_next_line", "mini_same_doc", "mini_cloze", "mini_unshuffle")
+NAMES = ("mini_next_line", "mini_same_doc", "mini_cloze", "mini_unshuffle", "mini_word_order")
 SPLITS = ("train", "validation")
 TOKEN_BUDGET = 128  # inputs and targets, with the 1000-piece tokenizer of configs/t5.py:runlocal
 PREFIX = {"mini_next_line": "next line: ", "mini_same_doc": "same document: ",
-          "mini_cloze": "cloze: ", "mini_unshuffle": "unshuffle: "}
+          "mini_cloze": "cloze: ", "mini_unshuffle": "unshuffle: ",
+          "mini_word_order": "word order: options: "}
 
 
 def _examples(name, split, data_dir=None):
@@ -83,6 +84,8 @@ def _units_of(name, ex):
     return ex["lines"]
   if name == "mini_cloze":  # 1-3 units joined by spaces, with the answer put back
     return [ex["passage"].replace(mini.BLANK, ex["answer"])]
+  if name == "mini_word_order":  # the other option is the answer scrambled, no unit
+    return [ex["answer"]]
   return [ex["a"], *ex["options"]]
 
 
@@ -193,6 +196,31 @@ def test_choice_tasks_follow_the_construction(synthetic):
       assert 0.4 < first / len(rows) < 0.6, (name, split, first, len(rows))
 
 
+def test_word_order_pairs_a_line_with_its_interior_scrambled(synthetic):
+  """mini_word_order: two options, the answer (a line of 5+ words) and the same words with
+  the first and last in place and the interior in another order, in a random order."""
+  t = task_lib.get_task("mini_word_order")
+  for data_dir in (None, synthetic):
+    for split in SPLITS:
+      rows = _examples("mini_word_order", split, data_dir)
+      first = 0
+      for r in rows:
+        assert list(t.choices(r)) == r["options"] and r["targets"] in r["options"]
+        assert r["inputs"] == "word order: options: " + " | ".join(r["options"])
+        (other,) = [o for o in r["options"] if o != r["targets"]]
+        a, b = r["targets"].split(" "), other.split(" ")
+        assert len(a) >= mini.WORD_ORDER_MIN_WORDS and a != b, r
+        assert (a[0], a[-1]) == (b[0], b[-1]) and sorted(a) == sorted(b), r
+        first += r["options"][0] == r["targets"]
+      assert 0.4 < first / len(rows) < 0.6, (data_dir, split, first, len(rows))
+  rng = np.random.default_rng(0)
+  assert mini.scramble_interior(["A", "x", "x", "x", "b."], rng) is None  # one order only
+  words = ["The", "cat", "sat", "on", "mats."]
+  seen = {tuple(mini.scramble_interior(words, rng)) for _ in range(200)}
+  assert len(seen) == 5 and tuple(words) not in seen  # every other order of the interior
+  assert all(w[0] == "The" and w[-1] == "mats." for w in seen)
+
+
 def test_every_example_is_well_formed_and_within_the_token_budget():
   from lm.data import tokenizer
   tok = tokenizer.default_tokenizer(1000)  # configs/t5.py:runlocal's (cached after first use)
@@ -229,7 +257,7 @@ def test_answers_are_recoverable_from_the_inputs(synthetic):
 
 def _simulate(name, rows, rng):
   """Chance-baseline predictions (text) for preprocessed rows."""
-  if name in ("mini_next_line", "mini_same_doc"):
+  if name in ("mini_next_line", "mini_same_doc", "mini_word_order"):
     return [rng.choice(r["options"]) for r in rows]
   if name == "mini_cloze":  # a distinct candidate word, as rank classification picks one
     return [rng.choice(mini.cloze_choices(r["inputs"][len("cloze: "):])) for r in rows]
@@ -270,7 +298,8 @@ def test_chance_levels_match_simulated_random_baselines():
 def test_every_task_has_choices_holding_its_target(synthetic):
   """The suite rank-classifies every task: the gold target is always one of the choices,
   choices are distinct, and the shown order is never a choice of mini_unshuffle."""
-  counts = {"mini_next_line": {2}, "mini_same_doc": {2}, "mini_unshuffle": {5}}
+  counts = {"mini_next_line": {2}, "mini_same_doc": {2}, "mini_unshuffle": {5},
+            "mini_word_order": {2}}
   for data_dir in (None, synthetic):
     for name in NAMES:
       t = task_lib.get_task(name)
@@ -324,7 +353,7 @@ def test_mini_average_is_the_mean_of_the_headlines():
   results = {"mini_next_line": {"accuracy": 80.0}, "mini_same_doc": {"accuracy": 70.0},
              "mini_cloze": {"exact_match": 30.0},
              "mini_unshuffle": {"exact_match": 20.0, "line_accuracy": 90.0},
-             "glue_rte": {"accuracy": 0.0}}
+             "mini_word_order": {"accuracy": 50.0}, "glue_rte": {"accuracy": 0.0}}
   assert mini.mini_average(results) == pytest.approx(50.0)
   del results["mini_cloze"]
   with pytest.raises(ValueError, match=r"missing \[\"mini_cloze\['exact_match'\]\"\]"):
