@@ -197,6 +197,40 @@ def ranking_section(points: Sequence[Point], scores: dict[str, dict[str, float]]
   return lines + [""]
 
 
+def mini_tasks_section(root: str, points: Sequence[Point]) -> list[str]:
+  """Markdown: every point's score on each task of the mini suite (its headline metric, as
+  `mini_suite.json` records it) beside the mini average, and the chance row: which tasks
+  carry the column's differences. [] when no point has per-task mini results."""
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  records = {}
+  for p in points:
+    path = os.path.join(root, p.name, *MINI_RESULTS)
+    if os.path.exists(path):
+      with open(path) as f:
+        record = json.load(f)
+      if record.get("results"):
+        records[p.name] = record
+  if not records:
+    return []
+  tasks = [t for t in mini.HEADLINE if any(t in r["results"] for r in records.values())]
+  lines = ["## The mini suite per task", "",
+           "Each task's headline metric (docs/downstream_mini.md) after fine-tuning; *mini* is "
+           "their mean. The chance row is a uniformly random choice among each example's "
+           "choices.", "",
+           "| point | " + " | ".join(f"{t.removeprefix('mini_')} ({mini.HEADLINE[t]})"
+                                      for t in tasks) + " | mini |",
+           "|---|" + "---:|" * (len(tasks) + 1)]
+  for name, record in records.items():
+    cells = [fmt(record["results"].get(t, {}).get(mini.HEADLINE[t]), 2) for t in tasks]
+    lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(record.get('mini'), 2)} |")
+  chance = next((r["chance"] for r in records.values() if r.get("chance")), None)
+  if chance:
+    values = [chance.get(t, {}).get(mini.HEADLINE[t]) for t in tasks]
+    mean = (sum(values) / len(values)) if None not in values else None
+    lines.append("| chance | " + " | ".join(fmt(v, 2) for v in values) + f" | {fmt(mean, 2)} |")
+  return lines + [""]
+
+
 def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, float]],
                         summaries: dict[str, dict[str, Any]]) -> list[str]:
   """Markdown: each score over a point and its seed replicates (`launch.sweep --seeds`):
@@ -285,6 +319,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
     row += [fmt(p.reference.get(c), 2) for c in COLUMNS]
     lines.append("| " + " | ".join(row) + " |")
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
+  lines += mini_tasks_section(root, points)
   lines += ranking_section(points, scores)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]

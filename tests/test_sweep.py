@@ -434,3 +434,28 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   text = (root / "report.md").read_text()
   assert "| mini | GLUE | 2 |" in text and "our mini" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
+
+
+def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
+  points = [local.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
+  chance = {"mini_next_line": {"accuracy": 50.0}, "mini_same_doc": {"accuracy": 50.0},
+            "mini_cloze": {"exact_match": 14.0}, "mini_unshuffle": {"exact_match": 20.0},
+            "mini_word_order": {"accuracy": 50.0}}
+  for name, word_order in (("a", 80.0), ("b", 55.0)):
+    results = {t: dict(m) for t, m in chance.items()}
+    results["mini_word_order"]["accuracy"] = word_order
+    (tmp_path / name / "mini").mkdir(parents=True)
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps(
+        {"mini": 42.0, "results": results, "chance": chance}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert ("| point | next_line (accuracy) | same_doc (accuracy) | cloze (exact_match) | "
+          "unshuffle (exact_match) | word_order (accuracy) | mini |") in text
+  assert "| a | 50.00 | 50.00 | 14.00 | 20.00 | 80.00 | 42.00 |" in text
+  assert "| b | 50.00 | 50.00 | 14.00 | 20.00 | 55.00 | 42.00 |" in text
+  assert "| chance | 50.00 | 50.00 | 14.00 | 20.00 | 50.00 | 36.80 |" in text
+  # A four-task record (before mini_word_order) shows "—" in that column.
+  del results["mini_word_order"]
+  (tmp_path / "b" / "mini" / "mini_suite.json").write_text(json.dumps(
+      {"mini": 33.0, "results": results}))
+  assert "| b | 50.00 | 50.00 | 14.00 | 20.00 | — | 33.00 |" in report.write_report(
+      str(tmp_path), points, experiment="exp")
