@@ -368,6 +368,9 @@ def test_scaling_study_expands_at_both_scales():
   assert [p.name for p in tiny] == [p.name for p in paper] and len(tiny) == 18
   assert all("size=tiny" in p.config and "runlocal" in p.config for p in tiny)
   assert {p.overrides["model.emb_dim"] for p in tiny} == {32, 64, 128}
+  # One constant learning rate, 1/sqrt(1000), for every tiny point (experiments/scaling.py).
+  assert {p.overrides["schedule.warmup_steps"] for p in tiny} == {1000}
+  assert all("schedule.warmup_steps" not in p.overrides for p in paper)  # T5's 10^4
   assert {p.overrides["train.num_steps"] for p in paper} == {2 ** 16, 2 ** 17, 2 ** 18}
   assert {p.config.split("size=")[1] for p in paper} == {"small", "base", "large"}
   assert all(p.reference == {} for p in paper)
