@@ -5,6 +5,8 @@
     python tools/mutation.py --all                   # every module below (hours)
     python tools/mutation.py lm/losses.py --list     # count the mutants, run nothing
     python tools/mutation.py lm/losses.py --quick    # skip bitwise/shift/pow/mod mutants
+    python tools/mutation.py lm/losses.py --retest /tmp/lm-mutation --workdir /tmp/lm-retest
+                                                     # only an earlier run's survivors
 
 For each module, cosmic-ray (https://cosmic-ray.readthedocs.io) applies one mutation at
 a time (operator swaps, changed constants, removed branches, ...) and runs the module's
@@ -214,6 +216,58 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
           "other": len(other), "score": score}
 
 
+def _signature(mutation: dict, lines: list[str]) -> tuple:
+  """A mutant's identity that survives edits elsewhere in the module: its operator, the text
+  of its line and its columns (not the line number or the occurrence count)."""
+  (line, col), (end_line, end_col) = mutation["start_pos"], mutation["end_pos"]
+  text = "".join(lines[line - 1:end_line])
+  return mutation["operator_name"], text, col, end_col
+
+
+def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Path,
+                     timeout: float) -> dict:
+  """Runs only the mutants that survived an earlier run (`previous`: its --workdir for this
+  module) against the current code and tests: after adding tests for survivors, shows which
+  they now kill without running every mutant again. A survivor whose line has changed since
+  is reported as gone."""
+  old_copy, old_session = previous / "repo", previous / "session.sqlite"
+  if not old_session.is_file():
+    raise SystemExit(f"error: no earlier run in {previous} (expected {old_session}); run "
+                     f"`python tools/mutation.py {module}` first.")
+  env = dict(os.environ, PYTHONPATH=str(old_copy))
+  old_lines = (old_copy / module).read_text().splitlines(keepends=True)
+  wanted = {_signature(item["mutations"][0], old_lines): result.get("diff", "")
+            for item, result in _results(old_session, old_copy, env)
+            if result and result.get("test_outcome") == "survived"}
+  # A fresh session over the current code gives each mutant's current occurrence index.
+  summary = run_module(module, tests, workdir, timeout, list_only=True, quick=False)
+  del summary
+  copy, env = workdir / "repo", dict(os.environ, PYTHONPATH=str(workdir / "repo"))
+  lines = (copy / module).read_text().splitlines(keepends=True)
+  found = {}
+  for item, _ in _results(workdir / "session.sqlite", copy, env):
+    m = item["mutations"][0]
+    sig = _signature(m, lines)
+    if sig in wanted:
+      found.setdefault(sig, (m["operator_name"], m["occurrence"]))
+  test_cmd = "python -m pytest -x -q -p no:xdist -p no:cacheprovider " + " ".join(tests)
+  outcome = {}
+  for sig, (operator, occurrence) in found.items():
+    out = _run(["cosmic-ray", "mutate-and-test", module, operator,
+                str(occurrence), test_cmd], copy, env, check=False, capture=True).stdout
+    result = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    outcome[sig] = result.get("test_outcome", "error")
+  killed = [s for s, o in outcome.items() if o == "killed"]
+  still = [s for s, o in outcome.items() if o != "killed"]
+  gone = [s for s in wanted if s not in found]
+  print(f"\n{module}: of {len(wanted)} earlier survivors, {len(killed)} now killed, "
+        f"{len(still)} still survive, {len(gone)} gone (their line changed)")
+  for sig in still:
+    print(f"\nSTILL SURVIVES {sig[0]}:\n{wanted[sig]}")
+  return {"module": module, "survivors": len(wanted), "killed": len(killed),
+          "still": len(still), "gone": len(gone)}
+
+
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("modules", nargs="*", help=f"modules to mutate, of: {', '.join(MODULE_TESTS)}")
@@ -225,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--list", action="store_true", help="count mutants, run nothing")
   parser.add_argument("--quick", action="store_true",
                       help="skip bitwise/shift/pow/mod/floordiv replacements (see QUICK_EXCLUDE)")
+  parser.add_argument("--retest", type=Path, metavar="EARLIER_WORKDIR",
+                      help="run only the survivors of an earlier run (its --workdir) against "
+                           "the current code and tests")
   args = parser.parse_args(argv)
   modules = list(MODULE_TESTS) if args.all else args.modules
   if not modules:
@@ -240,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
   summaries = []
   for module in modules:
     slug = module.replace("/", "_").removesuffix(".py")
+    if args.retest:
+      summaries.append(retest_survivors(module, args.tests or MODULE_TESTS[module],
+                                        args.retest / slug, args.workdir / slug,
+                                        args.timeout))
+      continue
     summaries.append(run_module(module, args.tests or MODULE_TESTS[module],
                                 args.workdir / slug, args.timeout, args.list, args.quick))
   print("\n" + json.dumps(summaries, indent=1))
