@@ -234,22 +234,38 @@ def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Pat
   if not old_session.is_file():
     raise SystemExit(f"error: no earlier run in {previous} (expected {old_session}); run "
                      f"`python tools/mutation.py {module}` first.")
+
+  def numbered(items, lines):
+    """(signature, k): the k-th mutant with that signature (one operator can make several
+    mutants at one place, e.g. a constant replaced by two others), in occurrence order."""
+    seen: dict[tuple, int] = {}
+    out = []
+    for item in sorted(items, key=lambda i: i["mutations"][0]["occurrence"]):
+      sig = _signature(item["mutations"][0], lines)
+      seen[sig] = seen.get(sig, -1) + 1
+      out.append(((sig, seen[sig]), item))
+    return out
+
   env = dict(os.environ, PYTHONPATH=str(old_copy))
   old_lines = (old_copy / module).read_text().splitlines(keepends=True)
-  wanted = {_signature(item["mutations"][0], old_lines): result.get("diff", "")
-            for item, result in _results(old_session, old_copy, env)
-            if result and result.get("test_outcome") == "survived"}
-  # A fresh session over the current code gives each mutant's current occurrence index.
-  summary = run_module(module, tests, workdir, timeout, list_only=True, quick=False)
-  del summary
+  old_results = _results(old_session, old_copy, env)
+  diffs = {item["job_id"]: result.get("diff", "") for item, result in old_results if result}
+  wanted = {}
+  outcome_of = {item["job_id"]: (result or {}).get("test_outcome") for item, result in old_results}
+  for key, item in numbered([i for i, _ in old_results], old_lines):
+    if outcome_of[item["job_id"]] == "survived":
+      wanted[key] = diffs[item["job_id"]]
+  # A fresh session over the current code gives each mutant's current occurrence index
+  # (mutants it skips, e.g. inside annotations, are not run again).
+  run_module(module, tests, workdir, timeout, list_only=True, quick=False)
   copy, env = workdir / "repo", dict(os.environ, PYTHONPATH=str(workdir / "repo"))
   lines = (copy / module).read_text().splitlines(keepends=True)
+  current = _results(workdir / "session.sqlite", copy, env)
   found = {}
-  for item, _ in _results(workdir / "session.sqlite", copy, env):
-    m = item["mutations"][0]
-    sig = _signature(m, lines)
-    if sig in wanted:
-      found.setdefault(sig, (m["operator_name"], m["occurrence"]))
+  for key, item in numbered([i for i, r in current if not r], lines):
+    if key in wanted:
+      m = item["mutations"][0]
+      found[key] = (m["operator_name"], m["occurrence"])
   test_cmd = "python -m pytest -x -q -p no:xdist -p no:cacheprovider " + " ".join(tests)
   outcome = {}
   for sig, (operator, occurrence) in found.items():
@@ -261,9 +277,10 @@ def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Pat
   still = [s for s, o in outcome.items() if o != "killed"]
   gone = [s for s in wanted if s not in found]
   print(f"\n{module}: of {len(wanted)} earlier survivors, {len(killed)} now killed, "
-        f"{len(still)} still survive, {len(gone)} gone (their line changed)")
+        f"{len(still)} still survive, {len(gone)} gone (their line changed, or they are "
+        "now skipped as equivalent)")
   for sig in still:
-    print(f"\nSTILL SURVIVES {sig[0]}:\n{wanted[sig]}")
+    print(f"\nSTILL SURVIVES {sig[0][0]}:\n{wanted[sig]}")
   return {"module": module, "survivors": len(wanted), "killed": len(killed),
           "still": len(still), "gone": len(gone)}
 

@@ -1,0 +1,36 @@
+"""tools/mutation.py's pure parts: which mutants are equivalent by construction, and how a
+survivor is recognised again after the module changed."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tools"))
+import mutation  # noqa: E402  pylint: disable=wrong-import-position
+
+SOURCE = '''from __future__ import annotations
+x: int | None = None
+def f(a: int | None, *, b: dict[str, int] = None) -> list[int] | None:
+  return [a | 1]
+'''
+
+
+def test_annotation_spans_cover_annotations_only():
+  spans = mutation.annotation_spans(SOURCE)
+  lines = SOURCE.splitlines()
+  texts = sorted(lines[lo[0] - 1][lo[1]:hi[1]] for lo, hi in spans)
+  assert texts == ["dict[str, int]", "int | None", "int | None", "list[int] | None"]
+  # The `|` in the body is code, not an annotation: outside every span.
+  col = lines[3].index("|")
+  assert not any(lo <= (4, col) < hi for lo, hi in spans)
+  # Without `from __future__ import annotations` annotations are evaluated: no spans.
+  assert mutation.annotation_spans(SOURCE.split("\n", 1)[1]) == []
+
+
+def test_a_survivor_is_recognised_after_lines_above_it_change():
+  m = {"operator_name": "core/NumberReplacer", "start_pos": [2, 9], "end_pos": [2, 10]}
+  before = ["def f():\n", "  return 0\n"]
+  after = ["# a new comment\n", "def f():\n", "  return 0\n"]
+  moved = dict(m, start_pos=[3, 9], end_pos=[3, 10])
+  assert mutation._signature(m, before) == mutation._signature(moved, after)  # pylint: disable=protected-access
+  changed = ["def f():\n", "  return 1\n"]
+  assert mutation._signature(m, before) != mutation._signature(m, changed)  # pylint: disable=protected-access
