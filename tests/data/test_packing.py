@@ -109,6 +109,9 @@ def test_malformed_examples_are_refused_by_name():
   b = {k: v for k, v in a.items() if k != "decoder_loss_weights"}
   with pytest.raises(ValueError, match=r"Example 1 has keys .*expected"):
     packing.pack_examples([a, b], {"encoder": 8, "decoder": 8})
+  extra = dict(a, encoder_extra=np.zeros(3, np.int32))  # a key more, not fewer
+  with pytest.raises(ValueError, match=r"Example 1 has keys .*expected"):
+    packing.pack_examples([a, extra], {"encoder": 8, "decoder": 8})
   ragged = dict(a, decoder_loss_weights=np.ones(3, np.float32))  # the other decoder ones: 2
   with pytest.raises(ValueError, match="decoder features of an example differ in length"):
     packing.pack_examples([ragged], {"encoder": 8, "decoder": 8})
