@@ -291,10 +291,10 @@ def main(argv=None) -> int:
         f"per-example; rows/s above are that path's; bf16 dense peaks of lm/metrics.py):")
   for preset in MODELS:
     print(f"  {preset}")
-    print(f"    {'objective':18s}" + "".join(f"{c:>12s}" for c in chips))
+    print(f"    {'objective':18s}" + "".join(f"{c:>16s}" for c in chips))
     for rec in rows_out:
       if "cores_per_chip" in rec:
-        cells = "".join(f"{rec['cores_per_chip'][preset][c]:12.2f}" for c in chips)
+        cells = "".join(f"{rec['cores_per_chip'][preset][c]:16.2f}" for c in chips)
         print(f"    {rec['objective']:18s}{cells}")
   if args.json:
     results.write_json(args.json, "bench_data", {"mfu": MFU, "objectives": rows_out,

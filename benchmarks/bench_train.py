@@ -29,10 +29,12 @@ count on GPU/TPU; on CPU the best measured float32 matmul of the host (1024^3 an
 runs float32 activations on CPU (what that peak measures; bfloat16 is not faster on
 CPU) and the config's dtype (bfloat16, T5.1.1) on accelerators.
 
-``--compare_hf`` (encoder_decoder, float32; needs torch + transformers, skipped with a
-message otherwise) also times Hugging Face T5 with the same config and batch doing a full
-training step: zero_grad, forward with labels, backward, transformers' Adafactor in T5's
-settings (benchmarks/hf_reference.py). HF runs in its OWN process, alternating with lm:
+``--compare_hf`` (encoder_decoder; needs torch + transformers, skipped with a message
+otherwise) also times Hugging Face T5 with the same config and batch doing a full training
+step: zero_grad, forward with labels, backward, transformers' Adafactor in T5's
+settings (benchmarks/hf_reference.py), on lm's device (CUDA when lm runs on a GPU; there
+set XLA_PYTHON_CLIENT_PREALLOCATE=false so both fit) and in lm's precision (bfloat16
+activations -> torch.autocast in bfloat16). HF runs in its OWN process, alternating with lm:
 ``--rounds`` rounds of ``--steps`` steps per side, order reversed every round, both sides on
 the same ``--threads`` CPUs and with the same host-memory policy (benchmarks/fair.py); it
 prints both medians with their spread, the ratio HF/lm step time with its per-round range,
@@ -175,7 +177,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
     gpu_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
   feature_lengths = features.feature_lengths(d.architecture, li, lt)
   compare = None
-  if args.compare_hf and arch == "encoder_decoder" and dtype == "float32":
+  if args.compare_hf and arch == "encoder_decoder":
     def lm_step():
       nonlocal state
       state, _ = compiled(state, batch)
@@ -198,8 +200,10 @@ def compare_hf(model_config, local_batch, lm_step, args) -> dict:
   Returns:
     fair.compare(...) plus "hf_info" (versions, threads of the HF worker).
   """
+  device = "cuda" if jax.default_backend() == "gpu" else "cpu"
   with hf_reference.start(model_config, local_batch, optimizer_step=True, warmup=args.warmup,
-                          host_memory=args.host_memory) as worker:
+                          host_memory=args.host_memory, device=device,
+                          dtype=model_config.dtype) as worker:
     rounds = fair.alternate({"lm": lambda n: fair.time_calls(lm_step, n), "hf": worker.time},
                             args.rounds, args.steps)
     out = fair.compare(rounds["lm"], rounds["hf"])
@@ -227,8 +231,10 @@ def compare_rows(r: dict, peak: float) -> list[str]:
   return [
       table_row(r, "  lm, alternating", r["preset"], r["dtype"], "", lm_times, "", peak,
                 "  (round medians)"),
-      table_row(r, "  HF T5 (torch)", "own process, Adafactor", "float32", "", hf_times, "",
-                peak, f"  {fair.describe(c)}  [{info['versions']}, {info['threads']} threads]"),
+      table_row(r, "  HF T5 (torch)", "own process, Adafactor", info.get("dtype", "float32"),
+                "", hf_times, "", peak,
+                f"  {fair.describe(c)}  [{info['versions']}, {info.get('device', 'cpu')}, "
+                f"{info['threads']} threads]"),
   ]
 
 
@@ -245,7 +251,9 @@ def main(argv=None) -> None:
   parser.add_argument("--mesh", default="-1,1,1", help="(data, fsdp, tensor) mesh shape")
   parser.add_argument("--compare_hf", action="store_true",
                       help="also time a HF PyTorch T5 training step (forward, backward, transformers' "
-                      "Adafactor) for encoder_decoder in float32; needs torch + transformers")
+                      "Adafactor) for encoder_decoder, on the same device (CUDA when lm runs on a GPU) and "
+                      "in the same precision (bfloat16 autocast for bfloat16); needs torch + "
+                      "transformers")
   parser.add_argument("--host_memory", default="retain", choices=["retain", "default"],
                       help="retain: lm.hostmem.retain_freed_memory() first, as lm.main does (the "
                       "HF worker does the same); default: glibc's own on both sides")

@@ -1,5 +1,7 @@
-"""The PyTorch peer the benchmarks compare against: Hugging Face T5, same config, float32,
-run in its OWN worker process (benchmarks/fair.py).
+"""The PyTorch peer the benchmarks compare against: Hugging Face T5, same config, run in its
+OWN worker process (benchmarks/fair.py): float32 on the CPU; on a GPU (when lm runs on one)
+on CUDA, with bfloat16 autocast when lm's activations are bfloat16 (float32 parameters on
+both sides, as lm's T5.1.1 configs).
 
 Used by bench_model.py (zero_grad + forward + backward) and bench_train.py (a full
 training step with transformers' Adafactor in T5's settings). ``start(...)`` launches
@@ -34,7 +36,8 @@ def available() -> str | None:
 
 
 def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
-          host_memory: str = "retain", learning_rate: float = 0.01) -> fair.Worker:
+          host_memory: str = "retain", learning_rate: float = 0.01, device: str = "cpu",
+          dtype: str = "float32") -> fair.Worker:
   """Starts the HF worker for ``config`` on ``batch``; returns it once warmed up.
 
   Args:
@@ -48,6 +51,10 @@ def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
     warmup: untimed steps after building.
     host_memory: "retain" (lm.hostmem.retain_freed_memory) or "default", as the lm side.
     learning_rate: Adafactor's fixed learning rate.
+    device: "cpu" or "cuda" (each step then ends with torch.cuda.synchronize(), as lm's
+      blocks on its new state).
+    dtype: "float32", or "bfloat16": the forward and backward under torch.autocast in
+      bfloat16 (the optimizer in float32), lm's mixed precision.
   Returns:
     a fair.Worker; ``worker.time(n)`` times n steps, ``worker.info`` has the versions.
   """
@@ -57,11 +64,15 @@ def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
   keys = ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens")
   setup = {"hf_config": hf_config, "batch": {k: batch[k] for k in keys},
            "optimizer_step": optimizer_step, "warmup": warmup, "host_memory": host_memory,
-           "learning_rate": learning_rate}
+           "learning_rate": learning_rate, "device": device, "dtype": dtype}
+  if device not in ("cpu", "cuda") or dtype not in ("float32", "bfloat16"):
+    raise ValueError(f"unknown device/dtype {device!r}/{dtype!r}; expected one of "
+                     "['cpu', 'cuda'] / ['float32', 'bfloat16']")
   return fair.Worker(os.path.abspath(__file__), setup)
 
 
-def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate):
+def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate, device,
+           dtype):
   """Worker side: (blocking step callable, info dict)."""
   retained = False
   if host_memory == "retain":
@@ -74,9 +85,10 @@ def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate)
   torch.set_num_threads(threads)
   torch.manual_seed(0)
   model = transformers.T5ForConditionalGeneration(transformers.T5Config(**hf_config)).train()
-  enc = torch.as_tensor(batch["encoder_input_tokens"], dtype=torch.long)
-  dec = torch.as_tensor(batch["decoder_input_tokens"], dtype=torch.long)
-  labels = torch.as_tensor(batch["decoder_target_tokens"], dtype=torch.long)
+  model.to(device)
+  enc, dec, labels = (torch.as_tensor(batch[k], dtype=torch.long, device=device) for k in
+                      ("encoder_input_tokens", "decoder_input_tokens", "decoder_target_tokens"))
+  autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
   opt = None
   if optimizer_step:
     opt = transformers.optimization.Adafactor(
@@ -85,14 +97,18 @@ def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate)
 
   def step():
     model.zero_grad(set_to_none=True)
-    out = model(input_ids=enc, decoder_input_ids=dec, labels=labels)
+    with autocast:
+      out = model(input_ids=enc, decoder_input_ids=dec, labels=labels)
     out.loss.backward()
     if opt is not None:
       opt.step()
+    if device == "cuda":
+      torch.cuda.synchronize()
 
   for _ in range(warmup):
     step()
   info = {"versions": f"torch {torch.__version__} transformers {transformers.__version__}",
+          "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "dtype": dtype,
           "threads": torch.get_num_threads(), "host_memory_retained": retained,
           "pid": os.getpid()}
   return step, info

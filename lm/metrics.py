@@ -179,19 +179,27 @@ def totals(acc: Mapping[str, tuple]) -> dict[str, float]:
 
 
 def window_rates(tokens: float, seconds: float, packing_efficiencies: Sequence[float], *,
-                 flops_per_token: float, peak_flops_total: float) -> dict[str, float]:
-  """Throughput of one logging window: tokens/s, MFU and the mean packing efficiency.
+                 flops_per_token: float, peak_flops_total: float,
+                 data_wait: float = 0.0) -> dict[str, float]:
+  """Throughput of one logging window: tokens/s, MFU, the mean packing efficiency and the
+  share of the window the training loop spent waiting for batches.
 
   Args:
     tokens: the window's token count (the `tokens` metric's sum).
     seconds: wall-clock time of the window (floored at 1e-9 s).
     packing_efficiencies: the iterator's packing efficiency after each batch of the window.
     flops_per_token, peak_flops_total: as for `mfu`.
+    data_wait: seconds of the window the loop spent blocked on the input pipeline
+      (`next(iterator)`). Its share of the window, `data_wait_fraction`, is the input
+      pipeline's verdict: near 0, batches are ready whenever the step asks (the prefetch
+      thread keeps ahead); a large share means the accelerator waits for the host.
   """
-  tokens_per_s = tokens / max(seconds, 1e-9)
+  seconds = max(seconds, 1e-9)
+  tokens_per_s = tokens / seconds
   return {"tokens_per_s": tokens_per_s,
           "mfu": mfu(flops_per_token, tokens_per_s, peak_flops_total),
-          "packing_efficiency": float(np.mean(packing_efficiencies))}
+          "packing_efficiency": float(np.mean(packing_efficiencies)),
+          "data_wait_fraction": data_wait / seconds}
 
 
 @dataclasses.dataclass
@@ -205,9 +213,12 @@ class LogWindow:
   Attributes:
     acc: {name: (sum, weight)} merged over the window's steps (None: no step fetched yet).
     packing: the iterator's packing efficiency after each batch of the window.
+    data_wait: seconds the loop waited for the window's batches. Like the window's wall
+      time, it is not saved: a resumed window measures both from the restart.
   """
   acc: dict[str, tuple] | None = None
   packing: list[float] = dataclasses.field(default_factory=list)
+  data_wait: float = 0.0
 
   def add(self, fetched: Sequence[Mapping[str, tuple]]) -> None:
     """Merges the host copies of steps' metrics (`jax.device_get` of their outputs)."""
@@ -221,12 +232,13 @@ class LogWindow:
   def summary(self, seconds: float, *, flops_per_token: float, peak_flops_total: float,
               static: Mapping[str, float]) -> dict[str, float]:
     """The log line: the means, then `static` (e.g. the objective's settings), then
-    tokens_per_s, mfu and packing_efficiency (`window_rates`) over `seconds`."""
+    tokens_per_s, mfu, packing_efficiency and data_wait_fraction (`window_rates`) over
+    `seconds`."""
     values = self.means()
     values.update(static)
     values.update(window_rates(totals(self.acc)["tokens"], seconds, self.packing,
                                flops_per_token=flops_per_token,
-                               peak_flops_total=peak_flops_total))
+                               peak_flops_total=peak_flops_total, data_wait=self.data_wait))
     return values
 
   def to_json(self) -> dict:

@@ -496,6 +496,23 @@ def _evaluate_due(config: ml_collections.ConfigDict, loop, run: RunBuild, data, 
   return out
 
 
+# A log window in which the loop waited longer than this share of the time for batches (after
+# the first window, which includes the pipeline's start-up) gets one warning per run.
+STARVED_FRACTION = 0.2
+
+
+def _warn_if_starved(values: dict[str, float], step: int, log_every: int,
+                     warned: set[str]) -> None:
+  """Warns once per run when the input pipeline held the training loop up."""
+  wait = values.get("data_wait_fraction", 0.0)
+  if step > log_every and wait > STARVED_FRACTION and "starved" not in warned:
+    warned.add("starved")
+    logging.warning("the training loop waited for batches %.0f%% of the last %d steps (the "
+                    "input pipeline is slower than the train step): raise "
+                    "--config.data.num_threads, or pre-tokenize the corpus; "
+                    "data_wait_fraction in metrics.jsonl tracks it.", 100 * wait, log_every)
+
+
 def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
                 peak: float) -> dict[str, float]:
   """Steps from `start` to train.num_steps (under the workdir lock and the axis rules).
@@ -521,11 +538,14 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
   last: dict[str, float] = {}
   pending = []
   t_last = time.perf_counter()
+  warned: set[str] = set()
   preempted = False
   with Preemption() as preemption:
     try:
       while step < num_steps:
+        t_wait = time.perf_counter()
         local = next(iterator)
+        window.data_wait += time.perf_counter() - t_wait
         window.packing.append(iterator.packing_efficiency)
         state, m = run.train_step(state, partitioning.make_global_batch(local, run.mesh))
         pending.append(m)
@@ -544,6 +564,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
           values = window.summary(now - t_last, flops_per_token=flops_per_token,
                                   peak_flops_total=peak, static=static)
           writer.write(step, values)
+          _warn_if_starved(values, step, loop.log_every, warned)
           if lock is not None:
             lock.refresh()
           last = dict(values)

@@ -42,7 +42,8 @@ def _metrics(workdir):
 
 
 def _comparable(workdir):
-  return [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "mfu")}
+  timing = ("time", "tokens_per_s", "mfu", "data_wait_fraction")
+  return [{k: v for k, v in m.items() if k not in timing}
           for m in _metrics(workdir)]
 
 

@@ -56,10 +56,14 @@ def test_peak_flops_on_cpu_is_the_measured_host_rate_times_the_hosts(monkeypatch
 
 def test_window_rates_by_hand():
   # 6000 tokens in 2 s = 3000 tokens/s; 3000 * 2e9 FLOPs/token / 1.2e13 FLOP/s = 0.5.
+  # 0.5 s of the 2 s spent waiting for batches: data_wait_fraction 0.25.
   out = metrics.window_rates(6000.0, 2.0, [0.5, 0.75, 1.0], flops_per_token=2e9,
-                             peak_flops_total=1.2e13)
-  assert out == {"tokens_per_s": 3000.0, "mfu": 0.5, "packing_efficiency": 0.75}
-  assert list(out) == ["tokens_per_s", "mfu", "packing_efficiency"]
+                             peak_flops_total=1.2e13, data_wait=0.5)
+  assert out == {"tokens_per_s": 3000.0, "mfu": 0.5, "packing_efficiency": 0.75,
+                 "data_wait_fraction": 0.25}
+  assert list(out) == ["tokens_per_s", "mfu", "packing_efficiency", "data_wait_fraction"]
+  assert metrics.window_rates(1.0, 4.0, [1.0], flops_per_token=1.0,
+                              peak_flops_total=1.0)["data_wait_fraction"] == 0.0
   assert metrics.window_rates(5.0, 0.0, [1.0], flops_per_token=1.0,
                               peak_flops_total=1.0)["tokens_per_s"] == 5e9  # 1e-9 s floor
   assert math.isnan(metrics.window_rates(1.0, 1.0, [1.0], flops_per_token=1.0,
@@ -79,12 +83,15 @@ def test_log_window_summary_and_json_round_trip():
   saved = window.to_json()
   assert saved == {"acc": {"loss": [8.0, 4.0], "tokens": [80.0, 2.0]}, "packing_eff": [0.5, 1.0]}
   restored = metrics.LogWindow.from_json(saved)
+  assert restored.data_wait == 0.0  # wall-clock waits are not saved, like the window's time
+  window.data_wait = restored.data_wait = 1.0
   summaries = [w.summary(4.0, flops_per_token=100.0, peak_flops_total=4000.0,
                          static={"noise_density": 0.15}) for w in (window, restored)]
-  # means, then the static values, then tokens/s = 80 / 4 = 20, mfu = 100 * 20 / 4000.
+  # means, then the static values, then tokens/s = 80 / 4 = 20, mfu = 100 * 20 / 4000,
+  # 1 s of the 4 s waiting for batches.
   assert summaries[0] == summaries[1] == {
       "loss": 2.0, "tokens": 40.0, "noise_density": 0.15, "tokens_per_s": 20.0, "mfu": 0.5,
-      "packing_efficiency": 0.75}
+      "packing_efficiency": 0.75, "data_wait_fraction": 0.25}
   assert list(summaries[0]) == ["loss", "tokens", "noise_density", "tokens_per_s", "mfu",
-                                "packing_efficiency"]
+                                "packing_efficiency", "data_wait_fraction"]
   assert metrics.LogWindow.from_json({"acc": saved["acc"]}).packing == []  # older checkpoints

@@ -25,8 +25,8 @@ def _train_losses(workdir):
 
 def _comparable(workdir):
   """metrics.jsonl records without the timing fields."""
-  return [{k: v for k, v in m.items() if k not in ("time", "tokens_per_s", "mfu")}
-          for m in _metrics(workdir)]
+  timing = ("time", "tokens_per_s", "mfu", "data_wait_fraction")
+  return [{k: v for k, v in m.items() if k not in timing} for m in _metrics(workdir)]
 
 
 def test_preempted_and_resumed_run_logs_exactly_like_an_uninterrupted_one(tmp_path,
@@ -53,6 +53,42 @@ def test_preempted_and_resumed_run_logs_exactly_like_an_uninterrupted_one(tmp_pa
   with open(os.path.join(split, "config.json"), encoding="utf-8") as f:
     assert json.load(f)["train"]["num_steps"] == 8
   assert not os.path.exists(os.path.join(split, "lock"))
+
+
+class _SlowIterator:
+  """The pipeline's iterator with a fixed delay before each batch (a starving input)."""
+
+  def __init__(self, inner, delay):
+    self._inner, self._delay = inner, delay
+
+  def __next__(self):
+    time.sleep(self._delay)
+    return next(self._inner)
+
+  def __getattr__(self, name):
+    return getattr(self._inner, name)
+
+
+def test_data_wait_fraction_shows_a_starving_input_pipeline(tmp_path, monkeypatch, caplog):
+  """A pipeline that needs 0.5 s per batch holds up a tiny step of a few ms: the log windows
+  after the first (which holds compilation) report the loop waiting most of their time, and
+  the run warns once; the real pipeline keeps up (the prefetch thread is ahead). Evaluation
+  and checkpoints only at the end (after the last log line), so windows time steps alone."""
+  from lm import train
+  from lm.data import pipeline
+  config = lambda: _config(steps=6, **{"ckpt.every_steps": 100, "train.eval_every": 100})
+  train.train_and_evaluate(config(), str(tmp_path / "fast"))
+  fast = [m["data_wait_fraction"] for m in _metrics(str(tmp_path / "fast")) if "loss" in m]
+  assert len(fast) == 3 and all(0 <= f < 0.2 for f in fast[1:]), fast
+  real = pipeline.DataPipeline.train_iterator
+  monkeypatch.setattr(pipeline.DataPipeline, "train_iterator",
+                      lambda self: _SlowIterator(real(self), 0.5))
+  with caplog.at_level("WARNING", logger="root"):
+    train.train_and_evaluate(config(), str(tmp_path / "slow"))
+  slow = [m["data_wait_fraction"] for m in _metrics(str(tmp_path / "slow")) if "loss" in m]
+  assert len(slow) == 3 and all(0.5 < f <= 1 for f in slow[1:]), slow
+  warnings = [r.getMessage() for r in caplog.records if "waited for batches" in r.getMessage()]
+  assert len(warnings) == 1 and "--config.data.num_threads" in warnings[0], warnings
 
 
 def test_foreign_checkpoint_is_refused(tmp_path):

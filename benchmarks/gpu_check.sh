@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The GPU check: lm's training step and input pipeline on one GPU, in one short run.
+#
+#   OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh        # from the repository root
+#
+# 1. bench_train.py: the real train step of T5.1.1 small and base (batch 128, 512/114,
+#    bfloat16 activations) beside Hugging Face T5 on the same GPU (its own process,
+#    bfloat16 autocast, transformers' Adafactor), alternating rounds (benchmarks/fair.py).
+# 2. lm.main: T5.1.1-small trained with the real input pipeline (embedded corpus, span
+#    corruption, an 8000-piece tokenizer: the embedded corpus holds too little text for
+#    T5's 32000) for 300 steps: tokens/s, MFU and data_wait_fraction (the share of each log
+#    window the loop waited for batches) in $OUT/metrics.jsonl.
+# 3. bench_data.py on the GPU host's CPUs: what one core of that host feeds.
+#
+# Each stage has its own time limit and log in $OUT; a failed stage does not stop the next.
+# Needs jax with CUDA, flax, optax, orbax-checkpoint, grain, ml_collections, sentencepiece
+# (and torch + transformers for the comparison); XLA_PYTHON_CLIENT_PREALLOCATE=false lets
+# the HF worker share the GPU with the lm process.
+set -u
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 LM_CACHE_DIR=${LM_CACHE_DIR:-/tmp/lm_cache}
+PY=${PYTHON:-python3}
+
+stage() {  # stage NAME SECONDS COMMAND...: runs COMMAND under a time limit, logs to $OUT/NAME.log
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s): $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+  grep -v -E "^(E0000|W0000|WARNING: Logging before)" "$OUT/$name.log" | tail -n 25
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+$PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
+
+stage bench_train 300 $PY benchmarks/bench_train.py --archs encoder_decoder --sizes small,base \
+  --batch 128 --inputs_length 512 --steps 10 --warmup 3 --rounds 3 --compare_hf \
+  --json "$OUT/bench_train_gpu.json"
+
+rm -rf /tmp/lm_gpu_run
+stage train_small 240 $PY -m lm.main --config=configs/t5.py:size=small,batch=128,steps=300 \
+  --workdir=/tmp/lm_gpu_run --config.wandb.mode=disabled --config.train.log_every=50 \
+  --config.train.eval_every=0 --config.ckpt.every_steps=100000 \
+  --config.data.default_vocab_size=8000 --config.model.vocab_size=8192
+cp /tmp/lm_gpu_run/metrics.jsonl "$OUT/metrics.jsonl" 2>/dev/null
+
+stage bench_data 150 $PY benchmarks/bench_data.py --seconds 1 --objectives span_corruption \
+  --json "$OUT/bench_data_gpu_host.json"
