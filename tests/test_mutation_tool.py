@@ -34,3 +34,9 @@ def test_a_survivor_is_recognised_after_lines_above_it_change():
   assert mutation._signature(m, before) == mutation._signature(moved, after)  # pylint: disable=protected-access
   changed = ["def f():\n", "  return 1\n"]
   assert mutation._signature(m, before) != mutation._signature(m, changed)  # pylint: disable=protected-access
+
+
+def test_mutant_timeout_is_ten_baselines_and_at_least_thirty_seconds():
+  assert mutation.mutant_timeout(1.6) == 30.0
+  assert mutation.mutant_timeout(3.0) == 30.0
+  assert mutation.mutant_timeout(9.0) == 90.0

@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,12 +154,19 @@ def skip_annotation_mutants(session: Path, module: Path) -> int:
   return skipped
 
 
+def mutant_timeout(baseline_seconds: float) -> float:
+  """Seconds a mutant's tests may run before it counts as killed (a loop made endless):
+  10x the unmutated run (cosmic-ray's own baseline, process start-up included), at least
+  30 s so a busy machine does not turn slow passes into kills."""
+  return max(30.0, 10.0 * baseline_seconds)
+
+
 def _results(session: Path, cwd: Path, env: dict[str, str]) -> list[tuple[dict, dict]]:
   out = _run(["cosmic-ray", "dump", str(session)], cwd, env, capture=True).stdout
   return [tuple(json.loads(line)) for line in out.splitlines() if line.strip()]
 
 
-def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
+def run_module(module: str, tests: list[str], workdir: Path, timeout: float | None,
                list_only: bool, quick: bool) -> dict:
   """Runs (or counts) the mutants of one module; returns a summary dict."""
   if not (REPO / module).is_file():
@@ -172,7 +180,7 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
   _copy_repo(copy)
   env = dict(os.environ, PYTHONPATH=str(copy))
   config = workdir / "cosmic-ray.toml"
-  config.write_text(_config(module, tests, timeout, quick))
+  config.write_text(_config(module, tests, timeout or 300.0, quick))  # set after the baseline
   session = workdir / "session.sqlite"
   session.unlink(missing_ok=True)
   _run(["cosmic-ray", "init", str(config), str(session)], copy, env)
@@ -184,11 +192,18 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float,
   if list_only:
     print(f"{module}: {n} mutants")
     return {"module": module, "mutants": n}
+  t0 = time.perf_counter()
   baseline = _run(["cosmic-ray", "baseline", str(config)], copy, env, check=False)
   if baseline.returncode != 0:
     print(f"error: the unmutated tests fail for {module}; fix them before mutation testing.",
           file=sys.stderr)
     raise SystemExit(1)
+  if timeout is None:
+    # A mutant that makes a loop run forever is killed by the timeout: waiting a fixed 300 s
+    # for each made such mutants most of a NumPy module's run time.
+    timeout = mutant_timeout(time.perf_counter() - t0)
+    config.write_text(_config(module, tests, timeout, quick))
+  print(f"per-mutant timeout {timeout:.0f} s", flush=True)
   _run(["nice", "-n", "19", "cosmic-ray", "exec", str(config), str(session)], copy, env)
   results = _results(session, copy, env)
   killed, survived, other = [], [], []
@@ -225,7 +240,7 @@ def _signature(mutation: dict, lines: list[str]) -> tuple:
 
 
 def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Path,
-                     timeout: float) -> dict:
+                     timeout: float | None) -> dict:
   """Runs only the mutants that survived an earlier run (`previous`: its --workdir for this
   module) against the current code and tests: after adding tests for survivors, shows which
   they now kill without running every mutant again. A survivor whose line has changed since
@@ -291,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--all", action="store_true", help="every module in MODULE_TESTS")
   parser.add_argument("--tests", nargs="+", help="override the test files (one module only)")
   parser.add_argument("--workdir", type=Path, default=Path("/tmp/lm-mutation"))
-  parser.add_argument("--timeout", type=float, default=300.0,
-                      help="seconds per mutant's test run before it counts as killed")
+  parser.add_argument("--timeout", type=float, default=None,
+                      help="seconds per mutant's test run before it counts as killed (default: "
+                           "10x the unmutated run, at least 30 s)")
   parser.add_argument("--list", action="store_true", help="count mutants, run nothing")
   parser.add_argument("--quick", action="store_true",
                       help="skip bitwise/shift/pow/mod/floordiv replacements (see QUICK_EXCLUDE)")
