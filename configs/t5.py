@@ -29,8 +29,10 @@ Hardware and time:
     estimate from FLOPs, not a measurement.
     Expected metric: the paper reports downstream scores only (Table 1: GLUE 83.28 etc.
     after fine-tuning); it publishes no pre-training loss, so none is claimed here.
-    Data: point data.format/paths at C4 and data.tokenizer at T5's SentencePiece model;
-    the default (embedded corpus, tokenizer trained on the fly) only makes the config run.
+    Data: point data.format/paths at C4 and data.tokenizer at T5's SentencePiece model.
+    The default (embedded corpus, tokenizer trained on the fly) holds too little text for
+    T5's 32000 pieces: to run a full-size preset on it (a smoke test, a speed check), add
+    --config.data.default_vocab_size=8000 --config.model.vocab_size=8192.
 
 `arg` keys (configs.common.parse_arg; defaults in brackets):
   arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures;

@@ -321,7 +321,16 @@ def default_tokenizer(vocab_size: int = 8000, *, extra_ids: int = DEFAULT_EXTRA_
       return load_tokenizer(path, extra_ids=extra_ids)
     except TokenizerFileError as e:  # a damaged cache entry: rebuild it
       logging.warning("%s; rebuilding the cached tokenizer.", e)
-  tok = train_tokenizer(corpus.default_corpus(), vocab_size=vocab_size, extra_ids=extra_ids)
+  try:
+    tok = train_tokenizer(corpus.default_corpus(), vocab_size=vocab_size, extra_ids=extra_ids)
+  except ValueError as e:  # e.g. T5's 32000 pieces: more than the default corpus holds
+    n = min(vocab_size // 2, 8000)
+    raise ValueError(
+        f"the default corpus cannot train a {vocab_size}-piece tokenizer "
+        f"({e.__cause__ or e}); point "
+        f"--config.data.tokenizer at a SentencePiece model (T5's at paper scale), or train a "
+        f"smaller one on the fly: --config.data.default_vocab_size={n} "
+        f"--config.model.vocab_size={padded_vocab_size(n + extra_ids)}") from e
   try:
     tmp = f"{path}.{os.getpid()}.tmp"
     tok.save(tmp)

@@ -1,5 +1,8 @@
 """Tests for lm/data/tokenizer.py (tiny tokenizers trained on a few KB)."""
+import os
+
 import numpy as np
+
 import pytest
 
 from lm.data import corpus
@@ -68,6 +71,20 @@ def test_errors(tmp_path):
     tok_lib.train_tokenizer(TEXT, vocab_size=100, model_type="wordpiece")
   with pytest.raises(ValueError, match="lower --vocab_size"):
     tok_lib.train_tokenizer(["tiny text"], vocab_size=5000)
+
+
+def test_default_tokenizer_too_large_for_the_corpus_names_the_config_fix(tmp_path, monkeypatch):
+  """configs/t5.py without runlocal asks for T5's 32000 pieces; the default corpus holds far
+  fewer: the error names the config fields that fix it, with a size that fits."""
+  monkeypatch.setenv("LM_CACHE_DIR", str(tmp_path))
+  monkeypatch.setattr(corpus, "default_corpus", lambda: TEXT)
+  with pytest.raises(ValueError) as e:
+    tok_lib.default_tokenizer(2000, extra_ids=10)
+  message = str(e.value)
+  assert "cannot train a 2000-piece tokenizer" in message and "\n" not in message
+  assert "--config.data.tokenizer" in message
+  assert "--config.data.default_vocab_size=1000 --config.model.vocab_size=1024" in message
+  assert not os.listdir(tmp_path) or not os.listdir(tmp_path / "tokenizers")  # nothing cached
 
 
 def test_cli(tmp_path, capsys):
