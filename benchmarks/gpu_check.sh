@@ -36,23 +36,37 @@ stage() {  # stage NAME SECONDS COMMAND...: runs COMMAND under a time limit, log
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $PY -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, jax.devices())"
 
-# First a probe that names the phase a stall sits in (see benchmarks/README.md, "On a GPU": the
+# First probes that name the phase a stall sits in (build_run, init_state, lower, compile, each step) (see benchmarks/README.md, "On a GPU": the
 # first run of this script on an H200 with jax 0.11.2 stalled for 300 s in bench_train's first
 # build/compile and in lm.main before its first step, printing nothing).
-stage probe 120 env JAX_LOG_COMPILES=1 $PY - <<'PROBE'
-import time, jax, jax.numpy as jnp
+for size in tiny small; do  # the tiny model, then T5.1.1-small at the bench's batch and lengths
+stage "probe_$size" 150 env JAX_LOG_COMPILES=1 PROBE_SIZE=$size $PY - <<'PROBE'
+import os, sys, time
+import jax, jax.numpy as jnp
+sys.path.insert(0, "benchmarks")
 t = time.perf_counter()
 def mark(what):
   print(f"{time.perf_counter() - t:7.1f} s  {what}", flush=True)
 x = jnp.ones((4096, 4096), jnp.bfloat16); mark("device array")
 jax.jit(lambda a: a @ a)(x).block_until_ready(); mark("jitted matmul")
+from bench_train import random_batch
 from configs import t5
-from lm import train
-config = t5.get_config("size=tiny,batch=8,inputs_length=64")
-run = train.build_run(config); mark("build_run")
+from lm import partitioning, train
+size = os.environ["PROBE_SIZE"]
+config = t5.get_config(f"size={size},batch=128,inputs_length=512")
+run = train.build_run(config); mark(f"{size}: build_run")
+d = run.data_spec
+local = random_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size,
+                     run.model_config.vocab_size)
 with run.axis_rules():
   state = run.init_state(); jax.block_until_ready(state); mark("init_state")
+  batch = partitioning.make_global_batch(local, run.mesh)
+  lowered = run.train_step.lower(state, batch); mark("lower")
+  compiled = lowered.compile(); mark("compile")
+  for i in range(3):
+    state, m = compiled(state, batch); jax.block_until_ready(state); mark(f"step {i}")
 PROBE
+done
 
 stage bench_train 300 $PY benchmarks/bench_train.py --archs encoder_decoder --sizes small,base \
   --batch 128 --inputs_length 512 --steps 10 --warmup 3 --rounds 3 --compare_hf \
