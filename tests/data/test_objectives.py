@@ -416,6 +416,58 @@ def test_raw_and_targets_lengths():
                       noise_density=0.5)
 
 
+def test_span_segment_check_at_its_boundaries():
+  """Span corruption at density 0.6, mean span 1: a raw segment of 4 tokens needs more spans
+  than it has non-noise tokens (T5's TF code fails there), 5 does not, 6 again does. The
+  check runs on inputs_length minus the mode tokens a mixture reserves, and check_lengths
+  reserves none."""
+  p = {"noise_density": 0.6, "mean_noise_span_length": 1.0}
+  check = obj.OBJECTIVES["span_corruption"].check_segment
+  check(p, 5, 0)
+  check(p, 10, 5)   # = 5 tokens: fine
+  with pytest.raises(ValueError, match="spans exceed the"):
+    check(p, 9, 5)  # = 4 tokens
+  with pytest.raises(ValueError, match="spans exceed the 1 non-noise tokens"):
+    obj.check_lengths("span_corruption", inputs_length=4, targets_length=64, **p)
+  obj.check_lengths("span_corruption", inputs_length=5, targets_length=64, **p)
+  check({"noise_density": 0.0}, 4, 0)  # no noise: nothing to lay out, never an error
+
+
+def test_zero_noise_span_corruption_needs_no_sentinels():
+  """Density 0: no span, so never an overflow, even with no extra ids at all; the smallest
+  vocabulary the search returns is still 1 extra id."""
+  assert obj.sentinel_overflow_probability("span_corruption", inputs_length=512,
+                                           num_extra_ids=0, noise_density=0.0) == 0.0
+  assert obj.required_extra_ids("span_corruption", inputs_length=512, noise_density=0.0) == 1
+
+
+@pytest.mark.parametrize("name, inputs_length, params", [
+    ("span_corruption", 512, {}),
+    ("span_corruption", 7, {"noise_density": 0.5, "mean_noise_span_length": 1.0}),
+    ("iid_replace_spans", 64, {"noise_density": 0.3}),
+    ("iid_replace_spans", 6, {"noise_density": 0.5}),
+    ("iid_replace_spans", 13, {"noise_density": 0.5}),
+    ("mixture", 64, {"preset": "ul2"}),
+])
+@pytest.mark.parametrize("max_prob", [1e-9, 1e-3, 0.2])
+def test_required_extra_ids_is_the_smallest_count_that_fits(name, inputs_length, params,
+                                                            max_prob):
+  """The search's answer n is minimal: n extra ids overflow with probability <= max_prob,
+  n - 1 (when >= 1) with more; checked by evaluating the overflow probability directly."""
+  n = obj.required_extra_ids(name, inputs_length=inputs_length, targets_length=inputs_length,
+                             max_overflow_probability=max_prob, **params)
+  prob = lambda k: obj.sentinel_overflow_probability(
+      name, inputs_length=inputs_length, num_extra_ids=k, targets_length=inputs_length, **params)
+  assert prob(n) <= max_prob
+  assert n == 1 or prob(n - 1) > max_prob
+
+
+def test_raw_length_needs_two_input_tokens():
+  assert obj.raw_length("bert", inputs_length=2) == 1
+  with pytest.raises(ValueError, match="needs inputs_length >= 2, got 1"):
+    obj.raw_length("bert", inputs_length=1)
+
+
 def test_iid_length_distributions_match_enumeration():
   # Exact DP vs brute force over all 2^7 masks of a 7-token segment (inputs_length 8).
   d, raw = 0.3, 7
