@@ -262,8 +262,7 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
   """
   keys = np.asarray(keys, np.uint64)
   noise_lib.check_density(noise_density)
-  if not mean_noise_span_length > 0:
-    raise ValueError(f"mean_noise_span_length must be > 0, got {mean_noise_span_length!r}")
+  noise_lib.check_mean_span_length(mean_noise_span_length)
   b, length = keys.shape[0], int(length)
   if length < 0:
     raise ValueError(f"length must be >= 0, got {length}")
@@ -295,8 +294,7 @@ def span_corruption(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   keys = check_keys(keys, b)
   noise_lib.check_vocab(vocab_size, num_extra_ids)
   noise_density = noise_lib.check_density(noise_density)
-  if not mean_noise_span_length > 0:
-    raise ValueError(f"mean_noise_span_length must be > 0, got {mean_noise_span_length!r}")
+  noise_lib.check_mean_span_length(mean_noise_span_length)
   x0 = np.full((b, 1), noise_lib.sentinel_id(vocab_size), np.int32)
   if length == 0:
     return {"inputs": tokens[:, :0].copy(), "targets": tokens[:, :0].copy()}

@@ -42,6 +42,18 @@ DEFAULT_NUM_EXTRA_IDS = 100
 # ----------------------------------------------------------------------------- checks
 
 
+def check_mean_span_length(mean_noise_span_length: float) -> float:
+  """Returns float(mean_noise_span_length) if it is >= 1 (and finite); else raises ValueError.
+
+  A span has at least one token, so a mean below 1 asks for more spans than noise tokens
+  (round(n / m) > n), which no mask can lay out (T5's TF code fails there)."""
+  m = float(mean_noise_span_length)
+  if not (math.isfinite(m) and m >= 1.0):
+    raise ValueError("mean_noise_span_length must be >= 1 (a span has at least one token), "
+                     f"got {mean_noise_span_length!r}")
+  return m
+
+
 def check_density(noise_density: float, *, low_open: bool = False, high_open: bool = False,
                    high: float = 1.0, what: str = "noise_density") -> float:
   """Returns float(noise_density) if it lies in [0, high] (each end open if asked); else raises

@@ -227,8 +227,7 @@ class Objective:
 
 
 def _check_span_length(p: Params) -> None:
-  if not p["mean_noise_span_length"] > 0:
-    raise ValueError(f"mean_noise_span_length must be > 0, got {p['mean_noise_span_length']!r}")
+  noise.check_mean_span_length(p["mean_noise_span_length"])
 
 
 def _check_random_token_prob(p: Params) -> None:

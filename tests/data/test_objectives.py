@@ -462,6 +462,71 @@ def test_required_extra_ids_is_the_smallest_count_that_fits(name, inputs_length,
   assert n == 1 or prob(n - 1) > max_prob
 
 
+def test_layouts_are_t5s():
+  """How each objective's raw segments are cut (docs/objectives.md): the denoising objectives
+  from concatenated documents; deshuffling and prefix LM from single documents; full LM from
+  concatenated documents with an EOS at each document's end and none added to the targets,
+  and no inputs at all."""
+  L = obj.Layout
+  want = {name: L() for name in ("span_corruption", "iid_replace_spans", "drop_tokens", "bert",
+                                 "mass", "mixture")}
+  want |= {"deshuffle": L(concatenate=False), "prefix_lm": L(concatenate=False),
+           "full_lm": L(document_eos=True, targets_eos=False, has_inputs=False)}
+  assert {name: obj.layout(name) for name in obj.OBJECTIVES} == want
+  assert L() == L(concatenate=True, document_eos=False, targets_eos=True, has_inputs=True)
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    obj.OBJECTIVES["bert"].params = {}  # records are shared: nobody may change one
+
+
+def test_mean_span_length_is_at_least_one():
+  """A span has at least one token: a mean below 1 asks for more spans than noise tokens
+  (9 noise tokens of 63 at mean 0.5: 18 spans), which used to yield an empty trailing span.
+  Both the per-example and the batched objective refuse it; 1 is the smallest allowed."""
+  from lm.data import batched  # pylint: disable=g-import-not-at-top
+  for m in (0.5, 0.999, 0, -1, float("nan"), float("inf")):
+    with pytest.raises(ValueError, match="mean_noise_span_length must be >= 1"):
+      obj.make_objective("span_corruption", vocab_size=V, mean_noise_span_length=m)
+    with pytest.raises(ValueError, match="mean_noise_span_length must be >= 1"):
+      batched.span_corruption(np.zeros((1, 8), np.int32), np.zeros(1, np.uint64),
+                              vocab_size=V, mean_noise_span_length=m)
+  fn = obj.make_objective("span_corruption", vocab_size=V, mean_noise_span_length=1.0)
+  out = fn(np.arange(10, 73, dtype=np.int32), np.random.default_rng(0))
+  sentinels = out["targets"][out["targets"] >= V - 100]
+  # 9 noise tokens in 9 one-token spans: 9 sentinels on each side, targets 9 + 9 (the
+  # converter appends EOS).
+  assert len(sentinels) == 9 and len(out["targets"]) == 18
+  assert (out["inputs"] >= V - 100).sum() == 9
+
+
+def test_length_errors_name_the_objective_parameters():
+  """check_lengths' errors quote the parameters as given; a probability exactly at the bound
+  passes (<=), and full_lm's targets length is required and >= 1."""
+  with pytest.raises(ValueError, match=r"objective 'span_corruption' \{'mean_noise_span_length': "
+                     r"3.0\} at inputs_length=512 needs targets_length >= 114"):
+    obj.check_lengths("span_corruption", inputs_length=512, targets_length=100,
+                      mean_noise_span_length=3.0)
+  with pytest.raises(ValueError, match=r"objective 'iid_replace_spans' \{'noise_density': 0.5\} "
+                     r"at inputs_length=512 needs more than num_extra_ids=100 sentinels"):
+    obj.check_lengths("iid_replace_spans", inputs_length=512, targets_length=512,
+                      noise_density=0.5)
+  # span corruption at 512 needs 28 sentinels: with 27 it overflows with probability 1.
+  obj.check_lengths("span_corruption", inputs_length=512, targets_length=114, num_extra_ids=27,
+                    max_overflow_probability=1.0)
+  with pytest.raises(ValueError, match="probability 1 per example"):
+    obj.check_lengths("span_corruption", inputs_length=512, targets_length=114,
+                      num_extra_ids=27, max_overflow_probability=0.99)
+  assert obj.raw_length("full_lm", inputs_length=0, targets_length=1) == 1
+  for bad in (None, 0):
+    with pytest.raises(ValueError, match=f"full_lm needs targets_length >= 1, got {bad}"):
+      obj.raw_length("full_lm", inputs_length=0, targets_length=bad)
+  assert obj.required_targets_length("full_lm", inputs_length=0, targets_length=512) == 512
+  with pytest.raises(ValueError, match="pass targets_length"):
+    obj.required_targets_length("full_lm", inputs_length=0)
+  with pytest.raises(ValueError, match="needs inputs_length >= 2, got 1"):
+    obj.required_targets_length("bert", inputs_length=1)
+
+
 def test_raw_length_needs_two_input_tokens():
   assert obj.raw_length("bert", inputs_length=2) == 1
   with pytest.raises(ValueError, match="needs inputs_length >= 2, got 1"):
