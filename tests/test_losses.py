@@ -92,3 +92,48 @@ def test_normalize_loss():
     losses.normalize_loss(jnp.float32(1.0), jnp.float32(1.0), "mean")
   with pytest.raises(ValueError, match="constant > 0"):
     losses.normalize_loss(jnp.float32(1.0), jnp.float32(1.0), "constant", 0.0)
+  with pytest.raises(ValueError, match="constant > 0, got -2.0"):
+    losses.normalize_loss(jnp.float32(1.0), jnp.float32(1.0), "constant", -2.0)
+  assert float(losses.normalize_loss(jnp.float32(10.0), jnp.float32(4.0), "constant",
+                                     0.5)) == 20.0
+  # The default constant is 1: the sum itself.
+  assert float(losses.normalize_loss(jnp.float32(10.0), jnp.float32(4.0), "constant")) == 10.0
+  # Names that sort before / after the known ones are refused too (no ordering shortcut).
+  for name in ("batch", "sum", "zzz"):
+    with pytest.raises(ValueError, match=f"unknown loss normalization '{name}'"):
+      losses.normalize_loss(jnp.float32(1.0), jnp.float32(1.0), name)
+
+
+def test_normalize_loss_compares_names_by_value():
+  """A name from a command line is a new string object, not the interned literal."""
+  built = {name: "".join(list(name)) for name in losses.NORMALIZATIONS}
+  assert all(built[n] is not n for n in built)
+  assert float(losses.normalize_loss(jnp.float32(10.0), jnp.float32(4.0),
+                                     built["num_target_tokens"])) == 2.5
+  assert float(losses.normalize_loss(jnp.float32(10.0), jnp.float32(4.0), built["constant"],
+                                     4.0)) == 2.5
+  assert float(losses.normalize_loss(jnp.float32(10.0), jnp.float32(4.0), built["none"])) == 10.0
+
+
+def test_accuracy_with_all_negative_logits():
+  """argmax over negative logits: the first position's target is correct when it holds the
+  maximum (the masked-out positions must not count as logits of 0)."""
+  logits = jnp.array([[[-1.0, -3.0, -2.0], [-3.0, -1.0, -1.0], [-3.0, -2.0, -1.0]]])
+  correct, w = losses.weighted_accuracy(logits, jnp.array([[0, 1, 2]]))
+  assert float(correct) == 3.0 and float(w) == 3.0
+  correct, _ = losses.weighted_accuracy(logits, jnp.array([[1, 2, 0]]))
+  assert float(correct) == 0.0  # index 2 of row 2 ties with index 1, which comes first
+
+
+@pytest.mark.parametrize("targets_shape", [(2, 2), (2, 4), (3, 3), (6,)])
+def test_mismatched_shapes_are_refused(targets_shape):
+  """Logits [2, 3, V] against targets (or weights) of another shape would broadcast quietly."""
+  logits = jnp.zeros((2, 3, 5))
+  targets = jnp.zeros(targets_shape, jnp.int32)
+  for fn in (losses.cross_entropy_per_token, losses.weighted_cross_entropy,
+             losses.weighted_accuracy):
+    with pytest.raises(AssertionError):
+      fn(logits, targets)
+  with pytest.raises(AssertionError):
+    losses.weighted_cross_entropy(logits, jnp.zeros((2, 3), jnp.int32),
+                                  jnp.ones(targets_shape))

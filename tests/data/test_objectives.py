@@ -370,7 +370,8 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match=r"unknown parameter\(s\) \['noise'\].*noise_density"):
     obj.make_objective("span_corruption", vocab_size=V, noise=0.1)
   for name, d in (("bert", 0.0), ("bert", 1.0), ("mass", -0.1), ("iid_replace_spans", 1.5),
-                  ("prefix_lm", 0.6), ("span_corruption", 1.2), ("deshuffle", 0.0)):
+                  ("prefix_lm", 0.6), ("prefix_lm", 0.0), ("span_corruption", 1.2),
+                  ("deshuffle", 0.0)):
     with pytest.raises(ValueError, match="noise_density must be in"):
       obj.make_objective(name, vocab_size=V, noise_density=d)
   with pytest.raises(ValueError, match="mean_noise_span_length"):
@@ -431,6 +432,12 @@ def test_span_segment_check_at_its_boundaries():
     obj.check_lengths("span_corruption", inputs_length=4, targets_length=64, **p)
   obj.check_lengths("span_corruption", inputs_length=5, targets_length=64, **p)
   check({"noise_density": 0.0}, 4, 0)  # no noise: nothing to lay out, never an error
+  # 6 inputs -> a raw segment of 5 tokens, 3 of them noise in 3 spans: 2 non-noise tokens.
+  with pytest.raises(ValueError, match="3 spans exceed the 2 non-noise tokens"):
+    obj.check_lengths("span_corruption", inputs_length=6, targets_length=64, **p)
+  # 2 inputs -> a raw segment of 1 token (laid out on 2, as T5's mask): 1 span fits.
+  assert obj.raw_length("span_corruption", inputs_length=2) == 1
+  obj.check_lengths("span_corruption", inputs_length=2, targets_length=64)
 
 
 def test_zero_noise_span_corruption_needs_no_sentinels():
@@ -449,7 +456,7 @@ def test_zero_noise_span_corruption_needs_no_sentinels():
     ("iid_replace_spans", 13, {"noise_density": 0.5}),
     ("mixture", 64, {"preset": "ul2"}),
 ])
-@pytest.mark.parametrize("max_prob", [1e-9, 1e-3, 0.2])
+@pytest.mark.parametrize("max_prob", [1e-9, 1e-3, 0.2, 1.0])
 def test_required_extra_ids_is_the_smallest_count_that_fits(name, inputs_length, params,
                                                             max_prob):
   """The search's answer n is minimal: n extra ids overflow with probability <= max_prob,
@@ -525,6 +532,22 @@ def test_length_errors_name_the_objective_parameters():
     obj.required_targets_length("full_lm", inputs_length=0)
   with pytest.raises(ValueError, match="needs inputs_length >= 2, got 1"):
     obj.required_targets_length("bert", inputs_length=1)
+
+
+def test_required_extra_ids_is_a_binary_search(monkeypatch):
+  """It searches [1, inputs_length + 4] by bisection: at most ceil(log2(inputs_length + 4))
+  probability evaluations (each a DP over the segment for the i.i.d. objectives), also when
+  the answer is large (304 for iid_replace_spans at 1024 tokens, density 0.5)."""
+  import math  # pylint: disable=g-import-not-at-top
+  calls = []
+  real = obj.sentinel_overflow_probability
+  monkeypatch.setattr(obj, "sentinel_overflow_probability",
+                      lambda *a, **k: calls.append(k["num_extra_ids"]) or real(*a, **k))
+  assert obj.required_extra_ids("iid_replace_spans", inputs_length=1024, noise_density=0.5) == 304
+  assert 0 < len(calls) <= math.ceil(math.log2(1024 + 4)), calls
+  calls.clear()
+  assert obj.required_extra_ids("span_corruption", inputs_length=512) == 28
+  assert 0 < len(calls) <= math.ceil(math.log2(512 + 4)), calls
 
 
 def test_raw_length_needs_two_input_tokens():
