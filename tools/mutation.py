@@ -281,7 +281,10 @@ def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Pat
     if key in wanted:
       m = item["mutations"][0]
       found[key] = (m["operator_name"], m["occurrence"])
-  test_cmd = "python -m pytest -x -q -p no:xdist -p no:cacheprovider " + " ".join(tests)
+  # cosmic-ray's mutate-and-test has no timeout of its own: a mutant that makes a loop endless
+  # would hang the retest, so coreutils' timeout ends it (a nonzero exit: killed, as in a run).
+  test_cmd = (f"timeout {int(timeout or 300)} python -m pytest -x -q -p no:xdist "
+              "-p no:cacheprovider " + " ".join(tests))
   outcome = {}
   for sig, (operator, occurrence) in found.items():
     out = _run(["cosmic-ray", "mutate-and-test", module, operator,
