@@ -155,8 +155,7 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
       TF code fails: the non-noise tokens cannot form num_spans non-empty spans).
   """
   noise_density = check_density(noise_density)
-  if not mean_noise_span_length > 0:
-    raise ValueError(f"mean_noise_span_length must be > 0, got {mean_noise_span_length!r}")
+  check_mean_span_length(mean_noise_span_length)
   length = int(length)
   if length < 0:
     raise ValueError(f"length must be >= 0, got {length}")

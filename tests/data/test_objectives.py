@@ -633,3 +633,63 @@ def test_a_new_objective_is_one_record(monkeypatch):
   mix = obj.make_objective("mixture", vocab_size=V, inputs_length=16, targets_length=16,
                            denoisers=[{"objective": "reverse"}, {"objective": "prefix_lm"}])
   assert [m[3] for m in mix.members] == [15, 15]
+
+
+def test_noise_helpers_at_their_boundaries():
+  """lm/data/noise.py's checks and ids at the edges (mutation survivors)."""
+  nl = noise_lib
+  nl.check_vocab(5, 1)                        # 1 sentinel + 3 reserved ids + 1 token
+  for vocab, extra in ((4, 1), (104, 101), (5, 0)):
+    with pytest.raises(ValueError, match="num_extra_ids|must exceed"):
+      nl.check_vocab(vocab, extra)
+  assert [nl.sentinel_id(32100, k) for k in range(6)] == [32099, 32098, 32097, 32096, 32095,
+                                                         32094]
+  with pytest.raises(ValueError, match="must be in"):
+    nl.check_density(-0.5)
+  assert nl.random_spans_counts(2, 0.5, 1.0) == (1, 1)  # length 2: 1 noise token, 1 span
+  with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+    nl.random_spans_noise_mask(-1, 0.5, 1.0, np.random.default_rng(0))
+  for m in (0.5, 0.0, -1.0):
+    with pytest.raises(ValueError, match="mean_noise_span_length must be >= 1"):
+      nl.random_spans_noise_mask(10, 0.5, m, np.random.default_rng(0))
+  tokens = np.array([5, 6, 7, 8], np.int32)
+  with pytest.raises(ValueError, match="noise_mask shape"):
+    nl.drop_noise_tokens(tokens, np.zeros(5, bool))
+  with pytest.raises(ValueError, match="noise_mask shape"):
+    nl.drop_noise_tokens(tokens, np.zeros(3, bool))
+  # Two noise tokens at the very start form ONE span: one sentinel.
+  got = nl.noise_span_to_unique_sentinel(tokens, np.array([1, 1, 0, 1], bool), vocab_size=100)
+  assert got.tolist() == [99, 7, 98]
+  # Exactly num_extra_ids spans fit; one more does not.
+  mask = np.array([1, 0, 1, 0], bool)
+  assert nl.noise_span_to_unique_sentinel(tokens, mask, vocab_size=100,
+                                          num_extra_ids=2).tolist() == [99, 6, 98, 8]
+  with pytest.raises(ValueError, match="2 spans need 2 sentinels but num_extra_ids=1"):
+    nl.noise_span_to_unique_sentinel(tokens, mask, vocab_size=100, num_extra_ids=1)
+
+
+def test_bert_random_tokens_skip_reserved_ids_and_default_rate():
+  """BERT-style noise: random tokens come from [3, V) (never pad, eos or unk: T5's
+  num_reserved_tokens=3), and by default 10 % of noise tokens become random ones."""
+  n, vocab = 20000, 8
+  tokens = np.full(n, 5, np.int32)
+  out = noise_lib.noise_token_to_random_token_or_sentinel(
+      tokens, np.ones(n, bool), np.random.default_rng(0), vocab_size=vocab, random_prob=1.0)
+  assert out.min() == 3 and set(np.unique(out)) == {3, 4, 5, 6, 7}
+  out = noise_lib.noise_token_to_random_token_or_sentinel(
+      tokens, np.ones(n, bool), np.random.default_rng(0), vocab_size=vocab)
+  # Random draws hit the mask id 7 too (1/5 of them): the rest of the 10 % differ from it.
+  not_mask = np.mean(out != 7)
+  assert abs(not_mask - 0.1 * 4 / 5) < 5 * np.sqrt(0.08 * 0.92 / n), not_mask
+
+
+def test_random_roll_offsets_are_uniform():
+  """random_roll rotates the mask by a uniform offset in [0, L): at L = 4, density 0.25 the
+  single noise token sits at each position with probability 1/4 (5-sigma bound over 4000)."""
+  rng = np.random.default_rng(0)
+  n = 4000
+  pos = np.array([np.flatnonzero(noise_lib.random_spans_noise_mask(
+      4, 0.25, 1.0, rng, random_roll=True))[0] for _ in range(n)])
+  freq = np.bincount(pos, minlength=4) / n
+  assert np.all(np.abs(freq - 0.25) < 5 * np.sqrt(0.25 * 0.75 / n)), freq
+
