@@ -647,6 +647,12 @@ def test_noise_helpers_at_their_boundaries():
   with pytest.raises(ValueError, match="must be in"):
     nl.check_density(-0.5)
   assert nl.random_spans_counts(2, 0.5, 1.0) == (1, 1)  # length 2: 1 noise token, 1 span
+  assert nl.random_spans_counts(1, 0.5, 1.0) == (1, 1)  # length 1 is computed on 2, as T5
+  with pytest.raises(ValueError, match="must be 1-D"):
+    nl.check_tokens(np.int32(5))
+  with pytest.raises(ValueError, match="must be integers"):
+    nl.check_tokens(np.array([1.5, 2.0]))
+  assert nl.check_tokens(np.array([], np.float32)).dtype == np.int32  # empty: any dtype
   with pytest.raises(ValueError, match="length must be >= 0, got -1"):
     nl.random_spans_noise_mask(-1, 0.5, 1.0, np.random.default_rng(0))
   for m in (0.5, 0.0, -1.0):
