@@ -497,20 +497,20 @@ def _evaluate_due(config: ml_collections.ConfigDict, loop, run: RunBuild, data, 
 
 
 # A log window in which the loop waited longer than this share of the time for batches (after
-# the first window, which includes the pipeline's start-up) gets one warning per run.
+# the process's first window, which includes the pipeline's start-up) gets one warning.
 STARVED_FRACTION = 0.2
 
 
-def _warn_if_starved(values: dict[str, float], step: int, log_every: int,
-                     warned: set[str]) -> None:
-  """Warns once per run when the input pipeline held the training loop up."""
+def _warn_if_starved(values: dict[str, float], log_every: int) -> bool:
+  """Warns when the input pipeline held the training loop up; returns whether it did."""
   wait = values.get("data_wait_fraction", 0.0)
-  if step > log_every and wait > STARVED_FRACTION and "starved" not in warned:
-    warned.add("starved")
-    logging.warning("the training loop waited for batches %.0f%% of the last %d steps (the "
-                    "input pipeline is slower than the train step): raise "
-                    "--config.data.num_threads, or pre-tokenize the corpus; "
-                    "data_wait_fraction in metrics.jsonl tracks it.", 100 * wait, log_every)
+  if wait <= STARVED_FRACTION:
+    return False
+  logging.warning("the training loop waited for batches %.0f%% of the last %d steps (the "
+                  "input pipeline is slower than the train step): raise "
+                  "--config.data.num_threads, or pre-tokenize the corpus; "
+                  "data_wait_fraction in metrics.jsonl tracks it.", 100 * wait, log_every)
+  return True
 
 
 def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
@@ -538,7 +538,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
   last: dict[str, float] = {}
   pending = []
   t_last = time.perf_counter()
-  warned: set[str] = set()
+  first_window, warned = True, False
   preempted = False
   with Preemption() as preemption:
     try:
@@ -564,7 +564,9 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
           values = window.summary(now - t_last, flops_per_token=flops_per_token,
                                   peak_flops_total=peak, static=static)
           writer.write(step, values)
-          _warn_if_starved(values, step, loop.log_every, warned)
+          if not (first_window or warned):
+            warned = _warn_if_starved(values, loop.log_every)
+          first_window = False
           if lock is not None:
             lock.refresh()
           last = dict(values)
