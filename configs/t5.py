@@ -75,7 +75,7 @@ from ml_collections import config_dict
 from configs import common
 from lm import architecture, optim, partitioning
 from lm import config as config_lib
-from lm.data import objectives, pipeline
+from lm.data import objectives
 from lm.data.tokenizer import padded_vocab_size
 from lm.model import presets
 
@@ -241,11 +241,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.seed = 0
   d.num_epochs = config_dict.placeholder(int)
   d.num_threads = 2 if arg.runlocal else 4
-  # The vectorised pipeline makes rows a block of BLOCK_SIZE chunks at a time (one chunk per
-  # row for span corruption), so a new block is a burst of work; prefetch at least a block's
-  # batches to absorb it. The README job (batch 16) with 2: the loop waited for batches
-  # 23-39 % of 6 of its 50 log windows; with 16 at most 3 % (data_wait_fraction, docs/speed.md).
-  d.prefetch_batches = max(2, -(-pipeline.BLOCK_SIZE // d.batch_size))
+  d.prefetch_batches = 2  # at least a block's batches on the vectorised path (lm/data/pipeline.py)
   # The on-the-fly tokenizer has default_vocab_size pieces + extra ids, padded to 128
   # (32000 + 100 -> 32128 as T5). With data.tokenizer set, the trainer checks the model's
   # vocab_size against the loaded tokenizer (lm.data.tokenizer.check_vocab_size).

@@ -80,6 +80,21 @@ def test_shapes_dtypes_and_determinism(corpus_file, tok):
   assert not _equal(_take(reseeded.train_iterator(), 5), batches)
 
 
+def test_prefetch_covers_a_block_on_the_vectorised_path(corpus_file, tok):
+  """A block is BLOCK_SIZE chunks per shard at once: batch 4 over 4 shards is 1 row per shard,
+  so a block feeds 256 batches and the thread prefetches that many; the per-example path
+  keeps spec.prefetch_batches, and 0 still means no prefetching."""
+  def depth(**kw):
+    data = pipeline.DataPipeline(_spec(corpus_file, **kw), tokenizer=tok)
+    assert data.blocks == kw.get("batched_objectives", True)
+    return data.prefetch_depth
+  assert depth(batched_objectives=True) == 256
+  assert depth(batched_objectives=True, batch_size=128, num_shards=2) == 4  # 64 rows a shard
+  assert depth(batched_objectives=True, batch_size=256, num_shards=1, prefetch_batches=3) == 3
+  assert depth(batched_objectives=True, prefetch_batches=0) == 0
+  assert depth(batched_objectives=False) == 2
+
+
 def test_checkpoint_resume_mid_epoch_json(corpus_file, tok):
   data = pipeline.DataPipeline(_spec(corpus_file), tokenizer=tok)
   it = data.train_iterator()
