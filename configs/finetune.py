@@ -10,7 +10,7 @@ Commands:
   python -m lm.main --workdir=/tmp/ft_two \
       --config="configs/finetune.py:mixture=glue_cola:1+glue_sst2:2"
   # laptop: tiny model, a few hundred steps
-  python -m lm.main --workdir=/tmp/ft_local --config=configs/finetune.py:task=mini_next_line,runlocal,inputs_length=128,targets_length=128
+  python -m lm.main --workdir=/tmp/ft_local --config=configs/finetune.py:task=mini_completion,runlocal,inputs_length=128,targets_length=128
   # evaluate a checkpoint on a task afterwards:
   python -m lm.evaluate --workdir=/tmp/ft_cola --task=glue_cola
 

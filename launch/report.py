@@ -212,22 +212,29 @@ def mini_tasks_section(root: str, points: Sequence[Point]) -> list[str]:
         records[p.name] = record
   if not records:
     return []
-  tasks = [t for t in mini.HEADLINE if any(t in r["results"] for r in records.values())]
+  tasks = [t for t in mini.TASK_METRIC if any(t in r["results"] for r in records.values())]
+  metric = mini.TASK_METRIC
   lines = ["## The mini suite per task", "",
            "Each task's headline metric (docs/downstream_mini.md) after fine-tuning; *mini* is "
-           "their mean. The chance row is a uniformly random choice among each example's "
-           "choices.", "",
-           "| point | " + " | ".join(f"{t.removeprefix('mini_')} ({mini.HEADLINE[t]})"
+           "the mean over the suite's tasks. The chance row is a uniformly random choice among "
+           "each example's choices.", "",
+           "| point | " + " | ".join(f"{t.removeprefix('mini_')} ({metric[t]})"
                                       for t in tasks) + " | mini |",
            "|---|" + "---:|" * (len(tasks) + 1)]
   for name, record in records.items():
-    cells = [fmt(record["results"].get(t, {}).get(mini.HEADLINE[t]), 2) for t in tasks]
+    cells = [fmt(record["results"].get(t, {}).get(metric[t]), 2) for t in tasks]
     lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(record.get('mini'), 2)} |")
   chance = next((r["chance"] for r in records.values() if r.get("chance")), None)
   if chance:
-    values = [chance.get(t, {}).get(mini.HEADLINE[t]) for t in tasks]
-    mean = (sum(values) / len(values)) if None not in values else None
+    values = [chance.get(t, {}).get(metric[t]) for t in tasks]
+    suite = [chance[t][metric[t]] for t in chance if t in metric]  # the record's own suite
+    mean = sum(suite) / len(suite) if suite else None
     lines.append("| chance | " + " | ".join(fmt(v, 2) for v in values) + f" | {fmt(mean, 2)} |")
+  suites = {tuple(sorted(t for t in r["results"] if t in metric)) for r in records.values()}
+  if len(suites) > 1:
+    lines += ["", "**The points were scored with different suites** (rerun the older points' "
+              "mini stage: remove `<point>/mini` and run the sweep again); their *mini* "
+              "values are not comparable."]
   return lines + [""]
 
 

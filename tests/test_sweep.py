@@ -441,8 +441,8 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
 
 def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
   points = [local.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
-  chance = {"mini_next_line": {"accuracy": 50.0}, "mini_same_doc": {"accuracy": 50.0},
-            "mini_cloze": {"exact_match": 14.0}, "mini_unshuffle": {"exact_match": 20.0},
+  chance = {"mini_completion": {"accuracy": 50.0}, "mini_fill": {"accuracy": 25.0},
+            "mini_cloze": {"exact_match": 14.0}, "mini_phrase_order": {"exact_match": 20.0},
             "mini_word_order": {"accuracy": 50.0}}
   for name, word_order in (("a", 80.0), ("b", 55.0)):
     results = {t: dict(m) for t, m in chance.items()}
@@ -451,14 +451,17 @@ def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
     (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps(
         {"mini": 42.0, "results": results, "chance": chance}))
   text = report.write_report(str(tmp_path), points, experiment="exp")
-  assert ("| point | next_line (accuracy) | same_doc (accuracy) | cloze (exact_match) | "
-          "unshuffle (exact_match) | word_order (accuracy) | mini |") in text
-  assert "| a | 50.00 | 50.00 | 14.00 | 20.00 | 80.00 | 42.00 |" in text
-  assert "| b | 50.00 | 50.00 | 14.00 | 20.00 | 55.00 | 42.00 |" in text
-  assert "| chance | 50.00 | 50.00 | 14.00 | 20.00 | 50.00 | 36.80 |" in text
-  # A four-task record (before mini_word_order) shows "—" in that column.
-  del results["mini_word_order"]
+  assert ("| point | completion (accuracy) | fill (accuracy) | cloze (exact_match) | "
+          "phrase_order (exact_match) | word_order (accuracy) | mini |") in text
+  assert "| a | 50.00 | 25.00 | 14.00 | 20.00 | 80.00 | 42.00 |" in text
+  assert "| b | 50.00 | 25.00 | 14.00 | 20.00 | 55.00 | 42.00 |" in text
+  assert "| chance | 50.00 | 25.00 | 14.00 | 20.00 | 50.00 | 31.80 |" in text
+  assert "different suites" not in text
+  # A record of an older suite shows its own tasks, "—" in the others, and a warning.
+  old = {"mini_next_line": {"accuracy": 47.0}, "mini_cloze": {"exact_match": 15.0}}
   (tmp_path / "b" / "mini" / "mini_suite.json").write_text(json.dumps(
-      {"mini": 33.0, "results": results}))
-  assert "| b | 50.00 | 50.00 | 14.00 | 20.00 | — | 33.00 |" in report.write_report(
-      str(tmp_path), points, experiment="exp")
+      {"mini": 33.0, "results": old}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert "next_line (accuracy) | mini |" in text
+  assert "| b | — | — | 15.00 | — | — | 47.00 | 33.00 |" in text
+  assert "**The points were scored with different suites**" in text

@@ -1,24 +1,30 @@
 r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself, scored on held-out text.
 
-Five tasks cover the kinds of the T5 paper's columns (docs/downstream_mini.md):
+The suite (SUITE, the "mini" column) is five tasks that cover the kinds of the T5 paper's
+columns (docs/downstream_mini.md):
 
-  mini_next_line   classification (GLUE / COPA-like): which of two lines directly follows
-                   line A?
-  mini_same_doc    pair classification: which of two lines is from line A's document?
-  mini_cloze       extraction (SQuAD-like): the word that fills the blank, copied from the
-                   passage
-  mini_unshuffle   generation (CNN/DM / WMT-like): write 3 shuffled lines back in order
-  mini_word_order  acceptability (CoLA-like minimal pairs): which of two options is the line
-                   as written, the other its interior words scrambled
+  mini_completion   classification (GLUE / COPA-like): pair two lines' beginnings with their
+                    endings (the other pairing swaps the endings)
+  mini_fill         fill the blank: which of 4 words did the line's blank hold?
+  mini_cloze        extraction (SQuAD-like): the word that fills the blank, copied from the
+                    passage
+  mini_phrase_order generation (CNN/DM / WMT-like): write a line whose middle pieces are
+                    shown shuffled
+  mini_word_order   acceptability (CoLA-like minimal pairs): which of two options is the line
+                    as written, the other its interior words scrambled
 
-Every task has `choices` (the two options; the passage's candidate words; the 5 orders of
-the shown lines other than the shown one; the two options of a word-order pair) and the suite (lm.downstream.mini_suite) scores
-them by rank classification; chance levels are those of a uniformly random choice
-(`chance_level`).
+Three more are registered and outside the suite, because a tiny model pre-trained on CPU
+does no better on them than one fine-tuned from random initialisation (both sit at chance;
+docs/downstream_mini.md): mini_next_line (which of two lines follows line A), mini_same_doc
+(which of two lines is from line A's document), mini_unshuffle (write 3 shuffled lines in
+order). They ask how lines relate; the suite's separating tasks ask what a line is.
+
+Every task has `choices` and the suite (lm.downstream.mini_suite) scores them by rank
+classification; chance levels are those of a uniformly random choice (`chance_level`).
 
     task = get_task("mini_cloze")
     rows = task.examples("validation")          # [{"inputs": "cloze: ...", "targets": ...}]
-    mini_average({"mini_next_line": {"accuracy": 81.0}, ...})   # the "mini" column
+    mini_average({"mini_completion": {"accuracy": 81.0}, ...})   # the "mini" column
 
 Where the text comes from. `load(split, data_dir)`:
   data_dir None: the embedded corpus (`lm.data.sources.split_validation` of it with the
@@ -63,17 +69,16 @@ so every process and every PYTHONHASHSEED builds the same examples):
      over MAX_INPUT_COST (below), then keeps at most
      MAX_EXAMPLES[split] (2000 train / 500 validation) chosen at random with the task's own
      seed. On the embedded corpus (Python 3.11.7) every train split holds 2000 examples and
-     the validation splits 248 / 293 / 298 / 192 / 282 (next_line / same_doc / cloze /
-     unshuffle / word_order:
-     all the held-out text gives; table in docs/downstream_mini.md); a larger held-out
-     corpus fills the caps.
+     the validation splits all the held-out text gives, 236-361 (table in
+     docs/downstream_mini.md); a larger held-out corpus fills the caps.
 
 Every input is a few lines of text (at most 3 units of <= 100 characters plus a prefix) whose
 tokenizer-free cost estimate (`input_cost`: words, lower-case letters / 4, other characters)
 is at most MAX_INPUT_COST = 100, so inputs and targets stay <= 128 tokens with the 1000-piece
-tokenizer of configs/t5.py:runlocal (the tests check every example).
+tokenizer of configs/t5.py:runlocal (the tests check every example; the targets of
+mini_completion, mini_fill and mini_phrase_order are the shown text, rearranged).
 
-Why this module is long: it is the whole suite: reading and splitting the text, the five
+Why this module is long: it is the whole suite: reading and splitting the text, the eight
 tasks' construction, formats, choices, chance levels and metrics are one contract (stated in
 docs/downstream_mini.md and checked together by tests/downstream/test_mini.py); splitting it
 would spread each task over several files.
@@ -426,6 +431,121 @@ def build_word_order(docs, rng) -> list[tuple[dict, ...]]:
   return out
 
 
+COMPLETION_MIN_WORDS = 6  # beginning and ending of 3+ words each
+
+
+def _halves(unit: str) -> tuple[str, str]:
+  """A unit cut after its first half of words (rounded down): (beginning, ending)."""
+  words = unit.split(" ")
+  half = len(words) // 2
+  return " ".join(words[:half]), " ".join(words[half:])
+
+
+def build_completion(docs, rng) -> list[tuple[dict, ...]]:
+  """mini_completion examples: every unit of COMPLETION_MIN_WORDS+ words, cut in two halves
+  (`_halves`), is paired with another document's such unit whose ending starts the same way
+  (lower-case letter, capital, other: `_distractor` over the endings, of DISTRACTOR_DRAWS
+  draws the closest in length; a unit with no such partner is left out); shown: the two beginnings in order and the two endings in a
+  random order. The answer pairs each beginning with its own ending; the only other
+  pairing swaps the endings, so both choices hold exactly the same four pieces and only how
+  a beginning runs on into an ending tells them apart."""
+  positives = []
+  for d, runs in enumerate(docs):
+    for run in runs:
+      for unit in run:
+        if len(unit.split(" ")) >= COMPLETION_MIN_WORDS:
+          positives.append((d, *_halves(unit)))
+  pool = [(d, end) for d, _, end in positives]
+  heads = {(d, end): head for d, head, end in positives}
+  out = []
+  for d, head, end in positives:
+    other = _distractor(pool, d, rng, like=end, avoid=(end,))
+    if other is None or _start_class(other) != _start_class(end):
+      continue
+    other_head = next(h for (e, o), h in heads.items() if o == other and e != d)
+    if other_head == head:
+      continue
+    endings = [end, other] if rng.integers(2) == 0 else [other, end]
+    out.append(({"a": [head, other_head], "options": endings, "answer": [end, other]},))
+  return out
+
+
+FILL_OPTIONS = 4  # the answer and 3 distractors
+
+
+def build_fill(docs, rng) -> list[tuple[dict, ...]]:
+  """mini_fill examples: in every unit, one word of 4+ letters (not a stopword) that occurs
+  once in it, chosen at random, is replaced by the blank; the options are that word and
+  FILL_OPTIONS - 1 distractors, other documents' answers that are not in the unit, each of
+  the same start (capital or not) and the closest in length of DISTRACTOR_DRAWS draws
+  (`_distractor`), in a random order. The answer is not in the input: the model must know
+  which word the context wants."""
+  positives = []
+  for d, runs in enumerate(docs):
+    for run in runs:
+      for unit in run:
+        words = [m.group() for m in _WORD.finditer(unit)]
+        once = [m for m in _WORD.finditer(unit) if words.count(m.group()) == 1
+                and m.group() not in _STOPWORDS and m.group().lower() not in _STOPWORDS]
+        if once:
+          m = once[int(rng.integers(len(once)))]
+          positives.append((d, unit[:m.start()] + BLANK + unit[m.end():], m.group()))
+  pool = [(d, w) for d, _, w in positives]
+  out = []
+  for d, passage, word in positives:
+    options, shown = [word], [m.group() for m in _WORD.finditer(passage)]
+    for _ in range(FILL_OPTIONS - 1):
+      neg = _distractor(pool, d, rng, like=word, avoid=options + shown)
+      if neg is None:
+        break
+      options.append(neg)
+    if len(options) == FILL_OPTIONS:
+      options = [options[i] for i in rng.permutation(FILL_OPTIONS)]
+      out.append(({"passage": passage, "options": options, "answer": word},))
+  return out
+
+
+PHRASE_ORDER_PIECES = 5  # the first and the last stay; the 3 between are shuffled
+PHRASE_ORDER_MIN_WORDS = 7  # pieces of 1+ words, the 3 shuffled ones 5+ words together
+
+
+def phrase_pieces(words: Sequence[str], n: int = PHRASE_ORDER_PIECES) -> list[str]:
+  """A line's words cut into n pieces of as equal a number of words as can be (the longer
+  pieces first), each joined by spaces."""
+  sizes = [len(words) // n + (i < len(words) % n) for i in range(n)]
+  cuts = np.cumsum([0, *sizes])
+  return [" ".join(words[cuts[i]:cuts[i + 1]]) for i in range(n)]
+
+
+def _middle_orders(pieces: Sequence[str]) -> list[str]:
+  """The lines made of `pieces` with the 3 middle ones in each of the 5 orders other than
+  the given one (the first and last pieces stay)."""
+  first, middle, last = pieces[0], pieces[1:-1], pieces[-1]
+  return [" ".join([first, *(middle[k] for k in p), last]) for p in _NON_IDENTITY]
+
+
+def build_phrase_order(docs, rng) -> list[tuple[dict, ...]]:
+  """mini_phrase_order examples: every unit of PHRASE_ORDER_MIN_WORDS+ words, cut into 5
+  pieces (`phrase_pieces`), shown with the 3 middle pieces in one of the 5 orders that differ
+  from the original, chosen at random; the target is the unit. The first and last pieces
+  stay, so a capital at the start or a full stop at the end tells nothing. Units whose 6
+  orders do not give 6 distinct lines (repeated pieces) are left out."""
+  out = []
+  for runs in docs:
+    for run in runs:
+      for unit in run:
+        words = unit.split(" ")
+        if len(words) < PHRASE_ORDER_MIN_WORDS:
+          continue
+        pieces = phrase_pieces(words)
+        if len({unit, *_middle_orders(pieces)}) < 1 + len(_NON_IDENTITY):
+          continue
+        order = _NON_IDENTITY[int(rng.integers(len(_NON_IDENTITY)))]
+        shown = [pieces[0], *(pieces[1 + k] for k in order), pieces[-1]]
+        out.append(({"shuffled": shown, "answer": unit},))
+  return out
+
+
 _INPUT_FIELDS = ("a", "options", "passage", "shuffled")  # the raw fields inputs show
 
 
@@ -495,18 +615,22 @@ def line_accuracy(targets: Sequence[Sequence[str]], predictions: Sequence[Sequen
   return {"line_accuracy": 100.0 * float(np.mean(scores))}
 
 
-HEADLINE = {"mini_next_line": "accuracy", "mini_same_doc": "accuracy",
-            "mini_cloze": "exact_match", "mini_unshuffle": "exact_match",
-            "mini_word_order": "accuracy"}
+# Every mini task's headline metric; the suite (HEADLINE, the "mini" column) is five of them.
+TASK_METRIC = {"mini_completion": "accuracy", "mini_fill": "accuracy",
+               "mini_cloze": "exact_match", "mini_phrase_order": "exact_match",
+               "mini_word_order": "accuracy", "mini_next_line": "accuracy",
+               "mini_same_doc": "accuracy", "mini_unshuffle": "exact_match"}
+SUITE = ("mini_completion", "mini_fill", "mini_cloze", "mini_phrase_order", "mini_word_order")
+HEADLINE = {name: TASK_METRIC[name] for name in SUITE}
 
 
 def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
-  """The "mini" column: the mean over the 5 tasks of each one's headline metric.
+  """The "mini" column: the mean over the suite's 5 tasks of each one's headline metric.
 
-  Headlines: mini_next_line accuracy, mini_same_doc accuracy, mini_cloze exact_match,
-  mini_unshuffle exact_match, mini_word_order accuracy (all in %, equal weights; chance
-  levels 50, 50, ~14, 20, 50).
-  Other keys of `results` (e.g. T5 tasks) are ignored.
+  Headlines (HEADLINE): mini_completion accuracy, mini_fill accuracy, mini_cloze
+  exact_match, mini_phrase_order exact_match, mini_word_order accuracy (all in %, equal
+  weights; chance levels 50, 25, ~14, 20, 50).
+  Other keys of `results` (e.g. T5 tasks, the mini tasks outside the suite) are ignored.
 
   Raises:
     ValueError: a suite task or its headline metric is missing from `results`.
@@ -535,6 +659,59 @@ def _choice_format(prefix: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]
 
 CLOZE_PREFIX, UNSHUFFLE_PREFIX = "cloze: ", "unshuffle: "
 WORD_ORDER_PREFIX = "word order:"
+
+
+FILL_PREFIX, PHRASE_ORDER_PREFIX = "fill: ", "phrase order: "
+
+
+def _fill_format(raw):
+  return {"inputs": FILL_PREFIX + raw["passage"] + OPTIONS
+                    + UNSHUFFLE_SEPARATOR.join(raw["options"]),
+          "targets": raw["passage"].replace(BLANK, raw["answer"], 1),
+          "passage": raw["passage"], "options": list(raw["options"]), "idx": raw["idx"]}
+
+
+COMPLETION_PREFIX = "complete: "
+
+
+def completion_lines(beginnings: Sequence[str], endings: Sequence[str]) -> str:
+  """The lines beginning[i] + " " + ending[i], joined by UNSHUFFLE_SEPARATOR."""
+  return UNSHUFFLE_SEPARATOR.join(f"{b} {e}" for b, e in zip(beginnings, endings))
+
+
+def _completion_format(raw):
+  return {"inputs": COMPLETION_PREFIX + UNSHUFFLE_SEPARATOR.join(raw["a"]) + OPTIONS
+                    + UNSHUFFLE_SEPARATOR.join(raw["options"]),
+          "targets": completion_lines(raw["a"], raw["answer"]), "beginnings": list(raw["a"]),
+          "options": list(raw["options"]), "idx": raw["idx"]}
+
+
+def _completion_choices(example) -> list[str]:
+  """The two pairings of the shown beginnings with the shown endings (as written, and
+  swapped), each as two lines."""
+  b, (x, y) = example["beginnings"], example["options"]
+  return [completion_lines(b, (x, y)), completion_lines(b, (y, x))]
+
+
+def _fill_choices(example) -> list[str]:
+  """The line with its blank filled by each option."""
+  return [example["passage"].replace(BLANK, option, 1) for option in example["options"]]
+
+
+def _phrase_order_format(raw):
+  return {"inputs": PHRASE_ORDER_PREFIX + UNSHUFFLE_SEPARATOR.join(raw["shuffled"]),
+          "targets": raw["answer"], "idx": raw["idx"]}
+
+
+def phrase_order_choices(shown: Sequence[str]) -> list[str]:
+  """The 5 lines made of the 5 shown pieces with the 3 middle ones in the orders other than
+  the shown one (the line as written is always one: the shown order never is)."""
+  return _middle_orders(shown)
+
+
+def _phrase_order_choices(example) -> list[str]:
+  return phrase_order_choices(
+      example["inputs"][len(PHRASE_ORDER_PREFIX):].split(UNSHUFFLE_SEPARATOR))
 
 
 def _word_order_format(raw):
@@ -604,8 +781,9 @@ def chance_level(name: str, split: str = "validation", data_dir: str | None = No
   """Each metric's expected score of the task's chance baseline on a split (in %).
 
   Each is the expected score of picking one of the task's `choices` uniformly at random
-  (what rank classification picks from). mini_next_line / mini_same_doc: 1 / 2 options
-  (50).
+  (what rank classification picks from). mini_next_line / mini_same_doc / mini_word_order /
+  mini_completion: 1 / 2 options or pairings (50); mini_fill: 1 / 4 (25). mini_phrase_order:
+  one of the 5 other orders of the middle pieces (20).
   mini_cloze: one of the passage's candidate words (`cloze_choices`: distinct words of 4+
   letters, not stopwords), per example 1 / their number. mini_unshuffle: one of the 5
   orders of the shown lines that differ from the shown one (exact match exactly 20; line
@@ -614,11 +792,14 @@ def chance_level(name: str, split: str = "validation", data_dir: str | None = No
   if name not in _BUILDERS:
     raise ValueError(f"unknown mini task {name!r}; expected one of {sorted(_BUILDERS)}.")
   raw = _raw_examples(name, split, data_dir)
-  if name in ("mini_next_line", "mini_same_doc", "mini_word_order"):
+  if name in ("mini_next_line", "mini_same_doc", "mini_word_order", "mini_completion",
+              "mini_fill"):
     return {"accuracy": 100.0 * float(np.mean([1.0 / len(r["options"]) for r in raw]))}
   if name == "mini_cloze":
     per = [1.0 / len(cloze_choices(r["passage"])) for r in raw]
     return {"exact_match": 100.0 * float(np.mean(per))}
+  if name == "mini_phrase_order":
+    return {"exact_match": 100.0 / len(_NON_IDENTITY)}
   if name == "mini_unshuffle":
     em, la = [], []
     for r in raw:
@@ -646,6 +827,9 @@ _BUILDERS = {
     "mini_cloze": _Builder(3, build_cloze),
     "mini_unshuffle": _Builder(4, build_unshuffle),
     "mini_word_order": _Builder(5, build_word_order),
+    "mini_completion": _Builder(6, build_completion),
+    "mini_fill": _Builder(7, build_fill),
+    "mini_phrase_order": _Builder(8, build_phrase_order),
 }
 
 
@@ -712,6 +896,29 @@ TASKS = (
         description="acceptability (CoLA-like minimal pairs): which of two options is the "
                     "line as written (the other: its interior words scrambled); accuracy, "
                     f"chance 50; {_CAPS}"),
+)
+
+TASKS += (
+    task_lib.Task(
+        name="mini_completion", load=_loader("mini_completion"),
+        preprocess=_completion_format, postprocess=_strip, metric_fns=(accuracy,),
+        choices=_completion_choices,
+        description="classification: which of two options is the ending of a line whose "
+                    "first half is shown (the other: another document's ending of the same "
+                    f"start and length); accuracy, chance 50; {_CAPS}"),
+    task_lib.Task(
+        name="mini_fill", load=_loader("mini_fill"), preprocess=_fill_format,
+        postprocess=_strip, metric_fns=(accuracy,), choices=_fill_choices,
+        description="fill the blank: which of 4 words (the others: other documents' answers "
+                    "of the same start and length) is the one a line's blank held; "
+                    f"accuracy, chance 25; {_CAPS}"),
+    task_lib.Task(
+        name="mini_phrase_order", load=_loader("mini_phrase_order"),
+        preprocess=_phrase_order_format, postprocess=_strip, metric_fns=(exact_match,),
+        choices=_phrase_order_choices,
+        description="generation: write a line whose 3 pieces are shown shuffled as written "
+                    "(rank-classified: the 5 other orders of the pieces); exact match, "
+                    f"chance 20; {_CAPS}"),
 )
 
 for _task in TASKS:

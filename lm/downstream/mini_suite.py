@@ -6,20 +6,21 @@ r"""The mini suite end to end: fine-tune a pre-trained run on it and report the 
   python -m lm.downstream.mini_suite --workdir=RUN --output=DIR --steps=300 \
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
 
-One fine-tuning run on an equal mixture of the five mini tasks (docs/downstream_mini.md;
-`configs/finetune.py`'s settings: Adafactor, constant 1e-3, dropout 0.1, packing; inputs and
-targets of up to mini.MAX_TOKENS = 128 tokens, which the suite's examples need), started
-from the pre-trained run's parameters (`ckpt.init_from`) or, with --from_scratch, from random
-initialisation with the same seed and settings; then every mini task's validation split is
-scored by rank classification: each example's choices (`Task.choices`: the two options, the
-passage's candidate words, the 5 other orders of the lines) are scored with lm.score
+One fine-tuning run on an equal mixture of the suite's five tasks (`mini.SUITE`;
+docs/downstream_mini.md; `configs/finetune.py`'s settings: Adafactor, constant 1e-3,
+dropout 0.1, packing; inputs and targets of up to mini.MAX_TOKENS = 128 tokens, which the
+suite's examples need), started from the pre-trained run's parameters (`ckpt.init_from`)
+or, with --from_scratch, from random initialisation with the same seed and settings; then
+every suite task's validation split is scored by rank classification: each example's
+choices (`Task.choices`: the lines each pairing or option makes, the passage's candidate
+words, the 5 other orders of the pieces, the two options) are scored with lm.score
 (log-likelihood of the choice as the target) and the most likely one is the prediction, as
 T5-style evaluation treats multiple-choice tasks. With --decode every task is decoded
-greedily instead (T5's protocol for every task; a tiny model rarely writes a well-formed
-answer, so its scores sit at or below chance). Writes
+greedily instead (T5's protocol for every task). Writes
 
 * `<output>/finetune/`: the fine-tuning run (checkpoints, metrics, `eval/tasks_step_<N>.json`
-  and predictions); running the same command again resumes or reuses it;
+  and predictions); running the same command again resumes or reuses it (a run there on
+  other tasks, made before the suite changed, is refused: remove it);
 * `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
   "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
   `init_from`, `steps`, `learning_rate`, `method` {task: "rank_classification" /
@@ -144,6 +145,17 @@ def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | 
   return float(sum(losses[-last:]) / len(losses[-last:])) if losses else None
 
 
+def _other_suite(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> str | None:
+  """The task mixture of an earlier fine-tuning run in `workdir` when it is not `config`'s
+  (a run made before the suite changed, whose results would be another suite's), else
+  None."""
+  path = workdir / "config.json"
+  if not path.is_file():
+    return None
+  tasks = json.loads(path.read_text()).get("finetune", {}).get("tasks")
+  return tasks if tasks != config.finetune.tasks else None
+
+
 def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
         log=print) -> dict[str, Any]:
   """Fine-tunes (or resumes) `config` in `<output>/finetune`, writes and returns the summary.
@@ -163,6 +175,11 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   workdir = output / "finetune"
   init = "pretrained" if config.ckpt.init_from else "scratch"
   steps = int(config.train.num_steps)
+  stale = _other_suite(workdir, config)
+  if stale:
+    raise ValueError(f"mini_suite: {workdir} holds a fine-tuning run on other tasks "
+                     f"({stale}), not the current suite ({config.finetune.tasks}); remove "
+                     f"{output} (or pass another --output) and run again.")
   log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
       f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
   train.train_and_evaluate(config, str(workdir))

@@ -12,12 +12,15 @@ import pytest
 from lm.downstream import mini
 from lm.downstream import task as task_lib
 
-NAMES = ("mini_next_line", "mini_same_doc", "mini_cloze", "mini_unshuffle", "mini_word_order")
+# The suite (mini.HEADLINE), then the registered tasks outside it.
+SUITE = ("mini_completion", "mini_fill", "mini_cloze", "mini_phrase_order", "mini_word_order")
+NAMES = SUITE + ("mini_next_line", "mini_same_doc", "mini_unshuffle")
 SPLITS = ("train", "validation")
 TOKEN_BUDGET = 128  # inputs and targets, with the 1000-piece tokenizer of configs/t5.py:runlocal
 PREFIX = {"mini_next_line": "next line: ", "mini_same_doc": "same document: ",
           "mini_cloze": "cloze: ", "mini_unshuffle": "unshuffle: ",
-          "mini_word_order": "word order: options: "}
+          "mini_word_order": "word order: options: ", "mini_completion": "complete: ",
+          "mini_fill": "fill: ", "mini_phrase_order": "phrase order: "}
 
 
 def _examples(name, split, data_dir=None):
@@ -60,7 +63,8 @@ def _tags(text):
 
 def test_registered_with_splits_choices_and_descriptions():
   assert set(NAMES) <= set(task_lib.task_names())
-  assert set(mini.HEADLINE) == set(NAMES)
+  assert tuple(mini.HEADLINE) == SUITE == mini.SUITE
+  assert set(mini.TASK_METRIC) == set(NAMES)
   for name in NAMES:
     t = task_lib.get_task(name)
     assert t.splits == SPLITS and t.description
@@ -84,8 +88,12 @@ def _units_of(name, ex):
     return ex["lines"]
   if name == "mini_cloze":  # 1-3 units joined by spaces, with the answer put back
     return [ex["passage"].replace(mini.BLANK, ex["answer"])]
-  if name == "mini_word_order":  # the other option is the answer scrambled, no unit
+  if name in ("mini_word_order", "mini_phrase_order"):  # the rest: the answer reordered
     return [ex["answer"]]
+  if name == "mini_fill":  # the distractors are words, not units
+    return [ex["passage"].replace(mini.BLANK, ex["answer"])]
+  if name == "mini_completion":  # the swapped pairing is no unit
+    return [f"{b} {e}" for b, e in zip(ex["a"], ex["answer"])]
   return [ex["a"], *ex["options"]]
 
 
@@ -221,6 +229,89 @@ def test_word_order_pairs_a_line_with_its_interior_scrambled(synthetic):
   assert all(w[0] == "The" and w[-1] == "mats." for w in seen)
 
 
+def _start(text):
+  return 0 if text[:1].islower() else 1 if text[:1].isupper() else 2
+
+
+def test_completion_pairs_two_beginnings_with_their_endings(synthetic):
+  """mini_completion: two beginnings (first halves of lines of 6+ words, from different
+  documents), their two endings in a random order; the target pairs each beginning with its
+  own ending, the only other choice swaps them (the same four pieces)."""
+  t = task_lib.get_task("mini_completion")
+  for data_dir in (None, synthetic):
+    for split in SPLITS:
+      rows = _examples("mini_completion", split, data_dir)
+      raw = mini._raw_examples("mini_completion", split, data_dir)
+      first = 0
+      for r, ex in zip(rows, raw):
+        (b0, b1), (x, y) = r["beginnings"], r["options"]
+        assert r["inputs"] == f"complete: {b0} | {b1} options: {x} | {y}"
+        e0, e1 = ex["answer"]
+        assert {x, y} == {e0, e1} and r["targets"] == f"{b0} {e0} | {b1} {e1}"
+        assert list(t.choices(r)) == [f"{b0} {x} | {b1} {y}", f"{b0} {y} | {b1} {x}"]
+        for b, e in ((b0, e0), (b1, e1)):  # halves: the beginning has the fewer words
+          assert len(b.split()) == (len(b.split()) + len(e.split())) // 2
+          assert len(b.split()) + len(e.split()) >= mini.COMPLETION_MIN_WORDS
+        first += x == e0
+        if data_dir is not None:  # beginnings from two documents
+          ((d0, _),), ((d1, _),) = _tags(b0), _tags(b1)
+          assert d0 != d1, r
+      assert 0.4 < first / len(rows) < 0.6, (data_dir, split, first, len(rows))
+      if data_dir is None:  # the endings start alike (no capital gives the pairing away)
+        assert all(_start(r["options"][0]) == _start(r["options"][1]) for r in rows)
+  assert mini._halves("a b c d e f g") == ("a b c", "d e f g")
+
+
+def test_fill_offers_the_blanked_word_and_three_words_not_in_the_line(synthetic):
+  """mini_fill: a line with one word (4+ letters, once in the line, not a stopword) blanked;
+  4 options: that word and 3 other documents' answers that are not in the line; the target
+  is the line with the blank filled."""
+  t = task_lib.get_task("mini_fill")
+  for data_dir in (None, synthetic):
+    for split in SPLITS:
+      rows = _examples("mini_fill", split, data_dir)
+      raw = mini._raw_examples("mini_fill", split, data_dir)
+      position = np.zeros(mini.FILL_OPTIONS)
+      for r, ex in zip(rows, raw):
+        passage, options, answer = ex["passage"], r["options"], ex["answer"]
+        assert r["inputs"] == f"fill: {passage} options: " + " | ".join(options)
+        assert passage.count(mini.BLANK) == 1 and len(set(options)) == mini.FILL_OPTIONS
+        assert r["targets"] == passage.replace(mini.BLANK, answer) and answer in options
+        assert list(t.choices(r)) == [passage.replace(mini.BLANK, o) for o in options]
+        assert re.fullmatch("[A-Za-z]{4,}", answer) and answer not in mini._STOPWORDS
+        words = [m.group() for m in mini._WORD.finditer(r["targets"])]
+        assert words.count(answer) == 1, r  # once in the line: not copied from the input
+        assert not set(options) & set(words) - {answer}, r  # no distractor in the line
+        position[options.index(answer)] += 1
+      assert (position / len(rows) > 0.15).all(), (data_dir, split, position)
+      if data_dir is None:  # distractors start like the answer, about as long
+        same = np.mean([all(_start(o) == _start(r["options"][0]) for o in r["options"])
+                        for r in rows])
+        assert same > 0.9, (split, same)
+        spread = [max(map(len, r["options"])) - min(map(len, r["options"])) for r in rows]
+        assert np.median(spread) <= 3, (split, np.median(spread))
+
+
+def test_phrase_order_shuffles_the_three_middle_pieces_of_a_line(synthetic):
+  """mini_phrase_order: a line of 7+ words in 5 pieces, the middle three shown in another
+  order, the first and last in place; the target is the line."""
+  assert mini.phrase_pieces("a b c d e f g".split()) == ["a b", "c d", "e", "f", "g"]
+  assert mini.phrase_pieces("a b c d e".split()) == ["a", "b", "c", "d", "e"]
+  assert mini.phrase_order_choices(["a", "b", "c", "d", "e"]) == [
+      "a b d c e", "a c b d e", "a c d b e", "a d b c e", "a d c b e"]
+  for data_dir in (None, synthetic):
+    for split in SPLITS:
+      orders = set()
+      for r in _examples("mini_phrase_order", split, data_dir):
+        shown = r["inputs"][len("phrase order: "):].split(" | ")
+        words = r["targets"].split(" ")
+        pieces = mini.phrase_pieces(words)
+        assert len(words) >= mini.PHRASE_ORDER_MIN_WORDS and len(shown) == 5
+        assert (shown[0], shown[-1]) == (pieces[0], pieces[-1]) and shown != pieces, r
+        orders.add(tuple(pieces[1:-1].index(p) for p in shown[1:-1]))
+      assert len(orders) == 5, orders  # every other order of the middle is used
+
+
 def test_every_example_is_well_formed_and_within_the_token_budget():
   from lm.data import tokenizer
   tok = tokenizer.default_tokenizer(1000)  # configs/t5.py:runlocal's (cached after first use)
@@ -250,22 +341,39 @@ def test_answers_are_recoverable_from_the_inputs(synthetic):
         shown = r["inputs"][len("unshuffle: "):].split(" | ")
         gold = r["targets"].split(" | ")
         assert len(gold) == 3 and sorted(shown) == sorted(gold) and shown != gold, r
+      for r in _examples("mini_phrase_order", split, data_dir):  # the same words
+        shown = r["inputs"][len("phrase order: "):].split(" | ")
+        assert sorted(" ".join(shown).split(" ")) == sorted(r["targets"].split(" ")), r
   # Synthetic: the blank's word is the one written there, the order the document's.
   for r in _examples("mini_unshuffle", "validation", synthetic):
     assert [k for _, k in _tags(r["targets"])] == sorted(k for _, k in _tags(r["targets"]))
 
 
 def _simulate(name, rows, rng):
-  """Chance-baseline predictions (text) for preprocessed rows."""
+  """Chance-baseline predictions (text) for preprocessed rows: a choice at random, as rank
+  classification picks one; the choices rebuilt here from the inputs, not by the task."""
   if name in ("mini_next_line", "mini_same_doc", "mini_word_order"):
     return [rng.choice(r["options"]) for r in rows]
-  if name == "mini_cloze":  # a distinct candidate word, as rank classification picks one
+  if name == "mini_fill":
+    return [r["passage"].replace(mini.BLANK, rng.choice(r["options"])) for r in rows]
+  if name == "mini_completion":
+    preds = []
+    for r in rows:
+      ends = r["options"] if rng.integers(2) else r["options"][::-1]
+      preds.append(" | ".join(f"{b} {e}" for b, e in zip(r["beginnings"], ends)))
+    return preds
+  if name == "mini_cloze":  # a distinct candidate word
     return [rng.choice(mini.cloze_choices(r["inputs"][len("cloze: "):])) for r in rows]
+  prefix, join = (("unshuffle: ", " | ") if name == "mini_unshuffle" else
+                  ("phrase order: ", " "))
   preds = []
   for r in rows:
-    shown = r["inputs"][len("unshuffle: "):].split(" | ")
+    shown = r["inputs"][len(prefix):].split(" | ")
     order = mini._NON_IDENTITY[rng.integers(5)]
-    preds.append(" | ".join(shown[k] for k in order))
+    if name == "mini_unshuffle":
+      preds.append(join.join(shown[k] for k in order))
+    else:  # the middle three pieces reordered, the ends in place
+      preds.append(join.join([shown[0], *(shown[1 + k] for k in order), shown[-1]]))
   return preds
 
 
@@ -282,7 +390,7 @@ def test_chance_levels_match_simulated_random_baselines():
     for metric, value in chance.items():
       simulated = np.mean([m[metric] for m in runs])
       assert abs(simulated - value) < 1.0, (name, metric, simulated, value)
-    assert t.compute_metrics(golds, golds)[mini.HEADLINE[name]] == 100.0
+    assert t.compute_metrics(golds, golds)[mini.TASK_METRIC[name]] == 100.0
   # Two options; copying the shuffled lines never matches.
   assert mini.chance_level("mini_next_line") == {"accuracy": 50.0}
   assert mini.chance_level("mini_unshuffle")["exact_match"] == pytest.approx(20.0)
@@ -299,7 +407,8 @@ def test_every_task_has_choices_holding_its_target(synthetic):
   """The suite rank-classifies every task: the gold target is always one of the choices,
   choices are distinct, and the shown order is never a choice of mini_unshuffle."""
   counts = {"mini_next_line": {2}, "mini_same_doc": {2}, "mini_unshuffle": {5},
-            "mini_word_order": {2}}
+            "mini_word_order": {2}, "mini_completion": {2}, "mini_fill": {mini.FILL_OPTIONS},
+            "mini_phrase_order": {5}}
   for data_dir in (None, synthetic):
     for name in NAMES:
       t = task_lib.get_task(name)
@@ -311,6 +420,8 @@ def test_every_task_has_choices_holding_its_target(synthetic):
             assert len(c) in counts[name]
           if name == "mini_unshuffle":
             assert r["inputs"][len("unshuffle: "):] not in c
+          if name == "mini_phrase_order":
+            assert " ".join(r["inputs"][len("phrase order: "):].split(" | ")) not in c
           if name == "mini_cloze":
             passage = r["inputs"][len("cloze: "):]
             assert set(c) <= set(mini._cloze_candidates(passage)) and mini.BLANK not in c
@@ -350,11 +461,12 @@ def test_unit_rules_and_input_cost_on_hand_computed_cases():
 
 
 def test_mini_average_is_the_mean_of_the_headlines():
-  results = {"mini_next_line": {"accuracy": 80.0}, "mini_same_doc": {"accuracy": 70.0},
+  results = {"mini_completion": {"accuracy": 80.0}, "mini_fill": {"accuracy": 70.0},
              "mini_cloze": {"exact_match": 30.0},
-             "mini_unshuffle": {"exact_match": 20.0, "line_accuracy": 90.0},
-             "mini_word_order": {"accuracy": 50.0}, "glue_rte": {"accuracy": 0.0}}
-  assert mini.mini_average(results) == pytest.approx(50.0)
+             "mini_phrase_order": {"exact_match": 20.0},
+             "mini_word_order": {"accuracy": 50.0}, "glue_rte": {"accuracy": 0.0},
+             "mini_unshuffle": {"exact_match": 0.0, "line_accuracy": 90.0}}
+  assert mini.mini_average(results) == pytest.approx(50.0)  # outside the suite: ignored
   del results["mini_cloze"]
   with pytest.raises(ValueError, match=r"missing \[\"mini_cloze\['exact_match'\]\"\]"):
     mini.mini_average(results)
