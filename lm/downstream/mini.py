@@ -456,13 +456,15 @@ def build_completion(docs, rng) -> list[tuple[dict, ...]]:
         if len(unit.split(" ")) >= COMPLETION_MIN_WORDS:
           positives.append((d, *_halves(unit)))
   pool = [(d, end) for d, _, end in positives]
-  heads = {(d, end): head for d, head, end in positives}
+  heads: dict[str, dict[int, str]] = {}  # ending -> {document: its (last) beginning}
+  for d, head, end in positives:
+    heads.setdefault(end, {})[d] = head
   out = []
   for d, head, end in positives:
     other = _distractor(pool, d, rng, like=end, avoid=(end,))
     if other is None or _start_class(other) != _start_class(end):
       continue
-    other_head = next(h for (e, o), h in heads.items() if o == other and e != d)
+    other_head = next(h for e, h in heads[other].items() if e != d)
     if other_head == head:
       continue
     endings = [end, other] if rng.integers(2) == 0 else [other, end]
