@@ -230,11 +230,13 @@ def mini_tasks_section(root: str, points: Sequence[Point]) -> list[str]:
     suite = [chance[t][metric[t]] for t in chance if t in metric]  # the record's own suite
     mean = sum(suite) / len(suite) if suite else None
     lines.append("| chance | " + " | ".join(fmt(v, 2) for v in values) + f" | {fmt(mean, 2)} |")
-  suites = {tuple(sorted(t for t in r["results"] if t in metric)) for r in records.values()}
+  # A suite: its version (mini.SUITE_VERSION; absent before version 3) and its tasks.
+  suites = {(r.get("suite_version"), tuple(sorted(t for t in r["results"] if t in metric)))
+            for r in records.values()}
   if len(suites) > 1:
     lines += ["", "**The points were scored with different suites** (rerun the older points' "
-              "mini stage: remove `<point>/mini` and run the sweep again); their *mini* "
-              "values are not comparable."]
+              "mini stage: remove `<point>/mini` and `<point>/sweep/mini.json` and run the "
+              "sweep again); their *mini* values are not comparable."]
   return lines + [""]
 
 

@@ -165,6 +165,7 @@ def test_pretrained_vs_random_initialisation(tmp_path):
     written = json.loads((tmp_path / name / mini_suite.RESULTS_FILE).read_text())
     assert written["mini"] == pytest.approx(summaries[name]["mini"])
     assert written["init"] == name and written["steps"] == FINETUNE_STEPS
+    assert written["suite_version"] == mini.SUITE_VERSION
     assert set(written["method"].values()) == {"rank_classification"}
     assert written["num_examples"] == {
         n: len(task_lib.get_task(n).examples("validation")) for n in mini.HEADLINE}

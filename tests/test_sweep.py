@@ -465,3 +465,8 @@ def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
   assert "next_line (accuracy) | mini |" in text
   assert "| b | — | — | 15.00 | — | — | 47.00 | 33.00 |" in text
   assert "**The points were scored with different suites**" in text
+  # The same tasks at another suite version (a task's construction changed) are flagged too.
+  for name, version in (("a", 3), ("b", 4)):
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps(
+        {"mini": 42.0, "results": results, "chance": chance, "suite_version": version}))
+  assert "different suites" in report.write_report(str(tmp_path), points, experiment="exp")

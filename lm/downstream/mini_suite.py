@@ -25,7 +25,8 @@ greedily instead (T5's protocol for every task). Writes
   "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
   `init_from`, `steps`, `learning_rate`, `method` {task: "rank_classification" /
   "decode"}, `train_loss` (the fine-tuning loss averaged over
-  the last 5 logged steps), `seconds` (wall time of this call);
+  the last 5 logged steps), `suite_version` (`mini.SUITE_VERSION`), `seconds` (wall time of
+  this call);
 
 and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
 the suite to one fine-tuning run: about 4x cheaper, and T5 §3.5.3 found multi-task training
@@ -189,7 +190,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
                      f"step {steps} ({path}); remove {workdir} and run again.")
   summary = summarize(json.loads(pathlib.Path(path).read_text()))
   summary.update(
-      init=init, init_from=config.ckpt.init_from, steps=steps,
+      init=init, init_from=config.ckpt.init_from, steps=steps, suite_version=mini.SUITE_VERSION,
       learning_rate=float(config.schedule.base_lr),
       train_loss=final_train_loss(workdir / "metrics.jsonl"),
       chance={name: mini.chance_level(name, "validation", config.finetune.data_dir or None)
