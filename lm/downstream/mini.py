@@ -902,9 +902,6 @@ TASKS = (
         description="acceptability (CoLA-like minimal pairs): which of two options is the "
                     "line as written (the other: its interior words scrambled); accuracy, "
                     f"chance 50; {_CAPS}"),
-)
-
-TASKS += (
     task_lib.Task(
         name="mini_completion", load=_loader("mini_completion"),
         preprocess=_completion_format, postprocess=_strip, metric_fns=(accuracy,),
