@@ -154,7 +154,7 @@ def main(argv=None) -> None:
   parser.add_argument("--threads", type=int, default=0,
                       help="CPUs (= threads) for lm and HF alike; 0 = all this process may use")
   parser.add_argument("--host_memory", default="retain", choices=["retain", "default"],
-                      help="retain: lm.hostmem.retain_freed_memory() first, as lm.main does (the "
+                      help="retain: lm.hostmem.retain_for_cpu() first, as lm.main does (the "
                       "HF worker does the same); default: glibc's own on both sides")
   parser.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
   args = parser.parse_args(argv)
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
     cpus = fair.pin_cpus(args.threads)
   except ValueError as e:
     parser.error(str(e))
-  retained = args.host_memory == "retain" and hostmem.retain_freed_memory()
+  retained = args.host_memory == "retain" and hostmem.retain_for_cpu()
   missing = hf_reference.available() if args.compare_hf else None
   if missing:
     print(f"--compare_hf skipped: {missing}")

@@ -39,7 +39,7 @@ activations -> torch.autocast in bfloat16). HF runs in its OWN process, alternat
 the same ``--threads`` CPUs and with the same host-memory policy (benchmarks/fair.py); it
 prints both medians with their spread, the ratio HF/lm step time with its per-round range,
 and "parity" when 1.0 lies in that range.
-``--host_memory retain`` (default, as lm.main) applies ``lm.hostmem.retain_freed_memory()``
+``--host_memory retain`` (default, as lm.main) applies ``lm.hostmem.retain_for_cpu()``
 to this process and to the HF worker; ``default`` keeps glibc's own policy for both.
 ``--json=FILE`` writes the figures with the machine, versions and commit.
 
@@ -255,7 +255,7 @@ def main(argv=None) -> None:
                       "in the same precision (bfloat16 autocast for bfloat16); needs torch + "
                       "transformers")
   parser.add_argument("--host_memory", default="retain", choices=["retain", "default"],
-                      help="retain: lm.hostmem.retain_freed_memory() first, as lm.main does (the "
+                      help="retain: lm.hostmem.retain_for_cpu() first, as lm.main does (the "
                       "HF worker does the same); default: glibc's own on both sides")
   parser.add_argument("--rounds", type=int, default=3, help="alternating rounds with --compare_hf")
   parser.add_argument("--threads", type=int, default=0,
@@ -268,7 +268,7 @@ def main(argv=None) -> None:
     fair.pin_cpus(args.threads)
   except ValueError as e:
     parser.error(str(e))
-  retained = args.host_memory == "retain" and hostmem.retain_freed_memory()
+  retained = args.host_memory == "retain" and hostmem.retain_for_cpu()
   missing = hf_reference.available() if args.compare_hf else None
   if missing is not None:
     print(f"--compare_hf skipped: {missing}")

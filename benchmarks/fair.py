@@ -10,7 +10,7 @@ such run timed the PyTorch T5 step at 12.3 s where it takes 3.8 s alone. So, by 
     starts its thread pools (XLA sizes them from the affinity); workers inherit the
     affinity and the torch worker sets ``torch.set_num_threads(n)`` for the same n.
   * same allocator: both sides apply the same host-memory policy
-    (``lm.hostmem.retain_freed_memory()`` or glibc's default), passed to the worker.
+    (``lm.hostmem.retain_for_cpu()`` or glibc's default), passed to the worker.
   * alternating rounds (``alternate``): R rounds, each timing S steps of every side, the
     order reversed every round (A B, B A, ...), so slow drifts of the machine's load hit
     both sides alike; a short pause between sides lets spinning thread pools go idle.

@@ -11,7 +11,7 @@ CPU, float32, ``torch.manual_seed(0)``) on the benchmark's batch, runs the warm-
 untimed, then times steps on request; the loss is HF's mean token cross entropy from
 ``labels``. The worker inherits the benchmark's CPU affinity (``fair.pin_cpus``), uses
 ``torch.set_num_threads`` = that many CPUs, and applies the same host-memory policy as the
-lm side (``lm.hostmem.retain_freed_memory()`` before torch starts, or glibc's default).
+lm side (``lm.hostmem.retain_for_cpu()`` before torch starts, or glibc's default).
 
 Optional: ``available()`` is False without torch + transformers (checked without importing
 them here, so the lm process never loads torch), and the benchmarks then skip the
@@ -49,7 +49,7 @@ def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
       parameter scaling, decay -0.8, clipping 1.0, no momentum), the training step of
       the HF T5 fine-tuning recipes.
     warmup: untimed steps after building.
-    host_memory: "retain" (lm.hostmem.retain_freed_memory) or "default", as the lm side.
+    host_memory: "retain" (lm.hostmem.retain_for_cpu) or "default", as the lm side.
     learning_rate: Adafactor's fixed learning rate.
     device: "cpu" or "cuda" (each step then ends with torch.cuda.synchronize(), as lm's
       blocks on its new state).
@@ -77,7 +77,7 @@ def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate,
   retained = False
   if host_memory == "retain":
     from lm import hostmem  # pylint: disable=g-import-not-at-top
-    retained = hostmem.retain_freed_memory()
+    retained = hostmem.retain_for_cpu()
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
 

@@ -12,11 +12,17 @@ memory stays at its peak instead of shrinking between steps.
 
 Call it once, before JAX starts its thread pools (before the first computation or
 ``jax.devices()``): glibc gives each thread its malloc arena on first use.
+
+The policy is for XLA:CPU: ``retain_for_cpu`` applies it only where the process computes
+on the CPU. On a GPU host it would funnel the compiler's and the CUDA runtime's many
+threads through one malloc arena, and a GPU step's temporaries live on the device anyway.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
+import os
 
 # mallopt parameters (glibc malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -57,3 +63,34 @@ def retain_freed_memory() -> bool:
   ok &= libc.mallopt(_M_MMAP_MAX, 0) == 1
   ok &= libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX) == 1
   return bool(ok)
+
+
+# Device files of the accelerators JAX drives: NVIDIA GPUs, TPUs (v4 and later), AMD GPUs.
+ACCELERATOR_DEVICE_FILES = ("nvidia[0-9]*", "accel[0-9]*", "kfd")
+
+
+def accelerator_device_files(dev: str = "/dev") -> list[str]:
+  """The accelerator device files under ``dev`` (empty on a CPU-only machine)."""
+  return sorted(f for pattern in ACCELERATOR_DEVICE_FILES
+                for f in glob.glob(os.path.join(dev, pattern)))
+
+
+def computes_on_cpu(dev: str = "/dev") -> bool:
+  """Whether JAX in this process will compute on the CPU, decided before JAX starts.
+
+  True when ``JAX_PLATFORMS`` names only ``cpu``, or when it is unset and the machine has
+  no accelerator device file (JAX's default then falls back to the CPU).
+  """
+  platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+  if platforms:
+    return all(p == "cpu" for p in platforms)
+  return not accelerator_device_files(dev)
+
+
+def retain_for_cpu(dev: str = "/dev") -> bool:
+  """``retain_freed_memory()`` where this process computes on the CPU; else nothing.
+
+  Returns:
+    True if the policy was applied.
+  """
+  return computes_on_cpu(dev) and retain_freed_memory()

@@ -97,7 +97,7 @@ def main(argv) -> int:
     logging.getLogger(noisy).setLevel(logging.WARNING)
   if _RETAIN_HOST_MEMORY.value:
     from lm import hostmem  # pylint: disable=g-import-not-at-top
-    hostmem.retain_freed_memory()  # before JAX starts its threads
+    hostmem.retain_for_cpu()  # before JAX starts its threads (a no-op on a GPU or TPU host)
   _initialize_distributed()
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top

@@ -36,3 +36,26 @@ def test_retained_memory_is_reused_without_page_faults():
   _, default = _faults("default")
   assert default > pages // 2, default  # glibc unmaps a block this large on free
   assert retained < pages // 20, retained  # the heap kept it
+
+
+def test_the_policy_is_applied_only_where_jax_computes_on_the_cpu(tmp_path, monkeypatch):
+  from lm import hostmem
+  applied = []
+  monkeypatch.setattr(hostmem, "retain_freed_memory", lambda: applied.append(1) or True)
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+  assert hostmem.accelerator_device_files(str(tmp_path)) == []
+  assert hostmem.retain_for_cpu(str(tmp_path)) and len(applied) == 1  # a CPU-only machine
+  for name in ("null", "nvidia-uvm", "nvidiactl"):  # present on CPU machines too, or no GPU
+    (tmp_path / name).touch()
+  assert hostmem.retain_for_cpu(str(tmp_path)) and len(applied) == 2
+  (tmp_path / "nvidia0").touch()  # a GPU host: glibc's own policy
+  assert hostmem.accelerator_device_files(str(tmp_path)) == [str(tmp_path / "nvidia0")]
+  assert not hostmem.retain_for_cpu(str(tmp_path)) and len(applied) == 2
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")  # told to compute on the CPU after all
+  assert hostmem.retain_for_cpu(str(tmp_path)) and len(applied) == 3
+  monkeypatch.setenv("JAX_PLATFORMS", "cuda,cpu")
+  assert not hostmem.retain_for_cpu(str(tmp_path))
+  (tmp_path / "nvidia0").unlink()
+  (tmp_path / "accel0").touch()  # a TPU host
+  monkeypatch.delenv("JAX_PLATFORMS")
+  assert not hostmem.retain_for_cpu(str(tmp_path)) and len(applied) == 3

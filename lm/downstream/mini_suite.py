@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
   for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   from lm import hostmem  # pylint: disable=g-import-not-at-top
-  hostmem.retain_freed_memory()  # before JAX starts its threads (as lm.main)
+  hostmem.retain_for_cpu()  # before JAX starts its threads (as lm.main)
   if not args.from_scratch and not args.workdir:
     print("error: pass --workdir=PRETRAINED_RUN (or --from_scratch for the random-init "
           "baseline).", file=sys.stderr)
