@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 
+import results  # noqa: E402
 from bench_train import random_batch  # noqa: E402
 from configs import t5  # noqa: E402
 from lm import partitioning, steps, train  # noqa: E402
@@ -148,11 +149,11 @@ def main(argv=None) -> None:
   for name, us in by_op.most_common(args.top):
     print(f"{us / args.steps / 1e3:9.2f} {us / total:6.1%}  {name[:150]}")
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump({"config": args.config, "set": args.set, "device": jax.devices()[0].device_kind,
-                 "step_ms": wall * 1e3, "ops_ms_per_step": {
-                     k: v / args.steps / 1e3 for k, v in by_op.most_common()}}, f, indent=1)
-
+    results.write_json(args.json, "profile_step", {
+        "config": args.config, "set": args.set, "device": jax.devices()[0].device_kind,
+        "step_ms": wall * 1e3, "ops_ms_per_step_total": total / args.steps / 1e3,
+        "distinct_ops": len(by_op), f"top_{args.top}_ops_ms_per_step": {
+            k: v / args.steps / 1e3 for k, v in by_op.most_common(args.top)}}, args)
 
 if __name__ == "__main__":
   main()

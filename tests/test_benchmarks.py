@@ -160,3 +160,49 @@ def test_bench_objectives_and_data_tiny(tmp_path):
   assert sc["per_example"]["rows"] > 0 and sc["numpy_block"]["packing_efficiency"] == 1.0
   assert sc["grain_block"]["rows"] > 0 and sc["cores_per_chip_path"] == "grain_block"
   assert sc["cores_per_chip"]["t5_1_1_base"]["h100"] > 0
+
+
+# ----------------------------------------------------------------------------- profile_step.py
+
+def _trace(events, processes, threads):
+  meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
+          for p, n in processes.items()]
+  meta += [{"ph": "M", "name": "thread_name", "pid": p, "tid": t, "args": {"name": n}}
+           for (p, t), n in threads.items()]
+  return {"traceEvents": meta + [dict(ph="X", **e) for e in events]}
+
+
+def test_profile_sums_device_kernels_by_hlo_op():
+  import profile_step  # pylint: disable=g-import-not-at-top
+  trace = _trace(
+      [dict(pid=1, tid=7, name="k_a", dur=30.0, args={"hlo_op": "scatter.4"}),
+       dict(pid=1, tid=7, name="k_b", dur=12.0, args={"hlo_op": "scatter.4"}),
+       dict(pid=1, tid=8, name="gemm", dur=5.0),
+       dict(pid=9, tid=1, name="host side", dur=1000.0),  # the host's own events
+       dict(pid=3, tid=1, name="megascale", dur=99.0)],
+      {1: "/device:GPU:0", 9: "/host:CPU", 3: "/device:CUSTOM:Megascale Trace"}, {})
+  by_op, where = profile_step.device_time_by_op(trace)
+  assert by_op == {"scatter.4": 42.0, "gemm": 5.0} and where == "/device:GPU:0"
+
+
+def test_profile_sums_xla_cpu_thunks_without_their_containers():
+  import profile_step  # pylint: disable=g-import-not-at-top
+  trace = _trace(
+      [dict(pid=5, tid=1, name="ynn_fusion.3", dur=8.0),
+       dict(pid=5, tid=2, name="ynn_fusion.3", dur=2.0),
+       dict(pid=5, tid=2, name="ThunkExecutor::Execute", dur=50.0),
+       dict(pid=5, tid=3, name="jit_train_step", dur=70.0)],  # the Python thread
+      {5: "/host:CPU", 4: "/device:CUSTOM:Megascale Trace"},
+      {(5, 1): "tf_XLAEigen/1", (5, 2): "tf_XLAPjRtCpuClient/2", (5, 3): "python"})
+  by_op, where = profile_step.device_time_by_op(trace)
+  assert by_op == {"ynn_fusion.3": 10.0} and where == "host threads"
+
+
+@pytest.mark.slow
+def test_profile_step_tiny_prints_the_top_ops(tmp_path):
+  out = _run("profile_step.py", "--config", "size=tiny,batch=8,inputs_length=32", "--steps", "1",
+             "--warmup", "1", "--top", "5", "--init_on_cpu", "--trace_dir", str(tmp_path / "t"),
+             "--set", "model.scan_layers=True", "--json", str(tmp_path / "p.json"))
+  assert "model.scan_layers=True on cpu" in out and "ms/step" in out, out
+  doc = json.loads((tmp_path / "p.json").read_text())["results"]
+  assert len(doc["top_5_ops_ms_per_step"]) == 5 and doc["ops_ms_per_step_total"] > 0

@@ -105,12 +105,35 @@ gated_gelu.defvjp(_gated_gelu_fwd, _gated_gelu_bwd)
 def lookup_buckets(table, buckets):
   """``table[n, buckets[b, l, s]]`` as float32[B, N, L, S] (table float32[N, K], buckets int32[B, L, S]).
 
-  The gradient is one segment sum per head over contiguous [B * L * S] values. Left to
-  autodiff, the gather's transpose is a scatter whose updates XLA first transposes to
-  [B * L * S, N], and XLA:CPU fuses the summed per-layer bias gradients into that
+  The gradient is summed per bucket in a way that suits the platform (``bucket_sums``):
+  left to autodiff, the gather's transpose is a scatter whose updates XLA first transposes
+  to [B * L * S, N], and XLA:CPU fuses the summed per-layer bias gradients into that
   transpose: a strided read that cost ~4% of a t5_1_1_small step.
   """
   return jnp.swapaxes(jnp.take(table, buckets, axis=1), 0, 1)
+
+
+def bucket_sums_segment(d_bias, buckets, num_buckets: int):
+  """float32[N, K]: ``d_bias`` [B, N, L, S] summed by ``buckets`` [B, L, S], per head.
+
+  One segment sum (a scatter-add) per head over contiguous [B * L * S] values: the fast
+  form on XLA:CPU. On a GPU the scatter's atomic adds all land on K addresses: for
+  t5_1_1_small's encoder at batch 128 it took 35 ms per head on an H200, 72% of the step.
+  """
+  flat = buckets.reshape(-1)
+  return jnp.stack([jax.ops.segment_sum(d_bias[:, n].reshape(-1), flat, num_buckets)
+                    for n in range(d_bias.shape[1])])
+
+
+def bucket_sums_onehot(d_bias, buckets, num_buckets: int):
+  """float32[N, K]: as ``bucket_sums_segment``, as one reduction of a masked broadcast.
+
+  ``sum over b, l, s of d_bias[b, n, l, s] * (buckets[b, l, s] == k)``: XLA fuses the
+  comparison into the reduction, so the [B, N, L, S, K] operand is never materialised and
+  no atomics contend (the form for GPUs and TPUs).
+  """
+  hit = buckets[:, None, :, :, None] == jnp.arange(num_buckets, dtype=buckets.dtype)
+  return jnp.sum(jnp.where(hit, d_bias[..., None], 0.0), axis=(0, 2, 3))
 
 
 def _lookup_buckets_fwd(table, buckets):
@@ -119,10 +142,11 @@ def _lookup_buckets_fwd(table, buckets):
 
 def _lookup_buckets_bwd(res, d_bias):
   table, buckets = res
-  flat = buckets.reshape(-1)
-  d_table = jnp.stack([jax.ops.segment_sum(d_bias[:, n].reshape(-1), flat, table.shape[1])
-                       for n in range(d_bias.shape[1])])
-  return d_table, None
+  k = table.shape[1]
+  d_table = jax.lax.platform_dependent(
+      d_bias, buckets, cpu=lambda d, b: bucket_sums_segment(d, b, k),
+      default=lambda d, b: bucket_sums_onehot(d, b, k))
+  return d_table.astype(table.dtype), None
 
 
 lookup_buckets.defvjp(_lookup_buckets_fwd, _lookup_buckets_bwd)

@@ -81,3 +81,16 @@ def test_attend_matches_autodiff(dropout):
 
   _check_vjp(lambda q, k, v, m, p: fast_grads.attend(q, k, v, (m, p), scale, jnp.dtype(jnp.float32)),
              plain, (q, k, v) + biases, rtol=1e-4, atol=1e-5)
+
+
+def test_bucket_sums_are_the_same_in_both_forms():
+  """The CPU form (segment sums) and the GPU/TPU form (masked reduction) of the bias gradient."""
+  rng = np.random.default_rng(7)
+  d_bias = _normal(rng, (3, 4, 9, 7))
+  buckets = jnp.asarray(rng.integers(0, 6, (3, 9, 7)), jnp.int32)
+  want = np.zeros((4, 6))
+  np.add.at(want.T, np.asarray(buckets), np.moveaxis(np.asarray(d_bias), 1, -1))
+  for form in (fast_grads.bucket_sums_segment, fast_grads.bucket_sums_onehot):
+    got = jax.jit(form, static_argnums=2)(d_bias, buckets, 6)
+    assert got.shape == (4, 6)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=form.__name__)
