@@ -90,7 +90,7 @@ stage bench_train 210 $PY benchmarks/bench_train.py --archs encoder_decoder --si
   --json "$OUT/bench_train_gpu.json"
 
 rm -rf /tmp/lm_gpu_run
-stage train_small 150 $PY -m lm.main --config=configs/t5.py:size=small,batch=128,steps=300 \
+stage train_small 200 $PY -m lm.main --config=configs/t5.py:size=small,batch=128,steps=300 \
   --workdir=/tmp/lm_gpu_run --config.wandb.mode=disabled --config.train.log_every=50 \
   --config.train.eval_every=0 --config.ckpt.every_steps=100000 \
   --config.data.default_vocab_size=8000 --config.model.vocab_size=8192
