@@ -371,7 +371,7 @@ def test_runlocal_sweep_end_to_end(tmp_path):
   argv = [sys.executable, "-m", "launch.local", "experiments/t5_corruption_rate.py",
           f"--root={root}", "--runlocal", "--only=noise_10,noise_15",
           "--extra=--config.train.num_steps=4", "--wandb_group="]
-  env = {**os.environ, "WANDB_MODE": "disabled"}
+  env = {**os.environ, "WANDB_MODE": "disabled", "XLA_FLAGS": ""}  # one CPU device, as a user
   result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, check=False)
   assert result.returncode == 0, result.stdout + result.stderr
   assert "[2/2] noise_15: done" in result.stdout

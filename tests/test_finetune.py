@@ -89,37 +89,6 @@ def test_missing_split_fails_before_training(tmp_path):
     train.train_and_evaluate(_config(**{"finetune.split": "dev"}), str(tmp_path / "run"))
 
 
-def test_killed_and_resumed_finetuning_is_exact(tmp_path):
-  """Stop after step 4 (as a kill after the step-4 checkpoint), resume to 8: the same
-  metrics (train windows and task evals), predictions and parameters as one run of 8."""
-  from lm import train
-  from lm.downstream import finetune
-  whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-  train.train_and_evaluate(_config(steps=8), whole)
-  train.train_and_evaluate(_config(steps=4), split)
-  train.train_and_evaluate(_config(steps=8), split)
-  assert _comparable(split) == _comparable(whole)
-  evals = [m for m in _metrics(whole) if finetune.SCORE_KEY in m]
-  assert [m["step"] for m in evals] == [4, 8]
-  for step in (4, 8):
-    name = f"eval/tasks_step_{step}.test_copy.validation.jsonl"
-    with open(os.path.join(whole, name)) as a, open(os.path.join(split, name)) as b:
-      assert a.read() == b.read()
-  import jax
-  for a, b in zip(jax.tree.leaves(_params(whole, 8)), jax.tree.leaves(_params(split, 8))):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  with open(os.path.join(whole, "eval", "tasks_step_8.json")) as f:
-    result = json.load(f)
-  assert set(result["results"]) == {"test_copy"} and result["tasks"]["test_copy"][
-      "num_examples"] == 8
-  # The per-task best results (T5's reporting) are written and resume exactly too.
-  with open(os.path.join(whole, "eval", "tasks_best.json")) as a, open(
-      os.path.join(split, "eval", "tasks_best.json")) as b:
-    best = json.load(a)
-    assert best == json.load(b)
-  assert best["evaluated_steps"] == [4, 8] and best["steps"]["test_copy"] in (4, 8)
-
-
 def test_task_metrics_and_score_are_logged_to_wandb(tmp_path, monkeypatch):
   """The task evaluation's values reach wandb (a recording stand-in for WandbWriter), at
   the evaluation step, with the fine-tuning project and the task as a tag."""
@@ -179,7 +148,8 @@ train.train_and_evaluate(test_finetune._config(steps=8, eval_every=2), {workdir!
 def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
   """A fine-tuning run SIGKILLed between checkpoints (step 4 saved, step 6 evaluated) and
   started again ends exactly like an uninterrupted run: metrics (train windows and task
-  evaluations), predictions, per-task best results and parameters."""
+  evaluations), predictions, per-task best results and parameters. (It replaced a fast
+  test that stopped cleanly at step 4 and resumed: the same three runs, a weaker stop.)"""
   from lm import train
   tests = pathlib.Path(__file__).resolve().parent
   whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
@@ -211,7 +181,15 @@ def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
       assert a.read() == b.read()
   with open(os.path.join(whole, "eval", "tasks_best.json")) as a, open(
       os.path.join(killed, "eval", "tasks_best.json")) as b:
-    assert json.load(a) == json.load(b)
+    best = json.load(a)
+    assert best == json.load(b)  # the per-task best results (T5's reporting) resume exactly
+  assert best["evaluated_steps"] == [2, 4, 6, 8] and best["steps"]["test_copy"] in (2, 4, 6, 8)
+  from lm.downstream import finetune
+  assert [m["step"] for m in _metrics(whole) if finetune.SCORE_KEY in m] == [2, 4, 6, 8]
+  with open(os.path.join(whole, "eval", "tasks_step_8.json")) as f:
+    result = json.load(f)
+  assert set(result["results"]) == {"test_copy"} and result["tasks"]["test_copy"][
+      "num_examples"] == 8
   import jax
   for a, b in zip(jax.tree.leaves(_params(whole, 8)), jax.tree.leaves(_params(killed, 8))):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
