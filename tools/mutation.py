@@ -60,7 +60,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                          "tests/data/test_objectives_reference.py"],
     "lm/data/lengths.py": ["tests/data/test_objectives.py",
                            "tests/data/test_objectives_reference.py"],
-    "lm/data/mixtures.py": ["tests/data/test_objectives.py"],
+    "lm/data/mixtures.py": ["tests/data/test_objectives.py", "tests/data/test_mixtures.py"],
     "lm/data/features.py": ["tests/data/test_features.py"],
     "lm/data/converters.py": ["tests/data/test_converters.py", "tests/data/test_packing.py",
                               "tests/data/test_features.py"],
