@@ -103,3 +103,81 @@ def test_bad_denoisers_name_the_member_and_the_problem(denoisers, message):
   with pytest.raises(ValueError, match=message) as e:
     obj.make_objective("mixture", vocab_size=32100, inputs_length=64, denoisers=denoisers)
   assert "'mixture'" not in str(e.value).split("expected one of")[-1]
+
+
+def _runtime(s):
+  """The same string built at run time (not the interned literal: `is` would tell them apart),
+  as a flag's or a config file's value is."""
+  return "".join(list(s))
+
+
+def _ul2_overflow(n_extra, length=256, **params):
+  return obj.sentinel_overflow_probability("mixture", inputs_length=length, num_extra_ids=n_extra,
+                                           targets_length=length, preset="ul2", **params)
+
+
+def test_ul2_mode_token_styles():
+  """"ids" (the default): 3 extra ids reserved, 1 mode token counted in each member's length;
+  "text": the mode strings tokenized, nothing reserved or counted (the lengths are the
+  members' at the full inputs_length); a dict: those ids, counted, no extra id reserved."""
+  ids = _ul2_overflow(30)
+  assert _ul2_overflow(30, mode_tokens=_runtime("ids")) == ids
+  members = mixtures.ul2_denoisers()
+  total = sum(m["weight"] for m in members)
+  text = sum(m["weight"] / total * obj.sentinel_overflow_probability(
+      m["objective"], inputs_length=256, num_extra_ids=30, targets_length=256, **m["params"])
+      for m in members)
+  assert _ul2_overflow(30, mode_tokens=_runtime("text")) == pytest.approx(text, rel=1e-12)
+  assert text < ids  # 30 sentinels instead of 27
+  assert obj.raw_length("mixture", inputs_length=512, preset="ul2", mode_tokens="text") == max(
+      obj.raw_length(m["objective"], inputs_length=512, **m["params"]) for m in members)
+  explicit = {"R": [5, 6], "X": 7, "S": 8}
+  assert obj.raw_length("mixture", inputs_length=512, preset="ul2", mode_tokens=explicit) == max(
+      obj.raw_length(m["objective"], inputs_length=512 - (2 if i < 2 else 1), **m["params"])
+      for i, m in enumerate(members))
+
+  encode = lambda s: {"[NLU]": [11, 12], "[NLG]": [13], "[S2S]": [14, 15, 16]}[s]
+  fn = obj.make_objective("mixture", vocab_size=32100, inputs_length=64, targets_length=64,
+                          preset="ul2", mode_tokens=_runtime("text"), encode=encode)
+  starts = {tuple(fn(np.arange(3, 200, dtype=np.int32), np.random.default_rng(s))["inputs"][:3])
+            for s in range(60)}
+  firsts = {s[0] for s in starts}
+  assert firsts == {11, 13, 14}  # R, X and S members, their strings' tokens first
+  assert all(s[1] == 12 for s in starts if s[0] == 11)
+  assert all(s[1:] == (15, 16) for s in starts if s[0] == 14)
+  with pytest.raises(ValueError, match="mode_tokens='text' needs encode="):
+    obj.make_objective("mixture", vocab_size=32100, inputs_length=64, preset="ul2",
+                       mode_tokens=_runtime("text"))
+  for bad in ("bogus", 5, ["R"]):
+    with pytest.raises(ValueError, match="unknown mode_tokens"):
+      obj.make_objective("mixture", vocab_size=32100, inputs_length=64, preset="ul2",
+                         mode_tokens=bad)
+  with pytest.raises(ValueError, match="mode_tokens= goes with preset="):
+    obj.make_objective("mixture", vocab_size=32100, inputs_length=64, mode_tokens="ids",
+                       denoisers=DENOISERS)
+
+
+def test_weights_default_to_one_and_must_be_positive():
+  iid = dict(objective="iid_replace_spans", weight=3.0, params=dict(noise_density=0.3))
+  one = [dict(objective="full_lm"), iid]
+  got = obj.sentinel_overflow_probability("mixture", inputs_length=64, num_extra_ids=10,
+                                          targets_length=64, denoisers=one)
+  want = 0.75 * obj.sentinel_overflow_probability("iid_replace_spans", inputs_length=64,
+                                                  num_extra_ids=10, targets_length=64,
+                                                  noise_density=0.3)
+  assert 0 < want < 0.75 and got == pytest.approx(want, rel=1e-12)  # full_lm never overflows
+  with pytest.raises(ValueError, match="weight must be > 0, got -1"):
+    obj.make_objective("mixture", vocab_size=32100, inputs_length=64,
+                       denoisers=[dict(objective="full_lm", weight=-1)])
+
+
+def test_a_mixture_member_named_at_run_time_is_refused():
+  with pytest.raises(ValueError, match="unknown objective 'mixture'"):
+    obj.make_objective("mixture", vocab_size=32100, inputs_length=64,
+                       denoisers=[dict(objective=_runtime("mixture"))])
+
+
+@pytest.mark.parametrize("s_weight", [0.0, 1.0])
+def test_ul2_s_weight_is_strictly_between_0_and_1(s_weight):
+  with pytest.raises(ValueError, match="s_weight"):
+    mixtures.ul2_denoisers(s_weight=s_weight)
