@@ -216,18 +216,44 @@ def test_best_checkpoint_is_the_best_scored_step(tmp_path, monkeypatch):
   assert logged == scores
 
 
+_COPY_DRIVER = """
+import json, sys
+sys.path[:0] = [{tests!r}, {repo!r}]
+import downstream_fixtures as fx
+fx.tokenizer_path = lambda: {tokenizer!r}  # the parent's tokenizer file
+import jax
+import test_finetune
+from lm import train
+config = test_finetune._config(steps=400, eval_every=100, arch={arch!r}, **{{
+    "schedule.base_lr": 1e-2, "train.log_every": 50, "finetune.max_eval_examples": 0,
+    "ckpt.keep": 1}})
+out = train.train_and_evaluate(config, {workdir!r})
+print(json.dumps({{**out, "devices": jax.device_count()}}))
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["encoder_decoder", "prefix_lm"])
 def test_finetuning_learns_a_copy_task(tmp_path, arch):
   """From random initialisation (hence a higher constant lr than T5's 1e-3 for pre-trained
   models), copying unseen 3-letter words reaches high exact match in a few hundred steps."""
-  from lm import checkpoint, train
+  from lm import checkpoint
   from lm.downstream import finetune
   workdir = str(tmp_path / arch)
-  config = _config(steps=400, eval_every=100, arch=arch, **{
-      "schedule.base_lr": 1e-2, "train.log_every": 50, "finetune.max_eval_examples": 0,
-      "ckpt.keep": 1})
-  out = train.train_and_evaluate(config, workdir)
+  # In its own process on one CPU device, as a user runs it (the tests' 8 simulated devices
+  # make 400 steps of the tiny model about twice as slow).
+  tests = pathlib.Path(__file__).resolve().parent
+  driver = tmp_path / "driver.py"
+  driver.write_text(textwrap.dedent(_COPY_DRIVER.format(
+      tests=str(tests), repo=str(tests.parent), tokenizer=fx.tokenizer_path(), arch=arch,
+      workdir=workdir)))
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"}
+  env.pop("XLA_FLAGS", None)
+  run = subprocess.run([sys.executable, str(driver)], cwd=str(tests.parent), env=env,
+                       capture_output=True, text=True, timeout=900)
+  assert run.returncode == 0, run.stderr[-3000:]
+  out = json.loads(run.stdout.strip().splitlines()[-1])
+  assert out["devices"] == 1
   assert out["eval/test_copy/exact_match"] >= 80.0, out
   scores = {m["step"]: m[finetune.SCORE_KEY] for m in _metrics(workdir)
             if finetune.SCORE_KEY in m}
