@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from lm.data import mixtures
+from lm.data import noise as noise_lib
 from lm.data import objectives as obj
 
 # Two members with 1 and 3 mode tokens: each member's rules run at inputs_length - 1 and - 3.
@@ -41,7 +42,12 @@ def test_length_rules_are_the_members_at_their_own_inputs_length(inputs_length):
 
 
 def test_ul2_overflow_counts_the_three_reserved_ids_out_of_the_members_sentinels():
-  n_extra, length = 30, 256
+  # The R member (density 0.15, mean span 3) lays out a deterministic number of spans: with
+  # exactly that many sentinels left after the 3 reserved ids it fits, with one fewer not.
+  length = 256
+  raw = obj.raw_length("span_corruption", inputs_length=length - 1, noise_density=0.15,
+                       mean_noise_span_length=3.0)
+  n_extra = noise_lib.random_spans_counts(raw, 0.15, 3.0)[1] + 3
   got = obj.sentinel_overflow_probability("mixture", inputs_length=length, num_extra_ids=n_extra,
                                           targets_length=length, preset="ul2")
   members = mixtures.ul2_denoisers()
@@ -54,7 +60,8 @@ def test_ul2_overflow_counts_the_three_reserved_ids_out_of_the_members_sentinels
 
 def test_ul2_mode_ids_are_the_three_lowest_extra_ids_for_any_vocabulary():
   # An odd base (vocab - extra ids) tells base + 1 from base | 1.
-  for vocab, n_extra in ((32100, 100), (1001, 100), (32103, 102)):
+  # Bases 32000, 901 (odd), 32003 (odd, bit 1 set: base + 2 differs from base | 2 and ^ 2).
+  for vocab, n_extra in ((32100, 100), (1001, 100), (32103, 100)):
     fn = obj.make_objective("mixture", vocab_size=vocab, num_extra_ids=n_extra, preset="ul2",
                             inputs_length=64, targets_length=64)
     base = vocab - n_extra
@@ -142,6 +149,14 @@ def test_ul2_mode_token_styles():
   starts = {tuple(fn(np.arange(3, 200, dtype=np.int32), np.random.default_rng(s))["inputs"][:3])
             for s in range(60)}
   firsts = {s[0] for s in starts}
+  # Text mode tokens are not counted in the lengths: the S member (prefix LM) cuts the raw
+  # segment for the full inputs_length, and its output holds that plus the 3 string tokens.
+  s_params = mixtures.ul2_denoisers()[6]["params"]
+  s_raw = obj.raw_length("prefix_lm", inputs_length=64, targets_length=64, **s_params)
+  for seed in range(60):
+    ex = fn(np.arange(3, 200, dtype=np.int32), np.random.default_rng(seed))
+    if ex["inputs"][0] == 14:
+      assert ex["inputs"].size + ex["targets"].size == 3 + s_raw
   assert firsts == {11, 13, 14}  # R, X and S members, their strings' tokens first
   assert all(s[1] == 12 for s in starts if s[0] == 11)
   assert all(s[1:] == (15, 16) for s in starts if s[0] == 14)
