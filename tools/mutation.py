@@ -61,7 +61,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/data/lengths.py": ["tests/data/test_objectives.py",
                            "tests/data/test_objectives_reference.py",
                            "tests/data/test_lengths.py"],
-    "lm/data/mixtures.py": ["tests/data/test_objectives.py", "tests/data/test_mixtures.py"],
+    "lm/data/mixtures.py": ["tests/data/test_objectives.py", "tests/data/test_objective_mixtures.py"],
     "lm/data/features.py": ["tests/data/test_features.py"],
     "lm/data/converters.py": ["tests/data/test_converters.py", "tests/data/test_packing.py",
                               "tests/data/test_features.py"],
