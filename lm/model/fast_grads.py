@@ -7,7 +7,7 @@ compare them, values and gradients); it only changes how XLA:CPU lays the work o
   backward (used by ``attention.dot_product_attention``).
 - ``gated_gelu``: ``nn.gelu(a) * b`` (T5.1.1 GEGLU) with a one-pass backward (used by
   ``layers.MlpBlock``).
-- ``lookup_buckets``: the T5 relative-bias table gather with a segment-sum backward (used
+- ``lookup_buckets``: the T5 relative-bias table gather with a per-platform bucket-sum backward (used
   by ``position.RelativePositionBias``).
 - ``dense``: ``x @ kernel`` over trailing axes as one flattened 2-D matmul (used by every
   projection of the model).
@@ -105,7 +105,8 @@ gated_gelu.defvjp(_gated_gelu_fwd, _gated_gelu_bwd)
 def lookup_buckets(table, buckets):
   """``table[n, buckets[b, l, s]]`` as float32[B, N, L, S] (table float32[N, K], buckets int32[B, L, S]).
 
-  The gradient is summed per bucket in a way that suits the platform (``bucket_sums``):
+  The gradient is summed per bucket in the form that suits the platform
+  (``bucket_sums_segment`` on the CPU, ``bucket_sums_onehot`` elsewhere):
   left to autodiff, the gather's transpose is a scatter whose updates XLA first transposes
   to [B * L * S, N], and XLA:CPU fuses the summed per-layer bias gradients into that
   transpose: a strided read that cost ~4% of a t5_1_1_small step.
