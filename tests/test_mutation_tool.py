@@ -40,3 +40,10 @@ def test_mutant_timeout_is_ten_baselines_and_at_least_thirty_seconds():
   assert mutation.mutant_timeout(1.6) == 30.0
   assert mutation.mutant_timeout(3.0) == 30.0
   assert mutation.mutant_timeout(9.0) == 90.0
+
+
+def test_jax_cache_env_turns_on_the_persistent_cache_for_every_compile(tmp_path):
+  env = mutation.jax_cache_env(tmp_path / "cache")
+  assert env == {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                 "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}

@@ -155,6 +155,19 @@ def skip_annotation_mutants(session: Path, module: Path) -> int:
   return skipped
 
 
+def jax_cache_env(cache_dir: Path) -> dict[str, str]:
+  """Environment that turns on JAX's persistent compilation cache for every mutant's tests.
+
+  Most of a JAX module's per-mutant time is XLA compiling functions the mutant did not
+  touch (the tests' references, the unmutated layers); the cache is keyed by the compiled
+  program itself, so a mutated function misses it and is compiled afresh, while the rest
+  is read back (lm/optim.py's tests: 13 s unmutated without the cache, 5 s with it).
+  """
+  return {"JAX_COMPILATION_CACHE_DIR": str(cache_dir),
+          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
 def mutant_timeout(baseline_seconds: float) -> float:
   """Seconds a mutant's tests may run before it counts as killed (a loop made endless):
   10x the unmutated run (cosmic-ray's own baseline, process start-up included), at least
@@ -179,7 +192,7 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float | No
     shutil.rmtree(copy)
   copy.mkdir()
   _copy_repo(copy)
-  env = dict(os.environ, PYTHONPATH=str(copy))
+  env = dict(os.environ, PYTHONPATH=str(copy), **jax_cache_env(workdir.parent / "jax-cache"))
   config = workdir / "cosmic-ray.toml"
   config.write_text(_config(module, tests, timeout or 300.0, quick))  # set after the baseline
   session = workdir / "session.sqlite"
@@ -274,7 +287,8 @@ def retest_survivors(module: str, tests: list[str], previous: Path, workdir: Pat
   # A fresh session over the current code gives each mutant's current occurrence index
   # (mutants it skips, e.g. inside annotations, are not run again).
   run_module(module, tests, workdir, timeout, list_only=True, quick=False)
-  copy, env = workdir / "repo", dict(os.environ, PYTHONPATH=str(workdir / "repo"))
+  copy = workdir / "repo"
+  env = dict(os.environ, PYTHONPATH=str(copy), **jax_cache_env(workdir.parent / "jax-cache"))
   lines = (copy / module).read_text().splitlines(keepends=True)
   current = _results(workdir / "session.sqlite", copy, env)
   found = {}
