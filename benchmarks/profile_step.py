@@ -91,6 +91,9 @@ def main(argv=None) -> None:
   parser.add_argument("--init_on_cpu", action="store_true",
                       help="create the initial state on the CPU and copy it to the devices")
   parser.add_argument("--json", default=None, metavar="FILE", help="write the summary as JSON")
+  parser.add_argument("--hlo", default=None, metavar="FILE",
+                      help="write the compiled step's HLO text (to find an op's fusion and the "
+                           "source line in its metadata)")
   args = parser.parse_args(argv)
 
   config = t5.get_config(args.config)
@@ -127,6 +130,9 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     step = run.train_step.lower(state, batch).compile()
     print(f"compile {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.hlo:
+      with open(args.hlo, "w") as f:
+        f.write(step.as_text())
     for _ in range(args.warmup):
       state, _ = step(state, batch)
     jax.block_until_ready(state)

@@ -1,4 +1,4 @@
-"""Optimizers and learning-rate schedules, built from optax (nothing hand-written).
+"""Optimizers and learning-rate schedules, built from optax.
 
 `make_schedule(ScheduleConfig)` -> step -> lr, and
 `make_optimizer(OptimConfig, schedule)` -> optax.GradientTransformation. The frozen
@@ -11,8 +11,12 @@ multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
 min_dim_size_to_factor=128) with lr = 1/sqrt(max(step, 10^4)). `optax.adafactor`
 implements the same algorithm: second-moment decay 1 - (t+1)^-0.8, update clipping
 by block RMS, update scaled by lr * max(RMS(param), 1e-3) (epsilon2 is optax's fixed
-`min_scale=1e-3`). t5x chooses which dims to factor from logical axis names (embed =
-row; vocab/mlp/heads/kv = column), optax factors the two largest dims: the same for
+`min_scale=1e-3`). `adafactor` builds optax's chain with one stage of lm's own,
+`scale_by_factored_rms`: optax's second-moment scaling with its `x ** -0.5` written as
+`lax.rsqrt` (a general power on XLA:CPU cost 12-15 % of the tiny model's step), same state.
+
+t5x chooses which dims to factor from logical axis names (embed = row; vocab/mlp/heads/kv
+= column), optax factors the two largest dims: the same for
 2-D kernels, but the 3-D attention kernels [D, N, H] / [N, H, D] (second-largest dim
 H = 64 < 128) would go unfactored. `as_t5_matrices` hands optax those kernels as the
 [D, N * H] / [N * H, D] matrices t5x (and Mesh TF's 2-D kernels) factor.
@@ -174,6 +178,105 @@ def _decay_mask(params: Any) -> Any:
   return jax.tree.map(lambda p: p.ndim >= 2, params)
 
 
+def factored_dims(shape: tuple[int, ...], factored: bool,
+                  min_dim_size_to_factor: int) -> tuple[int, int] | None:
+  """Adafactor's factoring rule (optax's and t5x's for 2-D params): the axes
+  (second-largest, largest) of `shape`, or None when the param keeps a full second moment
+  (factoring off, fewer than 2 dims, or the second-largest dim below the minimum). Ties in
+  size go to the later axis as the largest (a stable argsort)."""
+  if not factored or len(shape) < 2:
+    return None
+  order = sorted(range(len(shape)), key=lambda axis: shape[axis])
+  if shape[order[-2]] < min_dim_size_to_factor:
+    return None
+  return order[-2], order[-1]
+
+
+def scale_by_factored_rms(factored: bool, decay_rate: float, decay_offset: int,
+                          min_dim_size_to_factor: int,
+                          eps: float) -> optax.GradientTransformation:
+  """Adafactor's second-moment scaling, `optax.scale_by_factored_rms` with `lax.rsqrt`.
+
+  optax writes the inverse square roots as `x ** -0.5`, which XLA:CPU compiles to a
+  general power (a log and an exp per element); `lax.rsqrt` costs a fraction of that. It
+  matters where params keep a full second moment: in the tiny model no matrix reaches
+  `min_dim_size_to_factor`, so every param paid the power, and the change made its
+  training step 12-15 % faster (alternating runs, docs/speed.md). The state and its
+  `init` are optax's own (`optax.FactoredState`: count, v_row, v_col, v), so checkpoints
+  are unchanged; the update is optax's algorithm, tested against it to float32 rounding
+  (tests/test_optim_reference.py).
+
+  Per param g of shape S, with t = count - decay_offset + 1 and beta = 1 - t^-decay_rate,
+  g2 = g^2 + eps:
+    unfactored: v <- beta v + (1 - beta) g2;  update = g * rsqrt(v)
+    factored over (r, c) = factored_dims(S): v_row <- beta v_row + (1 - beta) mean_c(g2)
+      ([S without c]), v_col <- beta v_col + (1 - beta) mean_r(g2) ([S without r]);
+      update = g * rsqrt(v_row / mean_r(v_row)) [expanded at c] * rsqrt(v_col) [at r].
+  """
+  reference = optax.scale_by_factored_rms(factored, decay_rate, decay_offset,
+                                          min_dim_size_to_factor, eps)
+
+  def update(grads, state, params=None):
+    if params is None:
+      raise ValueError("lm.optim.scale_by_factored_rms needs params (for their shapes).")
+    t = jnp.asarray(state.count - decay_offset + 1, jnp.float32)
+    beta = 1.0 - t ** (-decay_rate)
+
+    def one(g, v_row, v_col, v, param):
+      dtype = param.dtype
+      unused = jnp.zeros((1,), dtype)
+      g2 = g * g + eps
+      dims = factored_dims(param.shape, factored, min_dim_size_to_factor)
+      if dims is None:
+        new_v = (beta * v + (1.0 - beta) * g2).astype(dtype)
+        return g * jax.lax.rsqrt(new_v), unused, unused, new_v
+      r, c = dims
+      new_row = (beta * v_row + (1.0 - beta) * jnp.mean(g2, axis=c)).astype(dtype)
+      new_col = (beta * v_col + (1.0 - beta) * jnp.mean(g2, axis=r)).astype(dtype)
+      r_in_row = r - 1 if r > c else r  # axis r of new_row, which lacks axis c
+      row_factor = jax.lax.rsqrt(new_row / jnp.mean(new_row, axis=r_in_row, keepdims=True))
+      col_factor = jax.lax.rsqrt(new_col)
+      out = g * jnp.expand_dims(row_factor, c) * jnp.expand_dims(col_factor, r)
+      return out, new_row, new_col, unused
+
+    leaves, treedef = jax.tree.flatten(grads)
+    parts = [treedef.flatten_up_to(tree) for tree in (state.v_row, state.v_col, state.v, params)]
+    results = [one(*args) for args in zip(leaves, *parts)]
+    rebuild = lambda k: jax.tree.unflatten(treedef, [res[k] for res in results])  # noqa: E731
+    new_state = optax.FactoredState(count=optax.safe_increment(state.count), v_row=rebuild(1),
+                                    v_col=rebuild(2), v=rebuild(3))
+    return rebuild(0), new_state
+
+  return optax.GradientTransformation(reference.init, update)
+
+
+def adafactor(learning_rate: optax.ScalarOrSchedule, a: AdafactorConfig
+              ) -> optax.GradientTransformation:
+  """`optax.adafactor` with lm's `scale_by_factored_rms` as its first stage.
+
+  The same chain and state as `optax.adafactor(learning_rate, ...)` with `a`'s settings:
+  second-moment scaling, update clipping by block RMS (clipping_threshold > 0), the
+  learning rate, scaling by the param's block RMS (multiply_by_parameter_scale), momentum
+  (> 0), decoupled weight decay (> 0), and the sign flip.
+  """
+  clipping = float(a.clipping_threshold or 0.0)
+  momentum = float(a.momentum or 0.0)
+  wd = float(a.weight_decay_rate or 0.0)
+  chain = [scale_by_factored_rms(bool(a.factored), float(a.decay_rate), int(a.decay_offset),
+                                 int(a.min_dim_size_to_factor), float(a.eps))]
+  if clipping > 0:
+    chain.append(optax.clip_by_block_rms(clipping))
+  chain.append(optax.scale_by_learning_rate(learning_rate, flip_sign=False))
+  if a.multiply_by_parameter_scale:
+    chain.append(optax.scale_by_param_block_rms())
+  if momentum > 0:
+    chain.append(optax.ema(momentum, debias=False, accumulator_dtype=jnp.float32))
+  if wd > 0:
+    chain.append(optax.add_decayed_weights(wd))
+  chain.append(optax.scale(-1))
+  return optax.chain(*chain)
+
+
 _ATTENTION_IN = ("query", "key", "value")  # [..., D, N, H]: (embed, heads, kv)
 _ATTENTION_OUT = ("out",)                   # [..., N, H, D]: (heads, kv, embed)
 
@@ -306,18 +409,7 @@ def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.Gradient
     if int(a.min_dim_size_to_factor) < 1:
       raise ValueError("optim.adafactor.min_dim_size_to_factor must be >= 1, got "
                        f"{a.min_dim_size_to_factor}.")
-    tx = optax.adafactor(
-        learning_rate=schedule,
-        min_dim_size_to_factor=int(a.min_dim_size_to_factor),
-        decay_rate=float(a.decay_rate),
-        decay_offset=int(a.decay_offset),
-        multiply_by_parameter_scale=bool(a.multiply_by_parameter_scale),
-        clipping_threshold=clipping if clipping > 0 else None,
-        momentum=momentum if momentum > 0 else None,
-        weight_decay_rate=wd if wd > 0 else None,
-        eps=float(a.eps),
-        factored=bool(a.factored))
-    tx = as_t5_matrices(per_layer(tx))
+    tx = as_t5_matrices(per_layer(adafactor(schedule, a)))
   elif name == "adamw":
     a = cfg.adamw
     _check_range("adamw.b1", float(a.b1), 0.0, 1.0)

@@ -163,6 +163,21 @@ def test_accuracy_is_numpys_first_argmax_under_many_ties(seed):
   np.testing.assert_allclose(float(total), weights.sum(dtype=np.float64), rtol=1e-6)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_accuracy_is_numpys_first_argmax_with_infinite_logits(seed):
+  # Rows from {-inf, 0, +inf}: rows that are all -inf (argmax 0), ties at +inf, and the
+  # fixed row 0 = all -inf, whose first index is the argmax.
+  rng = np.random.default_rng(seed)
+  logits = rng.choice(np.array([-np.inf, 0.0, np.inf], np.float32), (3, 40, 5),
+                      p=[0.6, 0.2, 0.2])
+  logits[:, 0] = -np.inf
+  targets = rng.integers(0, 5, (3, 40))
+  targets[:, 0] = [0, 1, 0]
+  expect = np.sum(np.argmax(logits, -1) == targets)
+  correct, total = losses.weighted_accuracy(jnp.asarray(logits), jnp.asarray(targets))
+  assert float(correct) == expect and float(total) == 120
+
+
 def test_normalize_loss_all_padding_gives_zero_gradient_not_nan():
   logits = jnp.asarray(_case()[0])
   targets = jnp.zeros(logits.shape[:2], jnp.int32)

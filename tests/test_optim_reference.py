@@ -268,3 +268,61 @@ def test_adamw_matches_numpy_over_varying_gradients_with_non_default_settings():
       assert np.all(np.isfinite(params[k]))
       np.testing.assert_allclose(params[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=f"{t} {k}")
   assert 0 < clipped < 6
+
+
+# Shapes that exercise optax's factoring rule: vectors, matrices below and above the
+# minimum, a square matrix (tie: the later axis is the largest), 3-D params factored over
+# the first two, the outer two and the last two axes.
+_FACTOR_SHAPES = {"vector": (7,), "small": (5, 9), "square": (40, 40), "wide": (33, 70),
+                  "tall": (70, 33), "batch_last": (3, 40, 50), "outer": (50, 3, 40),
+                  "batch_first": (40, 50, 2)}
+
+
+@pytest.mark.parametrize("factored,min_dim,offset,eps", [
+    (True, 32, 0, 1e-30), (True, 32, 3, 1e-3), (False, 32, 0, 1e-30), (True, 1, 2, 1e-8)])
+def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim, offset, eps):
+  """lm's second-moment stage against optax's, over changing gradients: same state
+  structure (what checkpoints hold), values within a few float32 ulps (rsqrt against
+  x ** -0.5)."""
+  import optax  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(7)
+  params = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in _FACTOR_SHAPES.items()}
+  ours = optim.scale_by_factored_rms(factored, 0.8, offset, min_dim, eps)
+  theirs = optax.scale_by_factored_rms(factored, 0.8, offset, min_dim, eps)
+  st, rst = ours.init(params), theirs.init(params)
+  assert jax.tree.structure(st) == jax.tree.structure(rst)
+  # Fine-tuning's offset: the count starts there (below it t - offset + 1 < 1 and the
+  # decay's power is NaN, in optax and t5x alike).
+  st, rst = (s._replace(count=jnp.asarray(offset, jnp.int32)) for s in (st, rst))
+  update, reference = jax.jit(ours.update), jax.jit(theirs.update)
+  for step in range(4):
+    grads = {k: jnp.asarray(rng.normal(size=s) * 10.0 ** (step - 2), jnp.float32)
+             for k, s in _FACTOR_SHAPES.items()}
+    u, st = update(grads, st, params)
+    ru, rst = reference(grads, rst, params)
+    for got, want in zip(jax.tree.leaves((u, st)), jax.tree.leaves((ru, rst))):
+      assert got.shape == want.shape and got.dtype == want.dtype
+      assert np.all(np.isfinite(got))
+      np.testing.assert_allclose(got, want, rtol=5e-6, atol=0)
+  assert int(st.count) == offset + 4
+
+
+def test_factored_dims_is_optax_rule():
+  from optax._src import factorized  # pylint: disable=import-outside-toplevel
+  shapes = [(), (5,), (5, 9), (40, 40), (3, 40, 50), (50, 3, 40), (40, 50, 2), (40, 40, 40),
+            (128, 127), (127, 128), (128, 128), (2, 128, 128, 3)]
+  for shape in shapes:
+    for factored in (True, False):
+      for min_dim in (1, 40, 128):
+        assert (optim.factored_dims(shape, factored, min_dim)
+                == factorized._factored_dims(shape, factored, min_dim)), (shape, min_dim)  # pylint: disable=protected-access
+
+
+def test_adafactor_update_compiles_without_an_elementwise_power():
+  """The reason lm has its own stage: XLA:CPU compiles `x ** -0.5` to a general power.
+  The step's only power left is the scalar decay schedule t^-decay_rate."""
+  params = {k: jnp.zeros(s, jnp.float32) for k, s in _FACTOR_SHAPES.items()}
+  tx = optim.make_optimizer(optim.OptimConfig(), optim.make_schedule(optim.ScheduleConfig()))
+  text = jax.jit(tx.update).lower(params, tx.init(params), params).as_text()
+  powers = [line for line in text.splitlines() if "stablehlo.power" in line]
+  assert powers and all(line.rstrip().endswith("tensor<f32>") for line in powers), powers
