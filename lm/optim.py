@@ -250,9 +250,29 @@ def scale_by_factored_rms(factored: bool, decay_rate: float, decay_offset: int,
   return optax.GradientTransformation(reference.init, update)
 
 
+def scale_by_param_rms(min_scale: float = 1e-3) -> optax.GradientTransformation:
+  """`optax.scale_by_param_block_rms`: each update times max(RMS(its param), min_scale).
+
+  The same values and state as optax's; optax computes the RMS through
+  `safe_root_mean_squares`, which (for a gradient that is never taken here) computes it a
+  second time over a full-size `where(rms <= min, 1, param)`: on the CPU that select is
+  written out, a param-sized copy and a second reduction per param and step.
+  """
+  reference = optax.scale_by_param_block_rms(min_scale)
+
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError("lm.optim.scale_by_param_rms needs params (their RMS scales updates).")
+    scaled = jax.tree.map(
+        lambda u, p: u * jnp.maximum(jnp.sqrt(jnp.mean(p * p)), min_scale), updates, params)
+    return scaled, state
+
+  return optax.GradientTransformation(reference.init, update)
+
+
 def adafactor(learning_rate: optax.ScalarOrSchedule, a: AdafactorConfig
               ) -> optax.GradientTransformation:
-  """`optax.adafactor` with lm's `scale_by_factored_rms` as its first stage.
+  """`optax.adafactor` with lm's `scale_by_factored_rms` and `scale_by_param_rms` stages.
 
   The same chain and state as `optax.adafactor(learning_rate, ...)` with `a`'s settings:
   second-moment scaling, update clipping by block RMS (clipping_threshold > 0), the
@@ -268,7 +288,7 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, a: AdafactorConfig
     chain.append(optax.clip_by_block_rms(clipping))
   chain.append(optax.scale_by_learning_rate(learning_rate, flip_sign=False))
   if a.multiply_by_parameter_scale:
-    chain.append(optax.scale_by_param_block_rms())
+    chain.append(scale_by_param_rms())
   if momentum > 0:
     chain.append(optax.ema(momentum, debias=False, accumulator_dtype=jnp.float32))
   if wd > 0:

@@ -326,3 +326,33 @@ def test_adafactor_update_compiles_without_an_elementwise_power():
   text = jax.jit(tx.update).lower(params, tx.init(params), params).as_text()
   powers = [line for line in text.splitlines() if "stablehlo.power" in line]
   assert powers and all(line.rstrip().endswith("tensor<f32>") for line in powers), powers
+
+
+def test_scale_by_param_rms_is_optax_scale_by_param_block_rms():
+  """Bitwise: max(RMS(param), min_scale), for params above, at and below the minimum."""
+  import optax  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  params = {"big": jnp.asarray(rng.normal(size=(30, 20)), jnp.float32),
+            "small": jnp.asarray(rng.normal(size=(50,)) * 1e-5, jnp.float32),
+            "zero": jnp.zeros((4, 3), jnp.float32),
+            "at_min": jnp.full((8,), 1e-3, jnp.float32)}
+  updates = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+  ours, theirs = optim.scale_by_param_rms(1e-3), optax.scale_by_param_block_rms(1e-3)
+  got, state = jax.jit(ours.update)(updates, ours.init(params), params)
+  want, ref_state = jax.jit(theirs.update)(updates, theirs.init(params), params)
+  assert jax.tree.structure(state) == jax.tree.structure(ref_state)
+  for k in params:
+    assert np.all(np.isfinite(got[k]))
+    np.testing.assert_array_equal(got[k], want[k])
+  np.testing.assert_array_equal(got["zero"], updates["zero"] * np.float32(1e-3))
+  rms = float(np.sqrt(np.mean(np.asarray(params["big"], np.float64) ** 2)))
+  np.testing.assert_allclose(got["big"], updates["big"] * rms, rtol=1e-6)
+
+
+def test_adafactor_update_compiles_without_param_sized_selects():
+  """optax's safe RMS wrote a param-sized `where` per param and step; lm's stages have none."""
+  params = {k: jnp.zeros(s, jnp.float32) for k, s in _FACTOR_SHAPES.items()}
+  tx = optim.make_optimizer(optim.OptimConfig(), optim.make_schedule(optim.ScheduleConfig()))
+  text = jax.jit(tx.update).lower(params, tx.init(params), params).as_text()
+  selects = [line for line in text.splitlines() if "stablehlo.select" in line]
+  assert all(line.rstrip().endswith(("tensor<f32>", "tensor<i32>")) for line in selects), selects
