@@ -112,3 +112,66 @@ def test_flops_match_xla_cost_analysis():
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   want = accounting.forward_flops(cfg, li, lt)["total"] * b
   assert abs(cost["flops"] - want) / want < 0.1, (cost["flops"], want)
+
+
+# activation_bytes, worked by hand from the module docstring's per-token terms. The model:
+# D = 8, N = 2, H = 3 (NH = 6), F = 10, V = 50, 2 encoder + 3 decoder layers, Li = 5, Lt = 4.
+_ACT = TransformerConfig(vocab_size=50, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=10,
+                         num_encoder_layers=2, num_decoder_layers=3, dtype="float32")
+
+
+def test_activation_bytes_hand_derived_everything_saved():
+  # a = 4, remat "none". Per token, elements (dtype / float32):
+  #   encoder layer: self-attn 2D + 4NH = 40, MLP (gated) 2D + 3F = 46 -> 86; probs N*S = 2*5
+  #     one layer = 5 tokens * (4*86 + 4*10) = 1920; 2 layers = 3840
+  #   decoder layer: 86 + cross 2D + 2NH = 28 -> 114; probs N*Lt + N*Li = 8 + 10 = 18
+  #     one layer = 4 * (4*114 + 4*18) = 2112, + encoded k, v 4*2*NH*Li = 240 -> 2352; x3 = 7056
+  #   the encoded sequence: Li*a*D = 160 -> layers 11056
+  # masks 4*(Li^2 + Lt^2 + Lt*Li) = 244; attention backward 2*4*N*max(Li, Lt)^2 = 400;
+  # logits 3*4*Lt*V = 2400; total 14100.
+  got = accounting.activation_bytes(_ACT, 5, 4)
+  assert got == {"layers": 11056.0, "masks": 244.0, "attention_backward": 400.0,
+                 "logits": 2400.0, "total": 14100.0}
+
+
+def test_activation_bytes_hand_derived_dots_saveable_bf16_over_two_tensor_shards():
+  # a = 2, t = 2 (NH-, F-, V- and float32 parts halve; D parts do not).
+  #   encoder: D parts 3D = 24; split 3NH + 2F + NH (scores' batch-dim matmuls) = 44;
+  #     float32 probs N*S = 10 -> 5 * (2*(24 + 22) + 4*10/2) = 560; x2 = 1120
+  #   decoder: D 3D + D = 32; split 3NH + 2F + NH (cross q) + 2NH = 56; float32 8 + 10 = 18
+  #     -> 4 * (2*(32 + 28) + 4*18/2) = 624, + encoded k, v 2*2*NH*Li/2 = 60; x3 = 2052
+  #   encoded sequence 5*2*8 = 80 -> layers 3252; masks 244 (not split);
+  #   attention backward 400/2 = 200; logits 2400/2 = 1200; total 4896.
+  cfg = _ACT.replace(dtype="bfloat16", remat_policy="dots_saveable")
+  got = accounting.activation_bytes(cfg, 5, 4, tensor_shards=2)
+  assert got == {"layers": 3252.0, "masks": 244.0, "attention_backward": 200.0,
+                 "logits": 1200.0, "total": 4896.0}
+  # The argument overrides the config's policy: "none" at a = 2, t = 2.
+  #   encoder 5 * (2*(32 + 27) + 4*10/2) = 690, x2 = 1380; decoder 4 * (2*(48 + 33) + 36) = 792,
+  #   + 60 -> 852, x3 = 2556; + 80 -> 4016; total 4016 + 244 + 200 + 1200 = 5660.
+  assert accounting.activation_bytes(cfg, 5, 4, tensor_shards=2,
+                                     remat_policy="none")["total"] == 5660.0
+
+
+@pytest.mark.parametrize("policy,layers", [
+    # projections only: encoder 5 * 4 * (24 + 38) = 1240, x2; decoder 4 * 4 * (32 + 44) = 1216,
+    # + 240, x3 = 4368; + 160 -> 7008
+    ("dots_with_no_batch_dims_saveable", 7008.0),
+    # each layer's input, Lx*a*D per layer, plus one layer's "none" activations:
+    # encoder 5*4*8*2 + 1920 = 2240; decoder 4*4*8*3 + 2112 + 240 = 2736; + 160 -> 5136
+    ("full", 5136.0), ("nothing_saveable", 5136.0)])
+def test_activation_bytes_hand_derived_remat_policies(policy, layers):
+  got = accounting.activation_bytes(_ACT.replace(remat_policy=policy), 5, 4)
+  assert got["layers"] == layers
+  assert got["total"] == layers + 244 + 400 + 2400
+
+
+@pytest.mark.parametrize("mask_type", ["causal", "prefix_lm"])
+def test_activation_bytes_hand_derived_decoder_only(mask_type):
+  # One sequence of L = 9 tokens, relu MLP (2 matrices): per token 4D + 4NH + 2F = 76
+  # elements, probs N*L = 18 -> 9 * (4*76 + 4*18) = 3384 per layer, x3 = 10152.
+  # masks 4*L^2 = 324; attention backward 2*4*N*L^2 = 1296; logits 3*4*L*V = 5400.
+  cfg = _ACT.replace(mask_type=mask_type, num_encoder_layers=0, mlp_activation="relu")
+  got = accounting.activation_bytes(cfg, 5, 4)
+  assert got == {"layers": 10152.0, "masks": 324.0, "attention_backward": 1296.0,
+                 "logits": 5400.0, "total": 17172.0}
