@@ -45,7 +45,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/model/masks.py": ["tests/model/test_masks.py", "tests/model/test_attention.py"],
     "lm/model/position.py": ["tests/model/test_masks.py",
                              "tests/model/test_transformer_reference.py"],
-    "lm/model/layers.py": ["tests/model/test_transformer_reference.py"],
+    "lm/model/layers.py": ["tests/model/test_layers.py", "tests/model/test_transformer_reference.py"],
     "lm/model/attention.py": ["tests/model/test_attention.py",
                               "tests/model/test_attention_reference.py"],
     "lm/model/fast_grads.py": ["tests/model/test_fast_grads.py", "tests/model/test_attention.py"],
