@@ -175,3 +175,21 @@ def test_activation_bytes_hand_derived_decoder_only(mask_type):
   got = accounting.activation_bytes(cfg, 5, 4)
   assert got == {"layers": 10152.0, "masks": 324.0, "attention_backward": 1296.0,
                  "logits": 5400.0, "total": 17172.0}
+
+
+def test_activation_bytes_hand_derived_dots_policy_with_a_two_matrix_mlp():
+  # relu MLP (wi, wo), "dots_with_no_batch_dims_saveable", a = 4, t = 1:
+  #   encoder: D parts 3D = 24, split 3NH + F = 28 -> 5 * 4 * 52 = 1040, x2 = 2080
+  #   decoder: D parts 32, split 28 + NH = 34 -> 4 * 4 * 66 = 1056, + 240, x3 = 3888
+  #   + 160 -> layers 6128
+  cfg = _ACT.replace(mlp_activation="relu", remat_policy="dots_with_no_batch_dims_saveable")
+  assert accounting.activation_bytes(cfg, 5, 4)["layers"] == 6128.0
+
+
+def test_prefix_lm_counts_the_causal_models_params():
+  """A prefix LM has the causal decoder's params; counting them builds its batch with the
+  prefix flags it needs (mask type built at run time, as from a flag)."""
+  causal = TransformerConfig(vocab_size=50, emb_dim=8, num_heads=2, head_dim=3, mlp_dim=10,
+                             num_encoder_layers=0, num_decoder_layers=2, mask_type="causal")
+  prefix = causal.replace(mask_type="".join(["prefix", "_lm"]))
+  assert accounting.count_params(prefix) == accounting.count_params(causal) > 0
