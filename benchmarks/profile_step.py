@@ -19,7 +19,6 @@ is not what is being profiled.
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import functools
 import glob
@@ -37,6 +36,7 @@ import jax  # noqa: E402
 import results  # noqa: E402
 from bench_train import random_batch  # noqa: E402
 from configs import t5  # noqa: E402
+from lm import config as config_lib  # noqa: E402
 from lm import partitioning, steps, train  # noqa: E402
 
 
@@ -96,18 +96,10 @@ def main(argv=None) -> None:
                            "source line in its metadata)")
   args = parser.parse_args(argv)
 
-  config = t5.get_config(args.config)
-  for item in args.set:
-    key, _, value = item.partition("=")
-    try:
-      value = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      pass  # a plain string
-    *parents, leaf = key.split(".")
-    node = config
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  try:
+    config = config_lib.apply_overrides(t5.get_config(args.config), args.set)
+  except ValueError as e:
+    parser.error(str(e))
   run = train.build_run(config)
   d = run.data_spec
   local = random_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size,

@@ -202,7 +202,20 @@ def test_profile_sums_xla_cpu_thunks_without_their_containers():
 def test_profile_step_tiny_prints_the_top_ops(tmp_path):
   out = _run("profile_step.py", "--config", "size=tiny,batch=8,inputs_length=32", "--steps", "1",
              "--warmup", "1", "--top", "5", "--init_on_cpu", "--trace_dir", str(tmp_path / "t"),
-             "--set", "model.scan_layers=True", "--json", str(tmp_path / "p.json"))
+             "--set", "model.scan_layers=True", "--json", str(tmp_path / "p.json"),
+             "--hlo", str(tmp_path / "step.hlo"))
   assert "model.scan_layers=True on cpu" in out and "ms/step" in out, out
   doc = json.loads((tmp_path / "p.json").read_text())["results"]
   assert len(doc["top_5_ops_ms_per_step"]) == 5 and doc["ops_ms_per_step_total"] > 0
+  # The HLO names the profiled fusions (the way from an op to its source line).
+  hlo = (tmp_path / "step.hlo").read_text()
+  assert hlo.startswith("HloModule") and any(
+      f"%{name} = " in hlo for name in doc["top_5_ops_ms_per_step"]), list(doc["top_5_ops_ms_per_step"])
+
+
+def test_profile_step_refuses_an_unknown_config_field():
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "profile_step.py"),
+                         "--set", "model.no_such_field=1"], capture_output=True, text=True,
+                        timeout=120, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert "has no field 'model.no_such_field'" in proc.stderr.strip().splitlines()[-1]
