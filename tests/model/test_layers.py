@@ -75,8 +75,9 @@ def test_norm_defaults_and_init():
   np.testing.assert_array_equal(params["scale"], np.ones(4))
   _, params = _apply(layers.LayerNorm(), x)
   np.testing.assert_array_equal(params["bias"], np.zeros(4))
-  with pytest.raises(ValueError, match="unknown norm_type 'batchnorm'"):
-    layers.make_norm("batchnorm", jnp.float32, "n")
+  for name in ("batchnorm", "scalenorm"):  # sorting before and after both known names
+    with pytest.raises(ValueError, match=f"unknown norm_type '{name}'"):
+      layers.make_norm(name, jnp.float32, "n")
   out, _ = _apply(layers.RMSNorm(dtype=jnp.bfloat16), x)
   assert layers.RMSNorm(dtype=jnp.bfloat16).apply(
       {"params": {"scale": jnp.ones(4)}}, x).dtype == jnp.bfloat16
@@ -109,6 +110,19 @@ def test_broadcast_dropout_keeps_one_minus_rate_scaled_and_shares_the_mask_over_
       {}, x, False, rngs={"dropout": jax.random.PRNGKey(1)}))
   assert not np.all((out != 0) == (out != 0)[:, :1, :])
   assert abs((out != 0).mean() - (1 - rate)) < 5 * math.sqrt(rate * (1 - rate) / out.size)
+
+
+class _DefaultDropout(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return layers.broadcast_dropout(x, 0.5, False, self)
+
+
+def test_dropout_shares_its_mask_over_length_by_default():
+  """The MLP block calls it so (t5x's broadcast_dims=(-2,))."""
+  x = jnp.ones((8, 6, 16), jnp.float32)
+  kept = np.asarray(_DefaultDropout().apply({}, x, rngs={"dropout": jax.random.PRNGKey(2)})) != 0
+  assert np.all(kept == kept[:, :1, :]) and 0 < kept.mean() < 1
 
 
 def test_dropout_is_the_identity_when_deterministic_or_at_rate_zero():
