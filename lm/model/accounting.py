@@ -203,9 +203,8 @@ def activation_bytes(config: TransformerConfig, inputs_length: int, targets_leng
   li, lt = int(inputs_length), int(targets_length)
 
   def stack(num_layers, length, cross_keys):
-    """Bytes of a stack of `num_layers` layers on `length` tokens (self-attention)."""
-    if num_layers == 0:
-      return 0.0
+    """Bytes of a stack of `num_layers` (> 0, as TransformerConfig requires) layers on
+    `length` tokens (self-attention)."""
     rep, split, f32 = _layer_activation_elements(config, length, length, cross_keys, "none")
     one_layer = length * (a * (rep + split / t) + 4 * f32 / t)
     cross_kv = a * 2 * config.num_heads * config.resolved_head_dim * cross_keys / t

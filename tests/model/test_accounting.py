@@ -193,3 +193,12 @@ def test_prefix_lm_counts_the_causal_models_params():
                              num_encoder_layers=0, num_decoder_layers=2, mask_type="causal")
   prefix = causal.replace(mask_type="".join(["prefix", "_lm"]))
   assert accounting.count_params(prefix) == accounting.count_params(causal) > 0
+
+
+def test_activation_bytes_reads_names_built_at_run_time_and_zero_tensor_shards_as_one():
+  """dtype and policy as from a flag (not the interned literals); tensor_shards 0 (no
+  tensor axis in the mesh) counts as 1."""
+  cfg = _ACT.replace(dtype="".join(["bfloat", "16"]), remat_policy="".join(["dots_", "saveable"]))
+  assert accounting.activation_bytes(cfg, 5, 4, tensor_shards=2)["total"] == 4896.0
+  assert (accounting.activation_bytes(_ACT, 5, 4, tensor_shards=0)
+          == accounting.activation_bytes(_ACT, 5, 4))
