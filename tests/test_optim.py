@@ -161,3 +161,42 @@ def test_adamw_with_global_norm_clipping():
   np.testing.assert_allclose(u["b"], -0.1 * g / (g + 1), rtol=1e-4)
   with pytest.raises(ValueError, match="unknown optim.name 'sgd'"):
     optim.make_optimizer(_optim_cfg("sgd"), sched)
+
+
+def _with(name="adafactor", **fields):
+  """An OptimConfig with fields of its optimizer's section replaced."""
+  cfg = optim.OptimConfig(name=name)
+  section = getattr(cfg, name)
+  return dataclasses.replace(cfg, **{name: dataclasses.replace(section, **fields)})
+
+
+@pytest.mark.parametrize("name,field,accepted,refused", [
+    # [low, high) ranges: the low end is accepted, the high end refused.
+    ("adafactor", "momentum", [0.0, 0.999], [1.0, -1e-9]),
+    ("adafactor", "clipping_threshold", [0.0, 1e9], [-1e-9, float("inf")]),
+    ("adafactor", "weight_decay_rate", [0.0, 0.5], [-1e-9]),
+    ("adafactor", "eps", [0.0, 1e-30], [-1e-30]),
+    ("adamw", "b1", [0.0, 0.9], [1.0, -1e-9]),
+    ("adamw", "b2", [0.0, 0.95], [1.0]),
+    ("adamw", "eps", [0.0, 1e-8], [-1e-8]),
+    ("adamw", "weight_decay", [0.0, 0.1], [-1e-9]),
+    # decay_rate's range is closed: [0, 1].
+    ("adafactor", "decay_rate", [0.0, 1.0], [1.0 + 1e-9, -1e-9]),
+])
+def test_optimizer_ranges_at_their_boundaries(name, field, accepted, refused):
+  sched = _sched()
+  for value in accepted:
+    optim.make_optimizer(_with(name, **{field: value}), sched)
+  for value in refused:
+    with pytest.raises(ValueError, match=f"optim.{name}.{field} must be in"):
+      optim.make_optimizer(_with(name, **{field: value}), sched)
+
+
+def test_schedule_defaults_are_t5_pretraining_and_names_may_be_built_at_run_time():
+  cfg = optim.ScheduleConfig()
+  assert (cfg.name, cfg.base_lr, cfg.warmup_steps, cfg.decay_steps, cfg.end_factor,
+          cfg.linear_warmup) == ("rsqrt", 1.0, 10_000, 0, 0.0, False)
+  const = _sched(name="".join(["con", "stant"]), base_lr=1e-3, warmup_steps=0)
+  assert float(const(7)) == np.float32(1e-3)
+  with pytest.raises(ValueError, match=r"decay_steps \(0\) > warmup_steps \(10\)"):
+    _sched(name="linear", warmup_steps=10, decay_steps=0)
