@@ -200,3 +200,9 @@ def test_schedule_defaults_are_t5_pretraining_and_names_may_be_built_at_run_time
   assert float(const(7)) == np.float32(1e-3)
   with pytest.raises(ValueError, match=r"decay_steps \(0\) > warmup_steps \(10\)"):
     _sched(name="linear", warmup_steps=10, decay_steps=0)
+
+
+def test_min_dim_size_to_factor_must_be_positive():
+  optim.make_optimizer(_with(min_dim_size_to_factor=1), _sched())
+  with pytest.raises(ValueError, match="min_dim_size_to_factor must be >= 1, got 0"):
+    optim.make_optimizer(_with(min_dim_size_to_factor=0), _sched())
