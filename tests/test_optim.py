@@ -206,3 +206,13 @@ def test_min_dim_size_to_factor_must_be_positive():
   optim.make_optimizer(_with(min_dim_size_to_factor=1), _sched())
   with pytest.raises(ValueError, match="min_dim_size_to_factor must be >= 1, got 0"):
     optim.make_optimizer(_with(min_dim_size_to_factor=0), _sched())
+
+
+def test_optimizer_defaults_are_t5s_adafactor_and_gpt3s_adamw():
+  """The settings objects hold the one copy of every default (docs/t5_reference.md §3.6;
+  GPT-3 §2.3)."""
+  assert dataclasses.astuple(optim.AdafactorConfig()) == (0.8, 0, True, True, 1.0, 0.0, 1e-30,
+                                                          128, 0.0)
+  assert dataclasses.astuple(optim.AdamWConfig()) == (0.9, 0.95, 1e-8, 0.1)
+  cfg = optim.OptimConfig()
+  assert (cfg.name, cfg.grad_clip_norm, cfg.grad_accum_steps) == ("adafactor", 0.0, 1)

@@ -202,3 +202,12 @@ def test_activation_bytes_reads_names_built_at_run_time_and_zero_tensor_shards_a
   assert accounting.activation_bytes(cfg, 5, 4, tensor_shards=2)["total"] == 4896.0
   assert (accounting.activation_bytes(_ACT, 5, 4, tensor_shards=0)
           == accounting.activation_bytes(_ACT, 5, 4))
+
+
+def test_activation_bytes_hand_derived_with_a_one_token_input():
+  # Li = 1 still gives the decoder its cross-attention (one key):
+  #   encoder 1 * (4*86 + 4*2) = 352, x2 = 704; decoder 4 * (4*114 + 4*(8 + 2)) = 1984,
+  #   + 4*2*NH*1 = 48 -> 2032, x3 = 6096; + 1*4*8 = 32 -> layers 6832
+  #   masks 4*(1 + 16 + 4) = 84; attention backward 2*4*2*16 = 256; logits 2400.
+  got = accounting.activation_bytes(_ACT, 1, 4)
+  assert (got["layers"], got["total"]) == (6832.0, 9572.0)
