@@ -53,8 +53,10 @@ def test_cosine_linear_constant():
 def test_schedule_errors():
   with pytest.raises(ValueError, match="unknown schedule.name 'cos'"):
     _sched(name="cos")
-  with pytest.raises(ValueError, match="decay_steps"):
-    _sched(name="cosine", warmup_steps=10, decay_steps=10)
+  for name in ("cosine", "linear"):  # decay_steps must exceed warmup_steps, equal is refused
+    with pytest.raises(ValueError, match=r"needs schedule.decay_steps \(10\) > warmup_steps \(10\)"):
+      _sched(name=name, warmup_steps=10, decay_steps=10)
+    _sched(name=name, warmup_steps=10, decay_steps=11)
   with pytest.raises(ValueError, match="warmup_steps > 0"):
     _sched(warmup_steps=0)
 
@@ -177,7 +179,7 @@ def _with(name="adafactor", **fields):
     ("adafactor", "weight_decay_rate", [0.0, 0.5], [-1e-9]),
     ("adafactor", "eps", [0.0, 1e-30], [-1e-30]),
     ("adamw", "b1", [0.0, 0.9], [1.0, -1e-9]),
-    ("adamw", "b2", [0.0, 0.95], [1.0]),
+    ("adamw", "b2", [0.0, 0.95], [1.0, -1e-9]),
     ("adamw", "eps", [0.0, 1e-8], [-1e-8]),
     ("adamw", "weight_decay", [0.0, 0.1], [-1e-9]),
     # decay_rate's range is closed: [0, 1].
@@ -216,3 +218,34 @@ def test_optimizer_defaults_are_t5s_adafactor_and_gpt3s_adamw():
   assert dataclasses.astuple(optim.AdamWConfig()) == (0.9, 0.95, 1e-8, 0.1)
   cfg = optim.OptimConfig()
   assert (cfg.name, cfg.grad_clip_norm, cfg.grad_accum_steps) == ("adafactor", 0.0, 1)
+
+
+def test_schedule_bounds_and_the_rsqrt_schedules_own_checks():
+  with pytest.raises(ValueError, match="schedule.warmup_steps must be >= 0, got -1"):
+    _sched(name="constant", warmup_steps=-1)
+  with pytest.raises(ValueError, match="schedule.base_lr must be > 0, got 0.0"):
+    _sched(base_lr=0.0)
+  with pytest.raises(ValueError, match="grad_clip_norm must be >= 0"):
+    optim.make_optimizer(dataclasses.replace(optim.OptimConfig(), grad_clip_norm=-0.5), _sched())
+  for warmup in (0, -3):
+    with pytest.raises(ValueError, match="warmup_steps > 0"):
+      optim.rsqrt_schedule(1.0, warmup)
+  # warmup 1: 1/sqrt(max(step, 1)); no linear ramp unless asked for.
+  assert float(optim.rsqrt_schedule(1.0, 1)(4)) == pytest.approx(0.5, rel=1e-6)
+  assert float(optim.rsqrt_schedule(1.0, 100)(50)) == pytest.approx(0.1, rel=1e-6)
+  rsqrt = _sched(name="".join(["rs", "qrt"]), warmup_steps=100)  # a name built at run time
+  assert float(rsqrt(400)) == pytest.approx(0.05, rel=1e-6)
+
+
+def test_settings_objects_are_frozen():
+  for obj in (optim.ScheduleConfig(), optim.AdafactorConfig(), optim.AdamWConfig(),
+              optim.OptimConfig()):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      obj.eps = 1.0  # pylint: disable=assigning-non-slot
+
+
+def test_t5_matrix_shape_joins_heads_at_any_path_depth():
+  assert optim.t5_matrix_shape(("self_attention", "query"), (8, 2, 4)) == (8, 8)
+  assert optim.t5_matrix_shape(("enc", "layers_0", "cross_attention", "out"), (2, 4, 8)) == (8, 8)
+  assert optim.t5_matrix_shape(("mlp", "wi"), (8, 16)) == (8, 16)
+  assert optim.t5_matrix_shape(("query",), (8, 2, 4)) == (8, 2, 4)  # no attention parent
