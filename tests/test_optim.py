@@ -174,11 +174,11 @@ def _with(name="adafactor", **fields):
 
 @pytest.mark.parametrize("name,field,accepted,refused", [
     # [low, high) ranges: the low end is accepted, the high end refused.
-    ("adafactor", "momentum", [0.0, 0.999], [1.0, -1e-9]),
+    ("adafactor", "momentum", [0.0, 0.999], [1.0, 1.5, -1e-9]),
     ("adafactor", "clipping_threshold", [0.0, 1e9], [-1e-9, float("inf")]),
     ("adafactor", "weight_decay_rate", [0.0, 0.5], [-1e-9]),
     ("adafactor", "eps", [0.0, 1e-30], [-1e-30]),
-    ("adamw", "b1", [0.0, 0.9], [1.0, -1e-9]),
+    ("adamw", "b1", [0.0, 0.9], [1.0, 2.0, -1e-9]),
     ("adamw", "b2", [0.0, 0.95], [1.0, -1e-9]),
     ("adamw", "eps", [0.0, 1e-8], [-1e-8]),
     ("adamw", "weight_decay", [0.0, 0.1], [-1e-9]),
