@@ -356,3 +356,24 @@ def test_adafactor_update_compiles_without_param_sized_selects():
   text = jax.jit(tx.update).lower(params, tx.init(params), params).as_text()
   selects = [line for line in text.splitlines() if "stablehlo.select" in line]
   assert all(line.rstrip().endswith(("tensor<f32>", "tensor<i32>")) for line in selects), selects
+
+
+@pytest.mark.parametrize("fields", [{}, {"momentum": 0.9, "weight_decay_rate": 0.01,
+                                         "clipping_threshold": 0.0,
+                                         "multiply_by_parameter_scale": False}])
+def test_adafactor_state_is_optax_adafactors_so_checkpoints_restore(fields):
+  """lm's chain holds the same state tree (types, shapes, dtypes) as optax.adafactor with
+  the same settings: checkpoints written before lm had its own stages restore."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  a = dataclasses.replace(optim.AdafactorConfig(), **fields)
+  params = {k: jnp.zeros(s, jnp.float32) for k, s in _FACTOR_SHAPES.items()}
+  ours = optim.adafactor(0.01, a).init(params)
+  theirs = optax.adafactor(
+      0.01, min_dim_size_to_factor=a.min_dim_size_to_factor, decay_rate=a.decay_rate,
+      decay_offset=a.decay_offset, multiply_by_parameter_scale=a.multiply_by_parameter_scale,
+      clipping_threshold=a.clipping_threshold or None, momentum=a.momentum or None,
+      weight_decay_rate=a.weight_decay_rate or None, eps=a.eps, factored=a.factored).init(params)
+  assert jax.tree.structure(ours) == jax.tree.structure(theirs)
+  for x, y in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+    assert x.shape == y.shape and x.dtype == y.dtype
