@@ -11,9 +11,10 @@ multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
 min_dim_size_to_factor=128) with lr = 1/sqrt(max(step, 10^4)). `optax.adafactor`
 implements the same algorithm: second-moment decay 1 - (t+1)^-0.8, update clipping
 by block RMS, update scaled by lr * max(RMS(param), 1e-3) (epsilon2 is optax's fixed
-`min_scale=1e-3`). `adafactor` builds optax's chain with one stage of lm's own,
-`scale_by_factored_rms`: optax's second-moment scaling with its `x ** -0.5` written as
-`lax.rsqrt` (a general power on XLA:CPU cost 12-15 % of the tiny model's step), same state.
+`min_scale=1e-3`). `adafactor` builds optax's chain with two stages of lm's own, same
+state: `scale_by_factored_rms`, optax's second-moment scaling with its `x ** -0.5` written
+as `lax.rsqrt` (a general power on XLA:CPU cost 12-15 % of the tiny model's step), and
+`scale_by_param_rms`, optax's parameter scale in one reduction.
 
 t5x chooses which dims to factor from logical axis names (embed = row; vocab/mlp/heads/kv
 = column), optax factors the two largest dims: the same for
@@ -278,10 +279,21 @@ def adafactor(learning_rate: optax.ScalarOrSchedule, a: AdafactorConfig
   second-moment scaling, update clipping by block RMS (clipping_threshold > 0), the
   learning rate, scaling by the param's block RMS (multiply_by_parameter_scale), momentum
   (> 0), decoupled weight decay (> 0), and the sign flip.
+
+  Raises:
+    ValueError: a setting out of its range, naming the `optim.adafactor.<field>`.
   """
   clipping = float(a.clipping_threshold or 0.0)
   momentum = float(a.momentum or 0.0)
   wd = float(a.weight_decay_rate or 0.0)
+  _check_range("adafactor.decay_rate", float(a.decay_rate), 0.0, 1.0, high_open=False)
+  _check_range("adafactor.momentum", momentum, 0.0, 1.0)
+  _check_range("adafactor.clipping_threshold", clipping, 0.0, float("inf"))
+  _check_range("adafactor.weight_decay_rate", wd, 0.0, float("inf"))
+  _check_range("adafactor.eps", float(a.eps), 0.0, float("inf"))
+  if int(a.min_dim_size_to_factor) < 1:
+    raise ValueError("optim.adafactor.min_dim_size_to_factor must be >= 1, got "
+                     f"{a.min_dim_size_to_factor}.")
   chain = [scale_by_factored_rms(bool(a.factored), float(a.decay_rate), int(a.decay_offset),
                                  int(a.min_dim_size_to_factor), float(a.eps))]
   if clipping > 0:
@@ -417,19 +429,7 @@ def make_optimizer(cfg: OptimConfig, schedule: optax.Schedule) -> optax.Gradient
   name = cfg.name
   clip = float(cfg.grad_clip_norm or 0.0)
   if name == "adafactor":
-    a = cfg.adafactor
-    momentum = float(a.momentum or 0.0)
-    clipping = float(a.clipping_threshold or 0.0)
-    wd = float(a.weight_decay_rate or 0.0)
-    _check_range("adafactor.decay_rate", float(a.decay_rate), 0.0, 1.0, high_open=False)
-    _check_range("adafactor.momentum", momentum, 0.0, 1.0)
-    _check_range("adafactor.clipping_threshold", clipping, 0.0, float("inf"))
-    _check_range("adafactor.weight_decay_rate", wd, 0.0, float("inf"))
-    _check_range("adafactor.eps", float(a.eps), 0.0, float("inf"))
-    if int(a.min_dim_size_to_factor) < 1:
-      raise ValueError("optim.adafactor.min_dim_size_to_factor must be >= 1, got "
-                       f"{a.min_dim_size_to_factor}.")
-    tx = as_t5_matrices(per_layer(adafactor(schedule, a)))
+    tx = as_t5_matrices(per_layer(adafactor(schedule, cfg.adafactor)))
   elif name == "adamw":
     a = cfg.adamw
     _check_range("adamw.b1", float(a.b1), 0.0, 1.0)

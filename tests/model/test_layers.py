@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from lm.model import layers
 
 
-def _run(x):
+def _runtime(x):
   return "".join(list(x))  # a str equal to x but not the interned literal
 
 
@@ -49,7 +49,7 @@ def test_norms_match_numpy_where_epsilon_matters(norm_type, eps):
   d = x.shape[-1]
   scale = rng.uniform(0.5, 1.5, d).astype(np.float32)
   bias = rng.normal(size=d).astype(np.float32)
-  module = layers.make_norm(_run(norm_type), jnp.float32, "norm")
+  module = layers.make_norm(_runtime(norm_type), jnp.float32, "norm")
   assert module.epsilon == eps
   params = {"scale": jnp.asarray(scale)}
   if norm_type == "layernorm":
@@ -140,7 +140,7 @@ def _gelu(x):  # the tanh approximation (flax's and t5x's default)
 def test_mlp_block_matches_numpy(activation):
   rng = np.random.default_rng(2)
   x = rng.normal(size=(2, 3, 8)).astype(np.float32)
-  block = layers.MlpBlock(mlp_dim=12, activation=_run(activation))
+  block = layers.MlpBlock(mlp_dim=12, activation=_runtime(activation))
   got, params = _apply(block, jnp.asarray(x))
   p = {k: np.asarray(v, np.float64) for k, v in params.items()}
   x64 = x.astype(np.float64)
