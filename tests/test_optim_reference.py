@@ -19,9 +19,12 @@ lm's `grad_clip_norm`). Attention kernels [D, N, H] / [N, H, D] are factored as 
 Every optimizer field lm's config exposes is set to a non-default value, and the gradients
 change from step to step (so the second-moment decay, momentum and clipping all matter).
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from lm import config as config_lib
@@ -284,7 +287,6 @@ def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim,
   """lm's second-moment stage against optax's, over changing gradients: same state
   structure (what checkpoints hold), values within a few float32 ulps (rsqrt against
   x ** -0.5)."""
-  import optax  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(7)
   params = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in _FACTOR_SHAPES.items()}
   ours = optim.scale_by_factored_rms(factored, 0.8, offset, min_dim, eps)
@@ -330,7 +332,6 @@ def test_adafactor_update_compiles_without_an_elementwise_power():
 
 def test_scale_by_param_rms_is_optax_scale_by_param_block_rms():
   """Bitwise: max(RMS(param), min_scale), for params above, at and below the minimum."""
-  import optax  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(3)
   params = {"big": jnp.asarray(rng.normal(size=(30, 20)), jnp.float32),
             "small": jnp.asarray(rng.normal(size=(50,)) * 1e-5, jnp.float32),
@@ -364,8 +365,6 @@ def test_adafactor_update_compiles_without_param_sized_selects():
 def test_adafactor_state_is_optax_adafactors_so_checkpoints_restore(fields):
   """lm's chain holds the same state tree (types, shapes, dtypes) as optax.adafactor with
   the same settings: checkpoints written before lm had its own stages restore."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
   a = dataclasses.replace(optim.AdafactorConfig(), **fields)
   params = {k: jnp.zeros(s, jnp.float32) for k, s in _FACTOR_SHAPES.items()}
   ours = optim.adafactor(0.01, a).init(params)
