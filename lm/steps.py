@@ -107,7 +107,10 @@ def _loss_sums(params: Any, batch: Mapping[str, Any], dropout_rng: jax.Array | N
   logits = model.apply({"params": params}, batch, enable_dropout=enable_dropout,
                        rngs={"dropout": dropout_rng} if enable_dropout else None)
   targets, weights = _targets_and_weights(batch)
-  assert logits.shape[:2] == targets.shape, (logits.shape, targets.shape)
+  if logits.shape[:2] != targets.shape:
+    raise ValueError(f"decoder_target_tokens has shape {targets.shape} but the model's logits "
+                     f"cover {logits.shape[:2]} (batch, length); give decoder_input_tokens and "
+                     "decoder_target_tokens the same shape.")
   loss_sum, z_sum, weight_sum = losses.weighted_cross_entropy(
       logits, targets, weights, label_smoothing=label_smoothing, z_loss=z_loss)
   correct, _ = losses.weighted_accuracy(logits, targets, weights)

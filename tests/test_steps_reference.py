@@ -16,6 +16,7 @@ gradient entry; observed differences are ~100x smaller.
 """
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -43,6 +44,9 @@ def _batch(b=8, li=12, lt=6, seed=0):
   for row, n in enumerate([1, 6, 2, 0, 5, 6, 3, 4][:b]):
     weights[row, n:] = 0.0
     targets[row, n:] = 0
+    if n:
+      targets[row, n - 1] = 1  # EOS: a target token like any other (id 1 > 0)
+  inputs[:, -4] = 1  # the inputs' EOS before their padding
   return {"encoder_input_tokens": inputs, "decoder_input_tokens": dec_in,
           "decoder_target_tokens": targets, "decoder_loss_weights": weights}
 
@@ -112,6 +116,16 @@ def test_accumulated_sgd_update_is_minus_full_batch_gradient(normalization, cons
   loss_value = _reference_objective(params, batch, model, ls=ls, z=z,
                                     normalization="none", constant=1.0) - entropy * w.sum()
   np.testing.assert_allclose(float(metrics["loss"][0]), float(loss_value), rtol=1e-5)
+  # The z-loss term on its own (z sum_t w_t logZ_t^2), and cross_entropy = loss without it.
+  logits = np.asarray(model.apply({"params": params}, batch), np.float64)
+  log_z = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+  z_value = z * float(np.sum(w * log_z ** 2))
+  assert z_value > 1e-3 * float(loss_value)  # large enough to show in cross_entropy
+  np.testing.assert_allclose(float(metrics["z_loss"][0]), z_value, rtol=1e-4)
+  np.testing.assert_allclose(float(metrics["cross_entropy"][0]), float(loss_value) - z_value,
+                             rtol=1e-5)
+  for name in ("loss", "cross_entropy", "z_loss", "accuracy"):
+    assert float(metrics[name][1]) == 27.0, name
   np.testing.assert_allclose(
       float(metrics["grad_norm"][0]),
       np.sqrt(sum(np.sum(np.square(np.asarray(g))) for g in jax.tree.leaves(want))),
@@ -137,6 +151,61 @@ def test_eval_metrics_equal_hand_counts():
                 .astype(np.int32))
   m2 = jax.jit(functools.partial(steps.eval_step, model=model))(params, batch2)
   assert float(m2["accuracy"][0]) == float(w.sum())
+
+
+def test_eval_defaults_no_z_loss_no_smoothing_and_weights_from_nonzero_targets():
+  """eval_step's defaults are z_loss 0 and label smoothing 0; a batch without
+  decoder_loss_weights weighs every non-padding target (EOS, id 1, included)."""
+  model, params = _model_and_params()
+  batch = _batch(seed=4)
+  unweighted = {k: v for k, v in batch.items() if k != "decoder_loss_weights"}
+  m = jax.jit(functools.partial(steps.eval_step, model=model))(params, unweighted)
+  targets = batch["decoder_target_tokens"]
+  assert float(m["z_loss"][0]) == 0.0
+  assert float(m["target_tokens"][0]) == float((targets > 0).sum()) == 27.0
+  ce = _reference_objective(params, batch, model, ls=0.0, z=0.0, normalization="none",
+                            constant=1.0)
+  for name in ("loss", "cross_entropy"):
+    np.testing.assert_allclose(float(m[name][0]), float(ce), rtol=1e-5)
+    assert float(m[name][1]) == 27.0
+  assert float(m["tokens"][0]) == float((targets > 0).sum() + (batch["encoder_input_tokens"] > 0).sum())
+
+
+def test_train_step_defaults_and_dropout_switch():
+  """train_step's defaults (z_loss 0, no smoothing, num_target_tokens) give the plain
+  cross entropy's gradient; with a dropout model, `dropout=False` gives the deterministic
+  gradient exactly (up to rounding) and the default `dropout=True` does not. The dropout
+  masks are a function of (state.rng, state.step): the same state repeats them, the next
+  step or another key changes them."""
+  model = Transformer(TransformerConfig(**TINY, dropout_rate=0.3))
+  batch = _batch(seed=5)
+  tx = optax.sgd(LR)
+  state = steps.create_train_state(jax.random.key(0), batch, model=model, tx=tx)
+  want = jax.jit(jax.grad(functools.partial(
+      _reference_objective, model=model, ls=0.0, z=0.0, normalization="num_target_tokens",
+      constant=1.0)))(state.params, batch)
+
+  def grad_of(step_fn, s):
+    new, metrics = step_fn(s, batch)
+    return jax.tree.map(lambda a, b: (a - b) / LR, s.params, new.params), metrics
+
+  plain, m = grad_of(jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
+                                               dropout=False)), state)
+  _assert_close_to_gradient(plain, want, "dropout=False")
+  assert float(m["z_loss"][0]) == 0.0
+  assert np.isnan(float(m["learning_rate"][0]))  # no schedule given: nothing to report
+  dropped = jax.jit(functools.partial(steps.train_step, model=model, tx=tx))
+  g1, m1 = grad_of(dropped, state)
+  g2, m2 = grad_of(dropped, state)
+  g3, m3 = grad_of(dropped, state.replace(step=state.step + 1))
+  g4, m4 = grad_of(dropped, state.replace(rng=jax.random.key(9)))
+  loss = lambda metrics: float(metrics["loss"][0])
+  assert loss(m1) == loss(m2)
+  assert len({loss(m1), loss(m3), loss(m4), loss(m)}) == 4, (loss(m1), loss(m3), loss(m4), loss(m))
+  leaf = lambda g: np.asarray(g["decoder"]["logits_dense"]["kernel"]
+                              if "logits_dense" in g["decoder"] else g["token_embedder"]["embedding"])
+  np.testing.assert_array_equal(leaf(g1), leaf(g2))
+  assert np.abs(leaf(g1) - leaf(plain)).max() > 1e-3 * np.abs(leaf(plain)).max()
 
 
 @pytest.mark.slow
@@ -169,3 +238,39 @@ def test_sharded_sgd_step_matches_single_device_tightly(mesh_shape):
   _assert_close_to_gradient(grad, ref_grad, f"mesh {mesh_shape}")
   for k in ("loss", "accuracy", "target_tokens", "tokens"):
     np.testing.assert_allclose(np.asarray(m[k]), np.asarray(ref_m[k]), rtol=4 * 64 * EPS32)
+
+
+def test_one_microbatch_by_default_runs_no_scan():
+  """k = 1 (the default) differentiates the batch directly; k > 1 scans microbatches."""
+  model, params = _model_and_params()
+  tx = optax.sgd(LR)
+  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=tx.init(params), rng=jax.random.key(1))
+  jaxpr = lambda **kw: str(jax.make_jaxpr(functools.partial(
+      steps.train_step, model=model, tx=tx, **kw))(state, _batch()))
+  assert "scan" not in jaxpr()
+  assert "scan" in jaxpr(num_microbatches=2)
+
+
+class _FixedLengthLM(nn.Module):
+  """A model whose logits always cover 6 positions, whatever the batch's lengths."""
+
+  @nn.compact
+  def __call__(self, batch, enable_dropout=False):
+    bias = self.param("bias", nn.initializers.zeros, (TINY["vocab_size"],))
+    return jnp.zeros((batch["decoder_target_tokens"].shape[0], 6, 1)) + bias
+
+
+@pytest.mark.parametrize("lt", [5, 7])
+def test_targets_the_logits_do_not_cover_are_refused(lt):
+  """The model (any module) must give logits for every target position."""
+  model = _FixedLengthLM()
+  batch = {"decoder_target_tokens": np.ones((8, lt), np.int32),
+           "decoder_loss_weights": np.ones((8, lt), np.float32)}
+  params = model.init(jax.random.key(0), batch)["params"]
+  with pytest.raises(ValueError, match=rf"decoder_target_tokens has shape \(8, {lt}\) but the "
+                     r"model's logits cover \(8, 6\)"):
+    steps.eval_step(params, batch, model=model)
+  same = {"decoder_target_tokens": np.ones((8, 6), np.int32),
+          "decoder_loss_weights": np.ones((8, 6), np.float32)}
+  assert float(steps.eval_step(params, same, model=model)["target_tokens"][0]) == 48.0

@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 MODULE_TESTS: dict[str, list[str]] = {
     "lm/losses.py": ["tests/test_losses.py", "tests/test_losses_reference.py"],
     "lm/model/masks.py": ["tests/model/test_masks.py", "tests/model/test_attention.py"],
-    "lm/model/position.py": ["tests/model/test_masks.py",
+    "lm/model/position.py": ["tests/model/test_position.py", "tests/model/test_masks.py",
                              "tests/model/test_transformer_reference.py"],
     "lm/model/layers.py": ["tests/model/test_layers.py", "tests/model/test_transformer_reference.py"],
     "lm/model/attention.py": ["tests/model/test_attention.py",
