@@ -174,6 +174,9 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
   Returns:
     (new TrainState with step + 1, metrics {name: (sum, weight)}).
   """
+  if num_microbatches < 1:
+    raise ValueError(f"num_microbatches must be >= 1, got {num_microbatches} "
+                     "(optim.grad_accum_steps).")
   step_rng = jax.random.fold_in(state.rng, state.step)
 
   def grad_and_metrics(params, mbatch, index):
