@@ -62,9 +62,15 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
   Returns:
     dtype[B, L, N, H].
   """
-  assert query.ndim == key.ndim == value.ndim == 4, (query.shape, key.shape, value.shape)
-  assert key.shape == value.shape, (key.shape, value.shape)
-  assert query.shape[0] == key.shape[0] and query.shape[2:] == key.shape[2:], (query.shape, key.shape)
+  if not query.ndim == key.ndim == value.ndim == 4:
+    raise ValueError(f"attention needs rank-4 query, key and value ([B, L or S, N, H]), got "
+                     f"shapes {query.shape}, {key.shape}, {value.shape}")
+  if key.shape != value.shape:
+    raise ValueError(f"attention needs keys and values of one shape, got {key.shape} and "
+                     f"{value.shape}")
+  if query.shape[0] != key.shape[0] or query.shape[2:] != key.shape[2:]:
+    raise ValueError(f"attention needs queries {query.shape} with the batch, heads and head_dim "
+                     f"of the keys {key.shape}")
   biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
   for b in biases:
     jnp.broadcast_shapes(b.shape, (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
@@ -90,11 +96,15 @@ def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32):
   """
   b, l, n, h = query.shape
   bc, s = key.shape[0], key.shape[-1]
-  assert key.shape == value.shape == (bc, n, h, s), (query.shape, key.shape, value.shape)
-  assert b % bc == 0, (query.shape, key.shape)
+  if not key.shape == value.shape == (bc, n, h, s) or b % bc:
+    raise ValueError(f"cached attention needs a cache [Bc, N, H, S] of the queries' heads and "
+                     f"head_dim, and a multiple of Bc query rows; got query {query.shape}, "
+                     f"key {key.shape}, value {value.shape}")
   r = b // bc
   for x in biases:
-    assert r == 1 or (x.shape[0] in (1, bc) and x.shape[-2] == 1), (x.shape, query.shape, key.shape)
+    if r > 1 and (x.shape[0] not in (1, bc) or x.shape[-2] != 1):
+      raise ValueError(f"with {r} query rows per cache row, a bias needs 1 or {bc} rows and a "
+                       f"query axis of 1, got {x.shape}")
   q = query.reshape(bc, r * l, n, h)
   logits = jnp.einsum("BLNH,BNHS->BNLS", q, key, preferred_element_type=jnp.float32)
   for x in biases:
@@ -206,10 +216,8 @@ class MultiHeadAttention(nn.Module):
 
     if self.kind == "cross":
       if cache_mode == "prefill":
-        shape = (key.shape[0], n, h, key.shape[1])
-        ck = self.variable("cache", "cached_key", jnp.zeros, shape, self.dtype)
-        cv = self.variable("cache", "cached_value", jnp.zeros, shape, self.dtype)
-        ck.value, cv.value = cache_layout(key), cache_layout(value)
+        self.put_variable("cache", "cached_key", cache_layout(key))
+        self.put_variable("cache", "cached_value", cache_layout(value))
         return key, value
       if not self.has_variable("cache", "cached_key"):
         raise ValueError("cross-attention step without a cache: run Transformer.prefill first")
@@ -221,10 +229,9 @@ class MultiHeadAttention(nn.Module):
       if max_length is None or max_length < key.shape[1]:
         raise ValueError(f"prefill needs max_length >= prefix length {key.shape[1]}, got {max_length}")
       shape = (batch, n, h, max_length)
-      ck = self.variable("cache", "cached_key", jnp.zeros, shape, self.dtype)
-      cv = self.variable("cache", "cached_value", jnp.zeros, shape, self.dtype)
-      ck.value = jnp.zeros(shape, self.dtype).at[..., :key.shape[1]].set(cache_layout(key))
-      cv.value = jnp.zeros(shape, self.dtype).at[..., :value.shape[1]].set(cache_layout(value))
+      for name, x in (("cached_key", key), ("cached_value", value)):
+        self.put_variable("cache", name,
+                          jnp.zeros(shape, self.dtype).at[..., :x.shape[1]].set(cache_layout(x)))
       return key, value  # the prefix attends over itself, exactly as the full forward pass
     if not self.has_variable("cache", "cached_key"):
       raise ValueError("self-attention step without a cache: run Transformer.prefill first")

@@ -202,3 +202,126 @@ def test_cached_attention_matches_numpy(rows_per_cache_row):
   want = naive_attention(q, np.asarray(k)[rows], np.asarray(v)[rows], valid[rows][:, None, None, :])
   assert np.all(np.isfinite(np.asarray(got)))
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def _runtime(x):
+  return "".join(list(x))  # a str equal to x but not the interned literal
+
+
+@pytest.mark.parametrize("q_shape,k_shape,v_shape,match", [
+    ((B, L, N, H), (B, S, N, H), (B, S, N), "rank-4"),
+    ((B, L, N), (B, S, N), (B, S, N), "rank-4"),
+    ((B, L, N, H), (B, S, N, H), (B, S + 1, N, H), "one shape"),
+    ((B, L, N, H), (B, S, N, H), (B, S - 1, N, H), "one shape"),
+    ((B + 1, L, N, H), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
+    ((B, L, N + 1, H), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
+    ((B, L, N, H - 1), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
+])
+def test_dot_product_attention_refuses_mismatched_shapes(q_shape, k_shape, v_shape, match):
+  with pytest.raises(ValueError, match=match):
+    dot_product_attention(jnp.zeros(q_shape), jnp.zeros(k_shape), jnp.zeros(v_shape))
+
+
+@pytest.mark.parametrize("q_rows,k_shape,v_shape,bias_shape,match", [
+    (B, (B, N, H, S), (B, N, H, S + 1), None, "a cache"),
+    (B, (B, N + 1, H, S), (B, N + 1, H, S), None, "a cache"),
+    (B + 1, (B, N, H, S), (B, N, H, S), None, "a cache"),
+    (3 * B, (B, N, H, S), (B, N, H, S), (3 * B, 1, 1, S), "1 or 2 rows"),
+    (3 * B, (B, N, H, S), (B, N, H, S), (B, 1, 2, S), "a query axis of 1"),
+])
+def test_cached_attention_refuses_mismatched_shapes(q_rows, k_shape, v_shape, bias_shape, match):
+  biases = () if bias_shape is None else (jnp.zeros(bias_shape),)
+  with pytest.raises(ValueError, match=match):
+    cached_attention(jnp.zeros((q_rows, 1, N, H)), jnp.zeros(k_shape), jnp.zeros(v_shape), biases)
+  # The same bias shapes are fine with one query row per cache row.
+  if bias_shape is not None:
+    out = cached_attention(jnp.zeros((B, 2, N, H)), jnp.zeros(k_shape), jnp.zeros(v_shape),
+                           (jnp.zeros((B, 1, 2, S)),))
+    assert out.shape == (B, 2, N, H)
+
+
+def test_multihead_attention_module_dropout():
+  """Attention-weight dropout runs only when not deterministic and the rate is > 0."""
+  d = 6
+  x = jnp.asarray(np.random.default_rng(2).normal(size=(B, L, d)), jnp.float32)
+
+  def run(rate, deterministic, rngs=None):
+    mha = MultiHeadAttention(num_heads=N, head_dim=H, dropout_rate=rate)
+    params = nn.meta.unbox(mha.init(jax.random.PRNGKey(0), x, x, None)["params"])
+    return np.asarray(mha.apply({"params": params}, x, x, None, deterministic=deterministic,
+                                rngs=rngs))
+
+  plain = run(0.0, True)
+  rngs = {"dropout": jax.random.PRNGKey(3)}
+  np.testing.assert_array_equal(run(0.0, False), plain)  # rate 0: no rng needed, no change
+  np.testing.assert_array_equal(run(0.5, True), plain)
+  dropped = run(0.5, False, rngs)
+  assert np.abs(dropped - plain).max() > 0.1 * np.abs(plain).max()
+  np.testing.assert_array_equal(run(0.5, False, rngs), dropped)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_module_cache_prefill_then_steps_equals_full_attention(kind):
+  """Prefill P positions, then one step per position: every output equals the full
+  (uncached) attention's, and the cache holds the projected keys/values laid out
+  [B, N, H, S]. Mode and kind names are built at run time (compared with ==, not is)."""
+  d, p = 6, 2
+  rng = np.random.default_rng(7)
+  x = jnp.asarray(rng.normal(size=(B, L, d)), jnp.float32)
+  enc = jnp.asarray(rng.normal(size=(B, S + 1, d)), jnp.float32)
+  mha = MultiHeadAttention(num_heads=N, head_dim=H, kind=_runtime(kind))
+  if kind == "self":
+    kv, s_total = x, L
+    bias = masks.mask_to_bias(masks.make_causal_mask(L))  # [1, 1, L, L]
+    bias = jnp.broadcast_to(bias, (B, 1, L, L))
+  else:
+    kv, s_total = enc, S + 1
+    valid = jnp.asarray([[1] * (S + 1), [1] * (S - 1) + [0, 0]], bool)
+    bias = jnp.broadcast_to(masks.mask_to_bias(valid[:, None, None, :]), (B, 1, L, S + 1))
+  params = nn.meta.unbox(mha.init(jax.random.PRNGKey(0), x, kv, bias)["params"])
+  full = np.asarray(mha.apply({"params": params}, x, kv, bias))
+  pre, state = mha.apply({"params": params}, x[:, :p], kv if kind == "cross" else x[:, :p],
+                         bias[:, :, :p, :s_total if kind == "cross" else p],
+                         cache_mode=_runtime("prefill"), max_length=L, mutable=["cache"])
+  np.testing.assert_allclose(np.asarray(pre), full[:, :p], rtol=1e-5, atol=1e-5)
+  cache = state["cache"]
+  proj = lambda name, y: np.einsum("bsd,dnh->bnhs", np.asarray(y, np.float64),
+                                   np.asarray(params[name], np.float64))
+  want_k, want_v = proj("key", kv), proj("value", kv)
+  if kind == "self":
+    want_k[..., p:] = 0.0
+    want_v[..., p:] = 0.0
+  np.testing.assert_allclose(cache["cached_key"], want_k, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(cache["cached_value"], want_v, rtol=1e-5, atol=1e-5)
+  for t in range(p, L):
+    out, state = mha.apply({"params": params, "cache": state["cache"]}, x[:, t:t + 1],
+                           None if kind == "cross" else x[:, t:t + 1], bias[:, :, t:t + 1],
+                           cache_mode=_runtime("step"), cache_index=jnp.asarray(t, jnp.int32),
+                           mutable=["cache"])
+    assert np.all(np.isfinite(np.asarray(out)))
+    np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5,
+                               err_msg=f"step {t}")
+  if kind == "self":  # every slot written by now
+    np.testing.assert_allclose(state["cache"]["cached_key"], proj("key", x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_module_cache_errors(kind):
+  d = 6
+  x = jnp.zeros((B, L, d))
+  mha = MultiHeadAttention(num_heads=N, head_dim=H, kind=kind)
+  params = nn.meta.unbox(mha.init(jax.random.PRNGKey(0), x, x, None)["params"])
+  with pytest.raises(ValueError, match=f"{kind}-attention step without a cache"):
+    mha.apply({"params": params}, x[:, :1], x[:, :1], None, cache_mode="step",
+              cache_index=jnp.asarray(0, jnp.int32), mutable=["cache"])
+  with pytest.raises(ValueError, match="unknown cache_mode 'steps'"):
+    mha.apply({"params": params}, x, x, None, cache_mode="steps")
+  if kind == "self":
+    with pytest.raises(ValueError, match=f"prefill needs max_length >= prefix length {L}, got {L - 1}"):
+      mha.apply({"params": params}, x, x, None, cache_mode="prefill", max_length=L - 1,
+                mutable=["cache"])
+    _, state = mha.apply({"params": params}, x, x, None, cache_mode="prefill", max_length=L,
+                         mutable=["cache"])  # max_length == prefix length is enough
+    assert state["cache"]["cached_key"].shape == (B, N, H, L)
+  with pytest.raises(ValueError, match="unknown attention kind 'selfish'"):
+    MultiHeadAttention(num_heads=N, head_dim=H, kind="selfish").init(jax.random.PRNGKey(0), x, x, None)
