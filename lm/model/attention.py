@@ -72,8 +72,13 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
     raise ValueError(f"attention needs queries {query.shape} with the batch, heads and head_dim "
                      f"of the keys {key.shape}")
   biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
+  logits_shape = (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
   for b in biases:
-    jnp.broadcast_shapes(b.shape, (query.shape[0], query.shape[2], query.shape[1], key.shape[1]))
+    if b.ndim != 4 or any(n not in (1, full) for n, full in zip(b.shape, logits_shape)):
+      raise ValueError(f"attention bias of shape {b.shape} does not broadcast to the logits' "
+                       f"[B, N, L, S] = {logits_shape}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"attention dropout_rate must be in [0, 1), got {dropout_rate}")
   scale = None
   if not deterministic and dropout_rate > 0.0:
     b, s, n, _ = key.shape

@@ -325,3 +325,19 @@ def test_module_cache_errors(kind):
     assert state["cache"]["cached_key"].shape == (B, N, H, L)
   with pytest.raises(ValueError, match="unknown attention kind 'selfish'"):
     MultiHeadAttention(num_heads=N, head_dim=H, kind="selfish").init(jax.random.PRNGKey(0), x, x, None)
+
+
+@pytest.mark.parametrize("bias_shape", [(B, N, L, S + 1), (B + 1, 1, L, S), (N, L, S), (B, N, 2 * L, S)])
+def test_dot_product_attention_refuses_a_bias_of_another_shape(bias_shape):
+  q, k, v = qkv()
+  with pytest.raises(ValueError, match=r"attention bias of shape .* does not broadcast to the "
+                     rf"logits' \[B, N, L, S\] = \({B}, {N}, {L}, {S}\)"):
+    dot_product_attention(q, k, v, (jnp.zeros((1, 1, L, S)), jnp.zeros(bias_shape)))
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0])
+def test_dot_product_attention_refuses_a_dropout_rate_outside_0_1(rate):
+  q, k, v = qkv()
+  with pytest.raises(ValueError, match=rf"dropout_rate must be in \[0, 1\), got {rate}"):
+    dot_product_attention(q, k, v, dropout_rate=rate, dropout_rng=jax.random.PRNGKey(0),
+                          deterministic=False)
