@@ -317,9 +317,11 @@ def test_module_cache_errors(kind):
   with pytest.raises(ValueError, match="unknown cache_mode 'steps'"):
     mha.apply({"params": params}, x, x, None, cache_mode="steps")
   if kind == "self":
-    with pytest.raises(ValueError, match=f"prefill needs max_length >= prefix length {L}, got {L - 1}"):
-      mha.apply({"params": params}, x, x, None, cache_mode="prefill", max_length=L - 1,
-                mutable=["cache"])
+    for max_length in (L - 1, None):
+      with pytest.raises(ValueError,
+                         match=f"prefill needs max_length >= prefix length {L}, got {max_length}"):
+        mha.apply({"params": params}, x, x, None, cache_mode="prefill", max_length=max_length,
+                  mutable=["cache"])
     _, state = mha.apply({"params": params}, x, x, None, cache_mode="prefill", max_length=L,
                          mutable=["cache"])  # max_length == prefix length is enough
     assert state["cache"]["cached_key"].shape == (B, N, H, L)
