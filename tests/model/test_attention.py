@@ -253,6 +253,10 @@ def test_multihead_attention_module_dropout():
 
   plain = run(0.0, True)
   rngs = {"dropout": jax.random.PRNGKey(3)}
+  default = MultiHeadAttention(num_heads=N, head_dim=H)  # rate 0 by default: no rng needed
+  params = nn.meta.unbox(default.init(jax.random.PRNGKey(0), x, x, None)["params"])
+  np.testing.assert_array_equal(
+      np.asarray(default.apply({"params": params}, x, x, None, deterministic=False)), plain)
   np.testing.assert_array_equal(run(0.0, False), plain)  # rate 0: no rng needed, no change
   np.testing.assert_array_equal(run(0.5, True), plain)
   dropped = run(0.5, False, rngs)
@@ -343,3 +347,15 @@ def test_dot_product_attention_refuses_a_dropout_rate_outside_0_1(rate):
   with pytest.raises(ValueError, match=rf"dropout_rate must be in \[0, 1\), got {rate}"):
     dot_product_attention(q, k, v, dropout_rate=rate, dropout_rng=jax.random.PRNGKey(0),
                           deterministic=False)
+
+
+def test_dot_product_attention_is_deterministic_by_default():
+  """A rate and a key alone do not drop anything: dropout needs deterministic=False."""
+  q, k, v = qkv(3)
+  rng = jax.random.PRNGKey(0)
+  plain = np.asarray(dot_product_attention(q, k, v))
+  np.testing.assert_array_equal(
+      np.asarray(dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng)), plain)
+  dropped = np.asarray(dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=rng,
+                                             deterministic=False))
+  assert np.abs(dropped - plain).max() > 0.1
