@@ -47,7 +47,9 @@ def dense(x, kernel, num_contract: int = 1, preferred_element_type=None):
   """
   lead = x.shape[:x.ndim - num_contract]
   k_shape, m_shape = kernel.shape[:num_contract], kernel.shape[num_contract:]
-  assert x.shape[x.ndim - num_contract:] == k_shape, (x.shape, kernel.shape)
+  if x.shape[x.ndim - num_contract:] != k_shape:
+    raise ValueError(f"dense contracts x's last {num_contract} axes with kernel's first: x "
+                     f"{x.shape} and kernel {kernel.shape} do not match")
   k = int(np.prod(k_shape))
   y = jnp.dot(x.reshape(-1, k), kernel.reshape(k, -1), preferred_element_type=preferred_element_type)
   return y.reshape(*lead, *m_shape)

@@ -39,6 +39,14 @@ def test_dense_is_the_einsum(num_contract):
              lambda a, k: jnp.einsum(spec, a, k), (x, kernel), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("x_shape,k_shape,num_contract", [
+    ((2, 3, 4), (5, 6), 1), ((2, 3, 4, 5), (4, 6, 7), 2), ((2, 3, 4, 5), (5, 4, 7), 2),
+    ((2, 3, 4), (3, 6), 1)])
+def test_dense_refuses_contracted_axes_of_other_sizes(x_shape, k_shape, num_contract):
+  with pytest.raises(ValueError, match=r"dense contracts x's last .* with kernel's first"):
+    fast_grads.dense(jnp.ones(x_shape), jnp.ones(k_shape), num_contract=num_contract)
+
+
 def test_dense_preferred_element_type():
   x = jnp.ones((2, 3, 4), jnp.bfloat16)
   assert fast_grads.dense(x, jnp.ones((4, 5), jnp.bfloat16),
@@ -64,10 +72,14 @@ def test_lookup_buckets_matches_autodiff():
   np.testing.assert_allclose(vjp(d)[0], want_vjp(d)[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dropout", [False, True])
-def test_attend_matches_autodiff(dropout):
+@pytest.mark.parametrize("dropout,shape", [
+    (False, (2, 4, 5, 3, 8)), (True, (2, 4, 5, 3, 8)),
+    (False, (3, 4, 5, 1, 8)),  # one head: a [1, N, L, S] bias's gradient sums the batch
+    (False, (3, 4, 1, 2, 8)),  # one key
+])
+def test_attend_matches_autodiff(dropout, shape):
   rng = np.random.default_rng(3)
-  b, l, s, n, h = 2, 4, 5, 3, 8
+  b, l, s, n, h = shape
   q, k, v = _normal(rng, (b, l, n, h)), _normal(rng, (b, s, n, h)), _normal(rng, (b, s, n, h))
   biases = (_normal(rng, (b, 1, l, s)), _normal(rng, (1, n, l, s)))
   scale = None
