@@ -259,6 +259,10 @@ def test_multihead_attention_module_dropout():
       np.asarray(default.apply({"params": params}, x, x, None, deterministic=False)), plain)
   np.testing.assert_array_equal(run(0.0, False), plain)  # rate 0: no rng needed, no change
   np.testing.assert_array_equal(run(0.5, True), plain)
+  mha = MultiHeadAttention(num_heads=N, head_dim=H, dropout_rate=0.5)
+  params = nn.meta.unbox(mha.init(jax.random.PRNGKey(0), x, x, None)["params"])
+  np.testing.assert_array_equal(  # deterministic unless told otherwise
+      np.asarray(mha.apply({"params": params}, x, x, None, rngs=rngs)), plain)
   dropped = run(0.5, False, rngs)
   assert np.abs(dropped - plain).max() > 0.1 * np.abs(plain).max()
   np.testing.assert_array_equal(run(0.5, False, rngs), dropped)
