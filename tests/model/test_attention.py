@@ -185,10 +185,11 @@ def test_broadcast_dropout_shares_mask_along_length():
   assert set(np.unique(y)) == {0.0, 2.0}
 
 
-@pytest.mark.parametrize("rows_per_cache_row", [1, 3])
-def test_cached_attention_matches_numpy(rows_per_cache_row):
+@pytest.mark.parametrize("rows_per_cache_row,N", [(1, N), (3, N), (1, 3)])
+def test_cached_attention_matches_numpy(rows_per_cache_row, N):  # pylint: disable=redefined-outer-name
   """The decoding path: a cache laid out [Bc, N, H, S], query rows c * R + r reading cache
-  row c (beam search's shared cross-attention cache), a [Bc, 1, 1, S] padding bias."""
+  row c (beam search's shared cross-attention cache), a [Bc, 1, 1, S] padding bias. (The
+  last case has N = 3 heads for Bc = 2 cache rows, so the two axes cannot be confused.)"""
   r = rows_per_cache_row
   rng = np.random.default_rng(5)
   q = jnp.asarray(rng.normal(size=(B * r, 1, N, H)), jnp.float32)
