@@ -47,3 +47,11 @@ def test_jax_cache_env_turns_on_the_persistent_cache_for_every_compile(tmp_path)
   assert env == {"JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
                  "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
                  "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def test_parse_lines_reads_inclusive_ranges_and_refuses_bad_ones():
+  import pytest  # pylint: disable=g-import-not-at-top
+  assert mutation.parse_lines("65-73,104, 110-112") == [(65, 73), (104, 104), (110, 112)]
+  for bad in ("65-", "a-3", "9-3", "0-2", ""):
+    with pytest.raises(SystemExit, match="bad --lines"):
+      mutation.parse_lines(bad)

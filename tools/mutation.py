@@ -7,6 +7,8 @@
     python tools/mutation.py lm/losses.py --quick    # skip bitwise/shift/pow/mod mutants
     python tools/mutation.py lm/losses.py --retest /tmp/lm-mutation --workdir /tmp/lm-retest
                                                      # only an earlier run's survivors
+    python tools/mutation.py lm/losses.py --lines 60-75,104 --workdir /tmp/lm-lines
+                                                     # only mutants on lines rewritten since
 
 For each module, cosmic-ray (https://cosmic-ray.readthedocs.io) applies one mutation at
 a time (operator swaps, changed constants, removed branches, ...) and runs the module's
@@ -156,6 +158,35 @@ def skip_annotation_mutants(session: Path, module: Path) -> int:
   return skipped
 
 
+def parse_lines(spec: str) -> list[tuple[int, int]]:
+  """'65-73,104,110-112' -> [(65, 73), (104, 104), (110, 112)] (inclusive line ranges)."""
+  ranges = []
+  for part in spec.split(","):
+    lo, dash, hi = part.strip().partition("-")
+    try:
+      ranges.append((int(lo), int(hi if dash else lo)))
+    except ValueError:
+      raise SystemExit(f"error: bad --lines {spec!r}; expected ranges like 65-73,104") from None
+    if ranges[-1][0] > ranges[-1][1] or ranges[-1][0] < 1:
+      raise SystemExit(f"error: bad --lines range {part.strip()!r}; expected first <= last, >= 1")
+  return ranges
+
+
+def skip_mutants_outside(session: Path, lines: list[tuple[int, int]]) -> int:
+  """Marks the session's mutants that start on none of `lines` as skipped; returns how many.
+  For re-running only the lines rewritten since an earlier run (their old mutants are gone
+  from --retest's view)."""
+  from cosmic_ray.work_db import WorkDB, use_db  # pylint: disable=g-import-not-at-top
+  from cosmic_ray.work_item import WorkerOutcome, WorkResult  # pylint: disable=g-import-not-at-top
+  skipped = 0
+  with use_db(str(session), WorkDB.Mode.open) as db:
+    for item in list(db.pending_work_items):
+      if not any(lo <= m.start_pos[0] <= hi for m in item.mutations for lo, hi in lines):
+        db.set_result(item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+        skipped += 1
+  return skipped
+
+
 def jax_cache_env(cache_dir: Path) -> dict[str, str]:
   """Environment that turns on JAX's persistent compilation cache for every mutant's tests.
 
@@ -182,7 +213,8 @@ def _results(session: Path, cwd: Path, env: dict[str, str]) -> list[tuple[dict, 
 
 
 def run_module(module: str, tests: list[str], workdir: Path, timeout: float | None,
-               list_only: bool, quick: bool) -> dict:
+               list_only: bool, quick: bool,
+               lines: list[tuple[int, int]] | None = None) -> dict:
   """Runs (or counts) the mutants of one module; returns a summary dict."""
   if not (REPO / module).is_file():
     raise SystemExit(f"error: unknown module {module!r} (no such file; paths are relative to "
@@ -203,6 +235,9 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float | No
   _run(["cr-filter-operators", str(session), str(config)], copy, env)
   print(f"skipped {skip_annotation_mutants(session, copy / module)} mutants inside "
         "annotations (never evaluated: equivalent)", flush=True)
+  if lines:
+    print(f"skipped {skip_mutants_outside(session, lines)} mutants outside lines {lines}",
+          flush=True)
   n = sum(1 for _, result in _results(session, copy, env) if not result)
   if list_only:
     print(f"{module}: {n} mutants")
@@ -331,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--list", action="store_true", help="count mutants, run nothing")
   parser.add_argument("--quick", action="store_true",
                       help="skip bitwise/shift/pow/mod/floordiv replacements (see QUICK_EXCLUDE)")
+  parser.add_argument("--lines", metavar="RANGES",
+                      help="only mutants on these lines of the module, e.g. 65-73,104 (the "
+                           "lines rewritten since an earlier run; one module only)")
   parser.add_argument("--retest", type=Path, metavar="EARLIER_WORKDIR",
                       help="run only the survivors of an earlier run (its --workdir) against "
                            "the current code and tests")
@@ -340,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("name a module (e.g. lm/losses.py) or pass --all")
   if args.tests and len(modules) != 1:
     parser.error("--tests needs exactly one module")
+  if args.lines and (len(modules) != 1 or args.retest):
+    parser.error("--lines needs exactly one module and no --retest")
+  lines = parse_lines(args.lines) if args.lines else None
   unknown = [m for m in modules if m not in MODULE_TESTS and not args.tests]
   if unknown:
     parser.error(f"unknown module(s) {unknown} (no test list); expected one of "
@@ -355,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
                                         args.timeout))
       continue
     summaries.append(run_module(module, args.tests or MODULE_TESTS[module],
-                                args.workdir / slug, args.timeout, args.list, args.quick))
+                                args.workdir / slug, args.timeout, args.list, args.quick,
+                                lines))
   print("\n" + json.dumps(summaries, indent=1))
   return 0
 
