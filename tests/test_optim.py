@@ -223,8 +223,20 @@ def test_optimizer_defaults_are_t5s_adafactor_and_gpt3s_adamw():
 def test_schedule_bounds_and_the_rsqrt_schedules_own_checks():
   with pytest.raises(ValueError, match="schedule.warmup_steps must be >= 0, got -1"):
     _sched(name="constant", warmup_steps=-1)
-  with pytest.raises(ValueError, match="schedule.base_lr must be > 0, got 0.0"):
-    _sched(base_lr=0.0)
+  for lr in (0.0, -0.1, float("nan")):
+    with pytest.raises(ValueError, match=f"schedule.base_lr must be > 0, got {lr}"):
+      _sched(base_lr=lr)
+  for end_factor in (-0.5, -1.0, -2.0):
+    with pytest.raises(ValueError, match=f"schedule.end_factor must be >= 0, got {end_factor}"):
+      _sched(name="linear", warmup_steps=1, decay_steps=5, end_factor=end_factor)
+  assert float(_sched(name="linear", warmup_steps=1, decay_steps=5, end_factor=0.0)(5)) == 0.0
+  # Unknown names on both sides of every known one (the checks compare with ==).
+  for name in ("adafactor2", "cosin", "lin", "linear2", "zzz", "constan"):
+    with pytest.raises(ValueError, match=f"unknown schedule.name '{name}'"):
+      _sched(name=name, warmup_steps=1, decay_steps=5)
+  for name in ("adam", "adafactors", "adamw2", "a"):
+    with pytest.raises(ValueError, match=f"unknown optim.name '{name}'"):
+      optim.make_optimizer(dataclasses.replace(optim.OptimConfig(), name=name), _sched())
   with pytest.raises(ValueError, match="grad_clip_norm must be >= 0"):
     optim.make_optimizer(dataclasses.replace(optim.OptimConfig(), grad_clip_norm=-0.5), _sched())
   for warmup in (0, -3):
@@ -249,3 +261,8 @@ def test_t5_matrix_shape_joins_heads_at_any_path_depth():
   assert optim.t5_matrix_shape(("enc", "layers_0", "cross_attention", "out"), (2, 4, 8)) == (8, 8)
   assert optim.t5_matrix_shape(("mlp", "wi"), (8, 16)) == (8, 16)
   assert optim.t5_matrix_shape(("query",), (8, 2, 4)) == (8, 2, 4)  # no attention parent
+  # Scanned layers: the leading "layers" axis stays a batch axis, in and out alike.
+  assert optim.t5_matrix_shape(("decoder", "layers", "cross_attention", "out"),
+                               (6, 2, 4, 8)) == (6, 8, 8)
+  assert optim.t5_matrix_shape(("decoder", "layers", "self_attention", "key"),
+                               (6, 8, 2, 4)) == (6, 8, 8)
