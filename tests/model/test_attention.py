@@ -212,9 +212,13 @@ def _runtime(x):
 @pytest.mark.parametrize("q_shape,k_shape,v_shape,match", [
     ((B, L, N, H), (B, S, N, H), (B, S, N), "rank-4"),
     ((B, L, N), (B, S, N), (B, S, N), "rank-4"),
+    ((B, L, N), (B, S, N, H), (B, S, N, H), "rank-4"),
+    ((B, L, N, H, 1), (B, S, N, H), (B, S, N, H), "rank-4"),
+    ((B, L, N, H, 1), (B, S, N, H, 1), (B, S, N, H, 1), "rank-4"),
     ((B, L, N, H), (B, S, N, H), (B, S + 1, N, H), "one shape"),
     ((B, L, N, H), (B, S, N, H), (B, S - 1, N, H), "one shape"),
     ((B + 1, L, N, H), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
+    ((B - 1, L, N, H), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
     ((B, L, N + 1, H), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
     ((B, L, N, H - 1), (B, S, N, H), (B, S, N, H), "batch, heads and head_dim"),
 ])
@@ -226,6 +230,9 @@ def test_dot_product_attention_refuses_mismatched_shapes(q_shape, k_shape, v_sha
 @pytest.mark.parametrize("q_rows,k_shape,v_shape,bias_shape,match", [
     (B, (B, N, H, S), (B, N, H, S + 1), None, "a cache"),
     (B, (B, N + 1, H, S), (B, N + 1, H, S), None, "a cache"),
+    (B, (B, N - 1, H, S), (B, N - 1, H, S), None, "a cache"),
+    (B, (B, N, H - 1, S), (B, N, H - 1, S), None, "a cache"),
+    (B, (B, N + 1, H, S), (B, N, H, S), None, "a cache"),
     (B + 1, (B, N, H, S), (B, N, H, S), None, "a cache"),
     (3 * B, (B, N, H, S), (B, N, H, S), (3 * B, 1, 1, S), "1 or 2 rows"),
     (3 * B, (B, N, H, S), (B, N, H, S), (B, 1, 2, S), "a query axis of 1"),
@@ -234,11 +241,16 @@ def test_cached_attention_refuses_mismatched_shapes(q_rows, k_shape, v_shape, bi
   biases = () if bias_shape is None else (jnp.zeros(bias_shape),)
   with pytest.raises(ValueError, match=match):
     cached_attention(jnp.zeros((q_rows, 1, N, H)), jnp.zeros(k_shape), jnp.zeros(v_shape), biases)
-  # The same bias shapes are fine with one query row per cache row.
+  # Such biases are fine with one query row per cache row, and with R > 1 a bias of 1 or Bc
+  # rows and a query axis of 1 is.
   if bias_shape is not None:
     out = cached_attention(jnp.zeros((B, 2, N, H)), jnp.zeros(k_shape), jnp.zeros(v_shape),
                            (jnp.zeros((B, 1, 2, S)),))
     assert out.shape == (B, 2, N, H)
+    for rows in (1, B):
+      out = cached_attention(jnp.zeros((3 * B, 1, N, H)), jnp.zeros(k_shape), jnp.zeros(v_shape),
+                             (jnp.zeros((rows, 1, 1, S)),))
+      assert out.shape == (3 * B, 1, N, H)
 
 
 def test_multihead_attention_module_dropout():
@@ -338,7 +350,8 @@ def test_module_cache_errors(kind):
     MultiHeadAttention(num_heads=N, head_dim=H, kind="selfish").init(jax.random.PRNGKey(0), x, x, None)
 
 
-@pytest.mark.parametrize("bias_shape", [(B, N, L, S + 1), (B + 1, 1, L, S), (N, L, S), (B, N, 2 * L, S)])
+@pytest.mark.parametrize("bias_shape", [(B, N, L, S + 1), (B + 1, 1, L, S), (N, L, S), (B, N, 2 * L, S),
+                                        (1, 1, S), (1, 1, 1, 1, S)])
 def test_dot_product_attention_refuses_a_bias_of_another_shape(bias_shape):
   q, k, v = qkv()
   with pytest.raises(ValueError, match=r"attention bias of shape .* does not broadcast to the "
@@ -346,7 +359,7 @@ def test_dot_product_attention_refuses_a_bias_of_another_shape(bias_shape):
     dot_product_attention(q, k, v, (jnp.zeros((1, 1, L, S)), jnp.zeros(bias_shape)))
 
 
-@pytest.mark.parametrize("rate", [-0.1, 1.0])
+@pytest.mark.parametrize("rate", [-0.1, 1.0, 1.5])
 def test_dot_product_attention_refuses_a_dropout_rate_outside_0_1(rate):
   q, k, v = qkv()
   with pytest.raises(ValueError, match=rf"dropout_rate must be in \[0, 1\), got {rate}"):
