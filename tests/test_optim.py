@@ -63,7 +63,8 @@ def test_schedule_errors():
 
 def _optim_cfg(name="adafactor", clip=0.0):
   return config_lib.from_mapping(optim.OptimConfig, dict(
-      name=name, grad_clip_norm=clip, grad_accum_steps=1,
+      name="".join(list(name)),  # a str equal to name but not the interned literal
+      grad_clip_norm=clip, grad_accum_steps=1,
       adafactor=dict(decay_rate=0.8, decay_offset=0, factored=True,
                      multiply_by_parameter_scale=True, clipping_threshold=1.0, momentum=0.0,
                      eps=1e-30, min_dim_size_to_factor=128, weight_decay_rate=0.0),
@@ -247,6 +248,10 @@ def test_schedule_bounds_and_the_rsqrt_schedules_own_checks():
   assert float(optim.rsqrt_schedule(1.0, 100)(50)) == pytest.approx(0.1, rel=1e-6)
   rsqrt = _sched(name="".join(["rs", "qrt"]), warmup_steps=100)  # a name built at run time
   assert float(rsqrt(400)) == pytest.approx(0.05, rel=1e-6)
+  for name, want in (("cosine", 0.5), ("linear", 0.5), ("constant", 1.0)):
+    sched = _sched(name="".join(list(name)), base_lr=1.0, warmup_steps=0, decay_steps=2,
+                   end_factor=0.0)
+    assert float(sched(1)) == pytest.approx(want, rel=1e-6), name
 
 
 def test_settings_objects_are_frozen():
@@ -260,6 +265,7 @@ def test_t5_matrix_shape_joins_heads_at_any_path_depth():
   assert optim.t5_matrix_shape(("self_attention", "query"), (8, 2, 4)) == (8, 8)
   assert optim.t5_matrix_shape(("enc", "layers_0", "cross_attention", "out"), (2, 4, 8)) == (8, 8)
   assert optim.t5_matrix_shape(("mlp", "wi"), (8, 16)) == (8, 16)
+  assert optim.t5_matrix_shape(("self_attention", "query"), (8, 16)) == (8, 16)  # already 2-D
   assert optim.t5_matrix_shape(("query",), (8, 2, 4)) == (8, 2, 4)  # no attention parent
   # Scanned layers: the leading "layers" axis stays a batch axis, in and out alike.
   assert optim.t5_matrix_shape(("decoder", "layers", "cross_attention", "out"),

@@ -242,9 +242,11 @@ def test_adamw_matches_numpy_over_varying_gradients_with_non_default_settings():
   after global-norm clipping of g; t counts from 1."""
   rng = np.random.default_rng(3)
   params = {"w": rng.normal(size=(6, 5)).astype(np.float32),
+            "kernel3d": rng.normal(size=(3, 4, 2)).astype(np.float32),  # decayed too
             "scale": (1 + 0.1 * rng.normal(size=(5,))).astype(np.float32)}
   cfg = config_lib.from_mapping(optim.OptimConfig, dict(
-      name="adamw", grad_clip_norm=3.0, grad_accum_steps=1,
+      name="".join(["adam", "w"]),  # built at run time: names are compared with ==
+      grad_clip_norm=3.0, grad_accum_steps=1,
       adamw=dict(b1=0.8, b2=0.95, eps=1e-3, weight_decay=0.05)))
   lr = lambda t: 0.05 * (1 + t) ** -0.5
   tx = optim.make_optimizer(cfg, lambda t: 0.05 * jax.lax.rsqrt(jnp.asarray(t, jnp.float32) + 1))
