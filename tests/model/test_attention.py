@@ -213,6 +213,7 @@ def _runtime(x):
     ((B, L, N, H), (B, S, N, H), (B, S, N), "rank-4"),
     ((B, L, N), (B, S, N), (B, S, N), "rank-4"),
     ((B, L, N), (B, S, N, H), (B, S, N, H), "rank-4"),
+    ((B, L, N), (B, S, N), (B, S, N, H), "rank-4"),
     ((B, L, N, H, 1), (B, S, N, H), (B, S, N, H), "rank-4"),
     ((B, L, N, H, 1), (B, S, N, H, 1), (B, S, N, H, 1), "rank-4"),
     ((B, L, N, H), (B, S, N, H), (B, S + 1, N, H), "one shape"),
@@ -235,6 +236,7 @@ def test_dot_product_attention_refuses_mismatched_shapes(q_shape, k_shape, v_sha
     (B, (B, N + 1, H, S), (B, N, H, S), None, "a cache"),
     (B + 1, (B, N, H, S), (B, N, H, S), None, "a cache"),
     (3 * B, (B, N, H, S), (B, N, H, S), (3 * B, 1, 1, S), "1 or 2 rows"),
+    (2 * B, (B, N, H, S), (B, N, H, S), (2 * B, 1, 1, S), "1 or 2 rows"),
     (3 * B, (B, N, H, S), (B, N, H, S), (B, 1, 2, S), "a query axis of 1"),
 ])
 def test_cached_attention_refuses_mismatched_shapes(q_rows, k_shape, v_shape, bias_shape, match):
