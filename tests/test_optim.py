@@ -195,6 +195,14 @@ def test_optimizer_ranges_at_their_boundaries(name, field, accepted, refused):
       optim.make_optimizer(_with(name, **{field: value}), sched)
 
 
+def test_range_errors_print_the_interval():
+  """An open upper bound prints as ')', a closed one as ']'."""
+  with pytest.raises(ValueError, match=r"optim.adamw.b1 must be in \[0.0, 1.0\), got 1.0\."):
+    optim.make_optimizer(_with("adamw", b1=1.0), _sched())
+  with pytest.raises(ValueError, match=r"optim.adafactor.decay_rate must be in \[0.0, 1.0\], got 1.5\."):
+    optim.make_optimizer(_with("adafactor", decay_rate=1.5), _sched())
+
+
 def test_schedule_defaults_are_t5_pretraining_and_names_may_be_built_at_run_time():
   cfg = optim.ScheduleConfig()
   assert (cfg.name, cfg.base_lr, cfg.warmup_steps, cfg.decay_steps, cfg.end_factor,
