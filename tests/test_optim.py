@@ -48,6 +48,8 @@ def test_cosine_linear_constant():
   np.testing.assert_allclose([const(0), const(10 ** 6)], [1e-3, 1e-3], rtol=1e-6)
   warm = _sched(name="constant", base_lr=1e-3, warmup_steps=4)
   np.testing.assert_allclose([warm(2), warm(4), warm(100)], [5e-4, 1e-3, 1e-3], rtol=1e-6)
+  one = _sched(name="constant", base_lr=1e-3, warmup_steps=1)  # the shortest ramp: 0, then lr
+  np.testing.assert_allclose([one(0), one(1), one(7)], [0.0, 1e-3, 1e-3], rtol=1e-6)
 
 
 def test_schedule_errors():
