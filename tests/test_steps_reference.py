@@ -272,3 +272,35 @@ def test_targets_the_logits_do_not_cover_are_refused(lt):
   same = {"decoder_target_tokens": np.ones((8, 6), np.int32),
           "decoder_loss_weights": np.ones((8, 6), np.float32)}
   assert float(steps.eval_step(params, same, model=model)["target_tokens"][0]) == 48.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_shape", [(2, 2, 2), (1, 8, 1)])
+def test_sharded_sgd_step_matches_single_device_tightly(mesh_shape):
+  """Plain SGD: the update is linear in the gradient, so the sharded step must match the
+  one-device step up to reduction order (bound in the module docstring)."""
+  model = Transformer(TransformerConfig(**TINY))
+  tx = optax.sgd(LR)
+  batch = _batch()
+  rng = jax.random.key(0)
+  init = functools.partial(steps.create_train_state, model=model, tx=tx)
+  step_fn = functools.partial(steps.train_step, model=model, tx=tx, z_loss=1e-3,
+                              label_smoothing=0.1)
+  ref_state = jax.jit(init)(rng, batch)
+  params0 = jax.device_get(ref_state.params)
+  ref_state, ref_m = jax.jit(step_fn)(ref_state, batch)
+  mesh = partitioning.make_mesh(mesh_shape)
+  abstract, boxed = steps.abstract_train_state(rng, batch, model=model, tx=tx)
+  shardings = partitioning.state_shardings(abstract, boxed, mesh, tx=tx)
+  with partitioning.axis_rules(mesh):
+    state = jax.jit(init, out_shardings=shardings)(rng, batch)
+    state, m = jax.jit(step_fn, in_shardings=(shardings, partitioning.batch_shardings(batch, mesh)),
+                       out_shardings=(shardings, None))(
+                           state, partitioning.make_global_batch(batch, mesh))
+  ref_grad = jax.tree.map(lambda a, b: (np.asarray(a) - np.asarray(b)) / LR, params0,
+                          jax.device_get(ref_state.params))
+  grad = jax.tree.map(lambda a, b: (np.asarray(a) - np.asarray(b)) / LR, params0,
+                      jax.device_get(state.params))
+  _assert_close_to_gradient(grad, ref_grad, f"mesh {mesh_shape}")
+  for k in ("loss", "accuracy", "target_tokens", "tokens"):
+    np.testing.assert_allclose(np.asarray(m[k]), np.asarray(ref_m[k]), rtol=4 * 64 * EPS32)
