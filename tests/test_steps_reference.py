@@ -80,6 +80,12 @@ def _model_and_params():
   return model, params
 
 
+def _sgd_state(params):
+  """Step 0 of plain SGD with learning rate LR on `params`."""
+  return steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                          opt_state=optax.sgd(LR).init(params), rng=jax.random.key(1))
+
+
 def _assert_close_to_gradient(got, want, what):
   for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree.leaves(want)):
     g, w = np.asarray(g), np.asarray(w)
@@ -102,8 +108,7 @@ def test_accumulated_sgd_update_is_minus_full_batch_gradient(normalization, cons
       _reference_objective, model=model, ls=ls, z=z, normalization=normalization,
       constant=constant)))(params, batch)
   tx = optax.sgd(LR)
-  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=tx.init(params), rng=jax.random.key(1))
+  state = _sgd_state(params)
   step = jax.jit(functools.partial(
       steps.train_step, model=model, tx=tx, z_loss=z, label_smoothing=ls,
       normalization=normalization, normalizing_constant=constant, num_microbatches=k))
@@ -218,8 +223,7 @@ def test_constant_normalization_defaults_to_one():
   model, params = _model_and_params()
   batch = _batch(seed=6)
   tx = optax.sgd(LR)
-  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=tx.init(params), rng=jax.random.key(1))
+  state = _sgd_state(params)
   new, _ = jax.jit(functools.partial(steps.train_step, model=model, tx=tx,
                                      normalization="constant"))(state, batch)
   want = jax.jit(jax.grad(functools.partial(
@@ -232,8 +236,7 @@ def test_constant_normalization_defaults_to_one():
 @pytest.mark.parametrize("k", [0, -2])
 def test_microbatch_counts_below_one_are_refused(k):
   model, params = _model_and_params()
-  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=optax.sgd(LR).init(params), rng=jax.random.key(1))
+  state = _sgd_state(params)
   with pytest.raises(ValueError, match=f"num_microbatches must be >= 1, got {k}"):
     steps.train_step(state, _batch(), model=model, tx=optax.sgd(LR), num_microbatches=k)
 
@@ -242,8 +245,7 @@ def test_one_microbatch_by_default_runs_no_scan():
   """k = 1 (the default) differentiates the batch directly; k > 1 scans microbatches."""
   model, params = _model_and_params()
   tx = optax.sgd(LR)
-  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=tx.init(params), rng=jax.random.key(1))
+  state = _sgd_state(params)
   jaxpr = lambda **kw: str(jax.make_jaxpr(functools.partial(
       steps.train_step, model=model, tx=tx, **kw))(state, _batch()))
   assert "scan" not in jaxpr()

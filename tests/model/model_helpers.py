@@ -9,6 +9,11 @@ from lm.model.transformer import TransformerConfig
 V = 32  # vocabulary of the tiny test models
 
 
+def runtime_str(x: str) -> str:
+  """A str equal to x but not the interned literal (shows `is` where `==` is meant)."""
+  return "".join(list(x))
+
+
 def tiny(**kw) -> TransformerConfig:
   """A float32 model small enough to compile in a second (1+1 layers unless overridden)."""
   base = dict(vocab_size=V, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from lm.model import masks
 from lm.model.attention import MultiHeadAttention, cached_attention, dot_product_attention
 from lm.model.layers import broadcast_dropout
+from model_helpers import runtime_str
 
 B, L, S, N, H = 2, 5, 5, 2, 4
 
@@ -205,9 +206,6 @@ def test_cached_attention_matches_numpy(rows_per_cache_row, N):  # pylint: disab
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
-def _runtime(x):
-  return "".join(list(x))  # a str equal to x but not the interned literal
-
 
 @pytest.mark.parametrize("q_shape,k_shape,v_shape,match", [
     ((B, L, N, H), (B, S, N, H), (B, S, N), "rank-4"),
@@ -294,7 +292,7 @@ def test_module_cache_prefill_then_steps_equals_full_attention(kind):
   rng = np.random.default_rng(7)
   x = jnp.asarray(rng.normal(size=(B, L, d)), jnp.float32)
   enc = jnp.asarray(rng.normal(size=(B, S + 1, d)), jnp.float32)
-  mha = MultiHeadAttention(num_heads=N, head_dim=H, kind=_runtime(kind))
+  mha = MultiHeadAttention(num_heads=N, head_dim=H, kind=runtime_str(kind))
   if kind == "self":
     kv, s_total = x, L
     bias = masks.mask_to_bias(masks.make_causal_mask(L))  # [1, 1, L, L]
@@ -307,7 +305,7 @@ def test_module_cache_prefill_then_steps_equals_full_attention(kind):
   full = np.asarray(mha.apply({"params": params}, x, kv, bias))
   pre, state = mha.apply({"params": params}, x[:, :p], kv if kind == "cross" else x[:, :p],
                          bias[:, :, :p, :s_total if kind == "cross" else p],
-                         cache_mode=_runtime("prefill"), max_length=L, mutable=["cache"])
+                         cache_mode=runtime_str("prefill"), max_length=L, mutable=["cache"])
   np.testing.assert_allclose(np.asarray(pre), full[:, :p], rtol=1e-5, atol=1e-5)
   cache = state["cache"]
   proj = lambda name, y: np.einsum("bsd,dnh->bnhs", np.asarray(y, np.float64),
@@ -321,7 +319,7 @@ def test_module_cache_prefill_then_steps_equals_full_attention(kind):
   for t in range(p, L):
     out, state = mha.apply({"params": params, "cache": state["cache"]}, x[:, t:t + 1],
                            None if kind == "cross" else x[:, t:t + 1], bias[:, :, t:t + 1],
-                           cache_mode=_runtime("step"), cache_index=jnp.asarray(t, jnp.int32),
+                           cache_mode=runtime_str("step"), cache_index=jnp.asarray(t, jnp.int32),
                            mutable=["cache"])
     assert np.all(np.isfinite(np.asarray(out)))
     np.testing.assert_allclose(np.asarray(out)[:, 0], full[:, t], rtol=1e-5, atol=1e-5,

@@ -14,10 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from lm.model import layers
+from model_helpers import runtime_str
 
-
-def _runtime(x):
-  return "".join(list(x))  # a str equal to x but not the interned literal
 
 
 def _rms_ref(x, scale, eps):
@@ -49,7 +47,7 @@ def test_norms_match_numpy_where_epsilon_matters(norm_type, eps):
   d = x.shape[-1]
   scale = rng.uniform(0.5, 1.5, d).astype(np.float32)
   bias = rng.normal(size=d).astype(np.float32)
-  module = layers.make_norm(_runtime(norm_type), jnp.float32, "norm")
+  module = layers.make_norm(runtime_str(norm_type), jnp.float32, "norm")
   assert module.epsilon == eps
   params = {"scale": jnp.asarray(scale)}
   if norm_type == "layernorm":
@@ -140,7 +138,7 @@ def _gelu(x):  # the tanh approximation (flax's and t5x's default)
 def test_mlp_block_matches_numpy(activation):
   rng = np.random.default_rng(2)
   x = rng.normal(size=(2, 3, 8)).astype(np.float32)
-  block = layers.MlpBlock(mlp_dim=12, activation=_runtime(activation))
+  block = layers.MlpBlock(mlp_dim=12, activation=runtime_str(activation))
   got, params = _apply(block, jnp.asarray(x))
   p = {k: np.asarray(v, np.float64) for k, v in params.items()}
   x64 = x.astype(np.float64)
