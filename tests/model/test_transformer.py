@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lm.model.transformer import (Transformer, TransformerConfig, scan_to_unscanned,
+from lm.model.transformer import (Stack, Transformer, TransformerConfig, scan_to_unscanned,
                                   unscanned_to_scan)
 
 from model_helpers import V, random_params, tiny
@@ -335,3 +335,168 @@ def test_prefix_lm_needs_decoder_causal_attention():
   del batch["decoder_causal_attention"]
   with pytest.raises(KeyError, match="decoder_causal_attention"):
     Transformer(cfg).init(jax.random.PRNGKey(0), batch)
+
+
+def test_tied_embeddings_without_logits_scale():
+  """GPT-style tying (tied_logits_scale=False): logits = y @ E^T, no emb_dim**-0.5."""
+  cfg = tiny(tie_embeddings=True, tied_logits_scale=False, mask_type="causal")
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  logits, inter = jax.jit(lambda p: model.apply({"params": p}, batch, capture_intermediates=True))(params)
+  y = np.asarray(inter["intermediates"]["decoder"]["__call__"][0])
+  emb = np.asarray(nn.meta.unbox(params)["token_embedder"]["embedding"])
+  np.testing.assert_allclose(np.asarray(logits), y @ emb.T, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------- batch defaults
+
+def padded_batch(cfg):
+  """simple_batch with padding: encoder row 1 ends in 2 zeros, target row 0 in 2 zeros."""
+  batch = simple_batch(cfg)
+  if cfg.is_encoder_decoder:
+    batch["encoder_input_tokens"][1, 3:] = 0
+  batch["decoder_target_tokens"][0, 4:] = 0
+  return batch
+
+
+BATCHES["padded"] = padded_batch
+
+
+@pytest.mark.parametrize("mask_type", ["encoder_decoder", "prefix_lm"])
+def test_default_segment_ids_are_the_non_padding_tokens(mask_type):
+  """Missing (or None) segment ids default to encoder_input_tokens != 0 and
+  decoder_target_tokens != 0 (all ones without targets): the same logits as passing them."""
+  cfg = tiny(mask_type=mask_type)
+  params = init(cfg, "padded")
+  batch = padded_batch(cfg)
+  explicit = dict(batch, decoder_segment_ids=(batch["decoder_target_tokens"] != 0).astype(np.int32))
+  if cfg.is_encoder_decoder:
+    explicit["encoder_segment_ids"] = (batch["encoder_input_tokens"] != 0).astype(np.int32)
+  want = forward(cfg, params, explicit)
+  np.testing.assert_array_equal(forward(cfg, params, batch), want)
+  nones = dict(batch, decoder_segment_ids=None, encoder_segment_ids=None, decoder_positions=None)
+  np.testing.assert_array_equal(forward(cfg, params, nones), want)
+  # The defaults matter: all-ones decoder segment ids give other logits for the padded row.
+  ones = dict(explicit, decoder_segment_ids=np.ones_like(explicit["decoder_segment_ids"]))
+  assert np.abs(forward(cfg, params, ones)[0] - want[0]).max() > 1e-4
+  # Without targets every decoder token is a real token.
+  no_targets = {k: v for k, v in batch.items() if k != "decoder_target_tokens"}
+  np.testing.assert_array_equal(forward(cfg, params, no_targets), forward(cfg, params, ones))
+  if cfg.is_encoder_decoder:  # and all-ones encoder segment ids change the padded encoder row
+    ones = dict(explicit, encoder_segment_ids=np.ones_like(explicit["encoder_segment_ids"]))
+    assert np.abs(forward(cfg, params, ones)[1] - want[1]).max() > 1e-4
+
+
+def test_encode_and_decode_default_encoder_segment_ids():
+  """encode / decode called on their own derive the encoder mask from the tokens too."""
+  cfg = tiny()
+  params = init(cfg, "padded")
+  batch = padded_batch(cfg)
+  model = Transformer(cfg)
+  seg = (batch["encoder_input_tokens"] != 0).astype(np.int32)
+  enc = jax.jit(lambda b: model.apply({"params": params}, b, method=Transformer.encode))
+  encoded = enc(batch)
+  np.testing.assert_array_equal(encoded, enc(dict(batch, encoder_segment_ids=seg)))
+  assert np.abs(np.asarray(enc(dict(batch, encoder_segment_ids=np.ones_like(seg))))[1]
+                - np.asarray(encoded)[1]).max() > 1e-4
+  dec = jax.jit(lambda b: model.apply({"params": params}, encoded, b, method=Transformer.decode))
+  np.testing.assert_array_equal(dec(batch), dec(dict(batch, encoder_segment_ids=seg)))
+  assert np.abs(np.asarray(dec(dict(batch, encoder_segment_ids=np.ones_like(seg))))[1]
+                - np.asarray(dec(batch))[1]).max() > 1e-4
+
+
+def test_bad_batches_and_calls_raise():
+  cfg = tiny()
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  apply = lambda b, **kw: model.apply({"params": params}, b, **kw)
+  with pytest.raises(KeyError, match="'decoder_input_tokens'"):
+    apply({k: v for k, v in batch.items() if k != "decoder_input_tokens"})
+  with pytest.raises(KeyError, match="'encoder_input_tokens'"):
+    apply(dict(batch, encoder_input_tokens=None))
+  with pytest.raises(ValueError, match=r"batch\['decoder_input_tokens'\] must be \[B, L\]"):
+    apply(dict(batch, decoder_input_tokens=batch["decoder_input_tokens"][0]))
+  with pytest.raises(ValueError, match=r"encoder_segment_ids'\] must be \[B, L\]"):
+    apply(dict(batch, encoder_segment_ids=np.ones((2, 5, 1), np.int32)))
+  with pytest.raises(ValueError, match="needs the encoder output"):
+    model.apply({"params": params}, None, batch, method=Transformer.decode)
+  with pytest.raises(ValueError, match="max_decode_length >= prefix length 6"):
+    model.apply({"params": params}, batch, max_decode_length=5, method=Transformer.prefill,
+                mutable=["cache"])
+  with pytest.raises(ValueError, match=r"must be \[B, T\]"):
+    model.apply({"params": params}, np.zeros((2,), np.int32), method=Transformer.decode_step,
+                mutable=["cache"])
+  causal = tiny(mask_type="causal")
+  with pytest.raises(ValueError, match="encode needs mask_type='encoder_decoder'"):
+    Transformer(causal).apply({"params": init(causal, "simple")}, simple_batch(causal),
+                              method=Transformer.encode)
+  x = jnp.zeros((2, 6, 16))
+  stack = Stack(cfg, 1, has_cross_attention=True)
+  with pytest.raises(ValueError, match="needs encoded and encoder_segment_ids"):
+    stack.init(jax.random.PRNGKey(0), x, segment_ids=jnp.ones((2, 6), jnp.int32))
+  with pytest.raises(ValueError, match="needs encoded and encoder_segment_ids"):
+    stack.init(jax.random.PRNGKey(0), x, segment_ids=jnp.ones((2, 6), jnp.int32), encoded=x)
+
+
+# ------------------------------------------------------------------------- dropout sites
+
+@pytest.mark.parametrize("enable", [True, False])
+def test_dropout_sites_follow_t5x(monkeypatch, enable):
+  """Stack-level dropout (t5x): on the embeddings, after each sub-block, on the stack output;
+  masks shared along the length axis except the encoder's output (elementwise)."""
+  from lm.model import transformer as transformer_lib
+  cfg = tiny(dropout_rate=0.25)
+  params = nn.meta.unbox(init(cfg, "simple"))
+  calls = []
+  real = transformer_lib.broadcast_dropout
+
+  def record(x, rate, deterministic, module, broadcast_length=True):
+    calls.append(("/".join(module.scope.path), x.shape, rate, deterministic, broadcast_length))
+    return real(x, rate, deterministic, module, broadcast_length)
+  monkeypatch.setattr(transformer_lib, "broadcast_dropout", record)
+  jax.eval_shape(lambda p: Transformer(cfg).apply({"params": p}, simple_batch(cfg), enable_dropout=enable,
+                                                  rngs={"dropout": jax.random.PRNGKey(0)}), params)
+  enc, dec = (2, 5, 16), (2, 6, 16)
+  site = lambda path, shape, bcast=True: (path, shape, 0.25, not enable, bcast)
+  assert calls == [
+      site("encoder", enc), site("encoder/layers_0", enc), site("encoder/layers_0", enc),
+      site("encoder", enc, bcast=False),
+      site("decoder", dec), site("decoder/layers_0", dec), site("decoder/layers_0", dec),
+      site("decoder/layers_0", dec), site("decoder", dec)]
+
+
+def test_stack_output_dropout_masks():
+  """The encoder's output dropout is elementwise, the decoder's shared along the length."""
+  cfg = tiny(dropout_rate=0.5)
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  rngs = {"dropout": jax.random.PRNGKey(3)}
+  encoded = np.asarray(jax.jit(lambda p: model.apply({"params": p}, batch, enable_dropout=True,
+                                                     rngs=rngs, method=Transformer.encode))(params))
+  zero = encoded == 0
+  assert zero.any() and (zero != zero[:, :1]).any()  # differs along the length
+  _, inter = jax.jit(lambda p: model.apply({"params": p}, batch, enable_dropout=True, rngs=rngs,
+                                           capture_intermediates=True))(params)
+  zero = np.asarray(inter["intermediates"]["decoder"]["__call__"][0]) == 0
+  assert zero.any() and (zero == zero[:, :1]).all()  # whole embedding columns dropped
+
+
+# ------------------------------------------------------------------------- plain trees
+
+def test_scan_conversion_of_plain_param_trees():
+  """scan_to_unscanned / unscanned_to_scan also take unboxed trees (checkpoints, HF import)."""
+  cfg = tiny(num_encoder_layers=2, num_decoder_layers=3)
+  boxed = init(cfg, "simple")
+  plain = nn.meta.unbox(boxed)
+  scanned = unscanned_to_scan(plain)
+  assert set(scanned["decoder"]) == {"layers", "final_norm", "relpos_bias"}
+  assert scanned["decoder"]["layers"]["mlp"]["wo"].shape == (3, 32, 16)
+  assert scanned["encoder"]["layers"]["mlp"]["wo"].shape == (2, 32, 16)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, scanned, nn.meta.unbox(unscanned_to_scan(boxed)))
+  np.testing.assert_array_equal(scanned["decoder"]["layers"]["mlp"]["wo"][2],
+                                plain["decoder"]["layers_2"]["mlp"]["wo"])
+  jax.tree_util.tree_map(np.testing.assert_array_equal, scan_to_unscanned(scanned), plain)
+  assert scan_to_unscanned(plain) == plain and unscanned_to_scan(scanned) == scanned

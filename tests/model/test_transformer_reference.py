@@ -214,7 +214,7 @@ def _batch(cfg, b=2, li=7, lt=9, seed=0):
 def _random_params(cfg, batch, seed=1):
   """All params random: matrices with unit fan-in variance, norm scales 1 +- 0.3,
   biases and relative / position tables O(0.5)."""
-  params = nn.meta.unbox(Transformer(cfg).init(jax.random.key(0), batch)["params"])
+  params = nn.meta.unbox(jax.eval_shape(Transformer(cfg).init, jax.random.key(0), batch)["params"])
   rng = np.random.default_rng(seed)
 
   def draw(path, x):
