@@ -222,10 +222,8 @@ class Stack(nn.Module):
       positions = jnp.arange(l, dtype=jnp.int32)[None]
     if encoder_pass:
       self_mask = masks_lib.make_fully_visible_mask(segment_ids)
-    elif self.config.mask_type == "prefix_lm":
+    else:  # decoder_causal_attention is None unless mask_type == "prefix_lm"
       self_mask = masks_lib.make_decoder_mask(segment_ids, decoder_causal_attention)
-    else:
-      self_mask = masks_lib.make_decoder_mask(segment_ids, None)
     cross_bias = None
     if self.has_cross_attention and not encoder_pass:
       cross_bias = masks_lib.mask_to_bias(

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from lm.model.transformer import (Stack, Transformer, TransformerConfig, scan_to_unscanned,
                                   unscanned_to_scan)
 
-from model_helpers import V, random_params, tiny
+from model_helpers import V, random_params, runtime_str, tiny
 
 
 @functools.lru_cache(maxsize=None)
@@ -333,7 +333,7 @@ def test_prefix_lm_needs_decoder_causal_attention():
   cfg = tiny(mask_type="prefix_lm")
   batch = simple_batch(cfg)
   del batch["decoder_causal_attention"]
-  with pytest.raises(KeyError, match="decoder_causal_attention"):
+  with pytest.raises(KeyError, match=r"mask_type='prefix_lm' needs batch\['decoder_causal_attention'\]"):
     Transformer(cfg).init(jax.random.PRNGKey(0), batch)
 
 
@@ -500,3 +500,36 @@ def test_scan_conversion_of_plain_param_trees():
                                 plain["decoder"]["layers_2"]["mlp"]["wo"])
   jax.tree_util.tree_map(np.testing.assert_array_equal, scan_to_unscanned(scanned), plain)
   assert scan_to_unscanned(plain) == plain and unscanned_to_scan(scanned) == scanned
+
+
+# ------------------------------------------------------------------------- config strings
+
+@pytest.mark.parametrize("kw", [
+    dict(mask_type="causal", position_encoding="learned", max_length=16, norm_type="layernorm"),
+    dict(mask_type="prefix_lm", position_encoding="alibi", norm_position="post", mlp_activation="gelu"),
+    dict(position_encoding="sinusoidal", mlp_activation="relu"),
+    dict(mask_type="causal", position_encoding="rope", mlp_activation="swiglu"),
+])
+def test_config_strings_built_at_run_time_select_the_same_model(kw):
+  """Config values read from a command line or a file are equal, not identical, to the
+  literals the code compares them with: the model must compare with ==, not `is`."""
+  cfg = tiny(**kw)
+  built = cfg.replace(**{k: runtime_str(v) for k, v in kw.items() if isinstance(v, str)})
+  assert all(getattr(built, k) is not v for k, v in kw.items() if isinstance(v, str))
+  params = init(cfg, "simple")
+  batch = simple_batch(cfg)
+  abstract = jax.eval_shape(Transformer(built).init, jax.random.PRNGKey(0), batch)["params"]
+  assert jax.tree_util.tree_structure(abstract) == jax.tree_util.tree_structure(params)
+  np.testing.assert_array_equal(forward(built, params, batch), forward(cfg, params, batch))
+
+
+@pytest.mark.parametrize("policy", ["none", "full", "dots_saveable"])
+def test_remat_policy_none_has_no_rematerialisation(policy):
+  """remat_policy="none" (also as a run-time string) traces no checkpoint; the others do."""
+  import re
+  cfg = tiny(mask_type="causal", remat_policy=runtime_str(policy))
+  batch = simple_batch(cfg)
+  model = Transformer(cfg)
+  params = nn.meta.unbox(init(tiny(mask_type="causal"), "simple"))
+  jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: model.apply({"params": p}, batch).sum()))(params))
+  assert bool(re.search(r"\b(remat2?|checkpoint)\b", jaxpr)) == (policy != "none")
