@@ -326,7 +326,7 @@ class Stack(nn.Module):
     layer_cls = TransformerLayer
     if cfg.remat_policy != "none":
       policy = REMAT_POLICIES[cfg.remat_policy]
-      layer_cls = nn.remat(layer_cls, policy=None if policy == "full" else policy,
+      layer_cls = nn.remat(layer_cls, policy=None if cfg.remat_policy == "full" else policy,
                            prevent_cse=not cfg.scan_layers)
     if cfg.scan_layers:
       scanned = nn.scan(layer_cls, variable_axes={"params": 0, "cache": 0},

@@ -502,6 +502,23 @@ def test_scan_conversion_of_plain_param_trees():
   assert scan_to_unscanned(plain) == plain and unscanned_to_scan(scanned) == scanned
 
 
+@pytest.mark.parametrize("mask_type", ["causal", "encoder_decoder"])
+def test_scan_conversion_keeps_logical_axis_names(mask_type):
+  """Boxed trees: "layers" is prepended to each leaf's names and removed again, for the
+  decoder of a decoder-only model too (no encoder subtree to convert first)."""
+  cfg = tiny(mask_type=mask_type, num_decoder_layers=2)
+  boxed = init(cfg, "simple")
+  is_boxed = lambda x: isinstance(x, nn.LogicallyPartitioned)
+  names = lambda tree: jax.tree_util.tree_map(lambda x: x.names, tree, is_leaf=is_boxed)
+  scanned = unscanned_to_scan(boxed)
+  assert "layers_0" not in scanned["decoder"]
+  assert scanned["decoder"]["layers"]["mlp"]["wo"].names == ("layers", "mlp", "embed")
+  assert scanned["decoder"]["layers"]["mlp"]["wo"].value.shape == (2, 32, 16)
+  back = scan_to_unscanned(scanned)
+  assert names(back) == names(boxed)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, nn.meta.unbox(back), nn.meta.unbox(boxed))
+
+
 # ------------------------------------------------------------------------- config strings
 
 @pytest.mark.parametrize("kw", [
