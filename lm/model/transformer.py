@@ -485,7 +485,9 @@ class Transformer(nn.Module):
 
 def _unstack_leaf(leaf, i):
   if isinstance(leaf, nn.LogicallyPartitioned):
-    assert leaf.names[0] == "layers", leaf.names
+    if leaf.names[:1] != ("layers",):
+      raise ValueError(f"a scanned param's first logical axis must be 'layers', got {leaf.names}"
+                       " (is the tree already unscanned?)")
     return leaf.replace(value=leaf.value[i], names=tuple(leaf.names[1:]))
   return leaf[i]
 

@@ -425,9 +425,10 @@ def test_bad_batches_and_calls_raise():
   with pytest.raises(ValueError, match="max_decode_length >= prefix length 6"):
     model.apply({"params": params}, batch, max_decode_length=5, method=Transformer.prefill,
                 mutable=["cache"])
-  with pytest.raises(ValueError, match=r"must be \[B, T\]"):
-    model.apply({"params": params}, np.zeros((2,), np.int32), method=Transformer.decode_step,
-                mutable=["cache"])
+  for shape in ((2,), (2, 1, 1)):
+    with pytest.raises(ValueError, match=r"must be \[B, T\]"):
+      model.apply({"params": params}, np.zeros(shape, np.int32), method=Transformer.decode_step,
+                  mutable=["cache"])
   causal = tiny(mask_type="causal")
   with pytest.raises(ValueError, match="encode needs mask_type='encoder_decoder'"):
     Transformer(causal).apply({"params": init(causal, "simple")}, simple_batch(causal),
@@ -516,6 +517,10 @@ def test_scan_conversion_keeps_logical_axis_names(mask_type):
   assert scanned["decoder"]["layers"]["mlp"]["wo"].value.shape == (2, 32, 16)
   back = scan_to_unscanned(scanned)
   assert names(back) == names(boxed)
+  # A "layers" subtree whose leaves lack the layer axis is refused, not sliced.
+  wrong = dict(boxed, decoder={"layers": boxed["decoder"]["layers_0"]})
+  with pytest.raises(ValueError, match="first logical axis must be 'layers', got"):
+    scan_to_unscanned(wrong)
   jax.tree_util.tree_map(np.testing.assert_array_equal, nn.meta.unbox(back), nn.meta.unbox(boxed))
 
 
@@ -550,3 +555,24 @@ def test_remat_policy_none_has_no_rematerialisation(policy):
   params = nn.meta.unbox(init(tiny(mask_type="causal"), "simple"))
   jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: model.apply({"params": p}, batch).sum()))(params))
   assert bool(re.search(r"\b(remat2?|checkpoint)\b", jaxpr)) == (policy != "none")
+
+
+def test_scanned_layers_draw_their_own_dropout_masks(monkeypatch):
+  """nn.scan splits the dropout RNG per layer: two scanned layers never share a mask."""
+  from lm.model import transformer as transformer_lib
+  cfg = tiny(mask_type="causal", num_decoder_layers=2, scan_layers=True, dropout_rate=0.5)
+  params = nn.meta.unbox(init(cfg, "simple"))
+  dropped = []
+  real = transformer_lib.broadcast_dropout
+
+  def record(x, rate, deterministic, module, broadcast_length=True):
+    out = real(x, rate, deterministic, module, broadcast_length)
+    if "layers" in module.scope.path:
+      jax.debug.callback(lambda o: dropped.append(np.asarray(o) == 0), out)
+    return out
+  monkeypatch.setattr(transformer_lib, "broadcast_dropout", record)
+  Transformer(cfg).apply({"params": params}, simple_batch(cfg), enable_dropout=True,
+                         rngs={"dropout": jax.random.PRNGKey(0)})
+  assert len(dropped) == 4  # 2 layers x (self-attention, MLP), in layer order
+  for first, second in zip(dropped[:2], dropped[2:]):
+    assert first.any() and (first != second).any()
