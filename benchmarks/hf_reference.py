@@ -32,8 +32,8 @@ import fair  # noqa: E402  pylint: disable=g-import-not-at-top
 def available() -> str | None:
   """None if torch and transformers are installed, else what is missing."""
   missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
-  return (f"No module named {', '.join(missing)} (pip install torch transformers; on this "
-          "project's CPU machines torch==2.13.0)") if missing else None
+  return (f"No module named {', '.join(missing)} (pip install -e '.[hf]'; on this "
+          "project's CPU machines torch==2.13.0 was measured)") if missing else None
 
 
 def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
