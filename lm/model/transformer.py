@@ -157,7 +157,7 @@ class Stack(nn.Module):
   """A stack of layers with its position encoding and final norm (encoder or decoder)."""
   config: TransformerConfig
   num_layers: int
-  has_cross_attention: bool = False
+  has_cross_attention: bool
 
   @nn.compact
   def __call__(self, x, *, segment_ids, positions=None, decoder_causal_attention=None,
@@ -217,7 +217,9 @@ class Stack(nn.Module):
       cross-attention bias [B, 1, L, S] or None).
     """
     b, l = x.shape[:2]
-    assert segment_ids.shape == (b, l), (segment_ids.shape, x.shape)
+    if segment_ids.shape != (b, l):
+      raise ValueError(f"segment ids must be [B, L] = {(b, l)} like the tokens, got shape "
+                       f"{segment_ids.shape}")
     if positions is None:
       positions = jnp.arange(l, dtype=jnp.int32)[None]
     if encoder_pass:
@@ -374,7 +376,7 @@ class Transformer(nn.Module):
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
-      self.encoder = Stack(cfg, cfg.num_encoder_layers, name="encoder")
+      self.encoder = Stack(cfg, cfg.num_encoder_layers, has_cross_attention=False, name="encoder")
     if not cfg.tie_embeddings:
       self.logits_dense = LogitsDense(cfg.vocab_size, name="logits_dense")
 

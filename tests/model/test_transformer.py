@@ -1,4 +1,5 @@
 """Transformer: shapes, logical axes, causality, prefix LM, packing, scan, variants, errors."""
+import dataclasses
 import functools
 
 import numpy as np
@@ -420,6 +421,12 @@ def test_bad_batches_and_calls_raise():
     apply(dict(batch, decoder_input_tokens=batch["decoder_input_tokens"][0]))
   with pytest.raises(ValueError, match=r"encoder_segment_ids'\] must be \[B, L\]"):
     apply(dict(batch, encoder_segment_ids=np.ones((2, 5, 1), np.int32)))
+  for length in (4, 6):  # the encoder tokens have length 5
+    with pytest.raises(ValueError, match=r"segment ids must be \[B, L\] = \(2, 5\) like the tokens, "
+                       rf"got shape \(2, {length}\)"):
+      apply(dict(batch, encoder_segment_ids=np.ones((2, length), np.int32)))
+  with pytest.raises(ValueError, match=r"segment ids must be \[B, L\] = \(2, 6\)"):
+    apply(dict(batch, decoder_segment_ids=np.ones((1, 6), np.int32)))
   with pytest.raises(ValueError, match="needs the encoder output"):
     model.apply({"params": params}, None, batch, method=Transformer.decode)
   with pytest.raises(ValueError, match="max_decode_length >= prefix length 6"):
@@ -536,8 +543,12 @@ def test_config_strings_built_at_run_time_select_the_same_model(kw):
   """Config values read from a command line or a file are equal, not identical, to the
   literals the code compares them with: the model must compare with ==, not `is`."""
   cfg = tiny(**kw)
-  built = cfg.replace(**{k: runtime_str(v) for k, v in kw.items() if isinstance(v, str)})
-  assert all(getattr(built, k) is not v for k, v in kw.items() if isinstance(v, str))
+  strings = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+             if isinstance(getattr(cfg, f.name), str)}
+  assert {"mask_type", "position_encoding", "norm_type", "norm_position", "mlp_activation",
+          "remat_policy"} <= set(strings)
+  built = cfg.replace(**{k: runtime_str(v) for k, v in strings.items()})
+  assert all(getattr(built, k) is not v for k, v in strings.items())
   params = init(cfg, "simple")
   batch = simple_batch(cfg)
   abstract = jax.eval_shape(Transformer(built).init, jax.random.PRNGKey(0), batch)["params"]
