@@ -429,9 +429,13 @@ def test_bad_batches_and_calls_raise():
     apply(dict(batch, decoder_segment_ids=np.ones((1, 6), np.int32)))
   with pytest.raises(ValueError, match="needs the encoder output"):
     model.apply({"params": params}, None, batch, method=Transformer.decode)
-  with pytest.raises(ValueError, match="max_decode_length >= prefix length 6"):
+  with pytest.raises(ValueError, match="max_decode_length >= prefix length 6, got 5"):
     model.apply({"params": params}, batch, max_decode_length=5, method=Transformer.prefill,
                 mutable=["cache"])
+  # A cache exactly as long as the prefix is allowed (scoring the prefix, no step after).
+  logits, _ = model.apply({"params": params}, batch, max_decode_length=6,
+                          method=Transformer.prefill, mutable=["cache"])
+  np.testing.assert_allclose(np.asarray(logits), forward(cfg, params, batch), atol=2e-5)
   for shape in ((2,), (2, 1, 1)):
     with pytest.raises(ValueError, match=r"must be \[B, T\]"):
       model.apply({"params": params}, np.zeros(shape, np.int32), method=Transformer.decode_step,
