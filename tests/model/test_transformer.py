@@ -542,6 +542,7 @@ def test_scan_conversion_keeps_logical_axis_names(mask_type):
     dict(mask_type="prefix_lm", position_encoding="alibi", norm_position="post", mlp_activation="gelu"),
     dict(position_encoding="sinusoidal", mlp_activation="relu"),
     dict(mask_type="causal", position_encoding="rope", mlp_activation="swiglu"),
+    dict(mask_type="prefix_lm", position_encoding="t5_relative"),
 ])
 def test_config_strings_built_at_run_time_select_the_same_model(kw):
   """Config values read from a command line or a file are equal, not identical, to the
