@@ -145,3 +145,22 @@ def test_scanned_cache_has_the_layer_axis_first():
   for leaf in jax.tree_util.tree_leaves(layers):
     assert leaf.shape[:2] == (2, 3), leaf.shape
   assert state["cache"]["decoder"]["cache_valid"].shape == (3, 5)
+
+
+def test_decode_with_a_run_time_mode_name_fills_the_cache():
+  """Transformer.decode(mode="prefill") with a mode name built at run time (== not `is`)
+  fills the same cache as Transformer.prefill."""
+  cfg = tiny(mask_type="causal", num_decoder_layers=1)
+  model = Transformer(cfg)
+  tokens = np.array([[0, 5, 9], [0, 7, 3]], np.int32)
+  params = random_params(model, {"decoder_input_tokens": tokens})
+  mode = "".join(["pre", "fill"])
+  assert mode is not "prefill"  # pylint: disable=literal-comparison
+  run = jax.jit(lambda p, m: model.apply({"params": p}, None, {"decoder_input_tokens": tokens},
+                                         mode=m, max_length=4, method=Transformer.decode,
+                                         mutable=["cache"]), static_argnums=1)
+  _, got = run(params, mode)
+  _, want = jax.jit(lambda p: model.apply({"params": p}, {"decoder_input_tokens": tokens},
+                                          max_decode_length=4, method=Transformer.prefill,
+                                          mutable=["cache"]))(params)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)

@@ -592,3 +592,12 @@ def test_scanned_layers_draw_their_own_dropout_masks(monkeypatch):
   assert len(dropped) == 4  # 2 layers x (self-attention, MLP), in layer order
   for first, second in zip(dropped[:2], dropped[2:]):
     assert first.any() and (first != second).any()
+
+
+def test_scanned_layers_are_initialised_independently():
+  """nn.scan splits the params RNG per layer: each layer's init is its own draw."""
+  cfg = tiny(mask_type="causal", num_decoder_layers=2, scan_layers=True)
+  params = nn.meta.unbox(jax.jit(Transformer(cfg).init)(jax.random.PRNGKey(0), simple_batch(cfg))["params"])
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params["decoder"]["layers"]):
+    if "scale" not in jax.tree_util.keystr(path):  # norm scales start at 1 in every layer
+      assert np.abs(leaf[0] - leaf[1]).max() > 1e-3, jax.tree_util.keystr(path)
