@@ -1,0 +1,143 @@
+"""TransformerConfig's validation: every bound refused just outside and accepted just inside."""
+import jax.numpy as jnp
+import pytest
+
+from lm.model.config import (DTYPES, MASK_TYPES, NORM_POSITIONS, REMAT_POLICIES,
+                             TransformerConfig)
+from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
+from lm.model.position import POSITION_ENCODINGS
+
+BASE = dict(vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
+            num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
+
+
+def make(**kw) -> TransformerConfig:
+  if kw.get("mask_type", "encoder_decoder") != "encoder_decoder":
+    kw.setdefault("num_encoder_layers", 0)
+  return TransformerConfig(**{**BASE, **kw})
+
+
+def refused(match: str, **kw):
+  with pytest.raises(ValueError, match=r"^TransformerConfig: " + match):
+    make(**kw)
+
+
+@pytest.mark.parametrize("name", ["vocab_size", "emb_dim", "num_heads", "mlp_dim",
+                                  "num_decoder_layers"])
+def test_sizes_are_positive_ints(name):
+  assert getattr(make(**{name: 1}), name) == 1
+  refused(f"{name} must be a positive int, got 0", **{name: 0})
+  refused(f"{name} must be a positive int, got -1", **{name: -1})
+  refused(f"{name} must be a positive int, got 2.0", **{name: 2.0})
+
+
+def test_num_encoder_layers():
+  assert make(num_encoder_layers=3).num_encoder_layers == 3
+  assert make(mask_type="causal", num_encoder_layers=0).num_encoder_layers == 0
+  refused(r"num_encoder_layers must be an int >= 0, got -1", mask_type="causal", num_encoder_layers=-1)
+  refused(r"num_encoder_layers must be an int >= 0, got 1.0", num_encoder_layers=1.0)
+  refused(r"mask_type='encoder_decoder' needs num_encoder_layers > 0", num_encoder_layers=0)
+  for mask_type in ("prefix_lm", "causal"):
+    refused(rf"mask_type='{mask_type}' is decoder-only: set num_encoder_layers=0 \(got 1\)",
+            mask_type=mask_type, num_encoder_layers=1)
+
+
+def test_head_dim_and_its_default():
+  assert make(head_dim=None, emb_dim=12, num_heads=3).resolved_head_dim == 4
+  assert make(head_dim=5).resolved_head_dim == 5
+  assert make(head_dim=1).resolved_head_dim == 1
+  refused(r"head_dim=None needs emb_dim \(10\) divisible by num_heads \(3\)",
+          head_dim=None, emb_dim=10, num_heads=3)
+  refused("head_dim must be a positive int or None, got 0", head_dim=0)
+  refused("head_dim must be a positive int or None, got 8.0", head_dim=8.0)
+
+
+@pytest.mark.parametrize("field,allowed", [
+    ("mask_type", MASK_TYPES), ("mlp_activation", MLP_ACTIVATIONS),
+    ("position_encoding", POSITION_ENCODINGS), ("norm_type", NORM_TYPES),
+    ("norm_position", NORM_POSITIONS), ("dtype", tuple(DTYPES)),
+    ("remat_policy", tuple(REMAT_POLICIES))])
+def test_choice_fields(field, allowed):
+  """Every allowed value is accepted; values sorting before, between and after are not."""
+  extra = {"position_encoding": {"learned": dict(max_length=8)}}.get(field, {})
+  for value in allowed:
+    assert getattr(make(**{field: value}, **extra.get(value, {})), field) == value
+  for value in ("aaa", sorted(allowed)[0] + "x", "zzz", ""):
+    refused(f"unknown {field} {value!r}; expected one of", **{field: value})
+
+
+def test_dropout_rate_bounds():
+  assert make(dropout_rate=0.0).dropout_rate == 0.0
+  assert make(dropout_rate=0.999).dropout_rate == 0.999
+  refused(r"dropout_rate must be in \[0, 1\), got 1.0", dropout_rate=1.0)
+  refused(r"dropout_rate must be in \[0, 1\), got -0.01", dropout_rate=-0.01)
+
+
+def test_shared_encoder_decoder():
+  cfg = make(shared_encoder_decoder=True, num_encoder_layers=2, num_decoder_layers=2)
+  assert cfg.shared_encoder_decoder
+  refused("shared_encoder_decoder needs num_encoder_layers == num_decoder_layers, got 1 and 2",
+          shared_encoder_decoder=True, num_encoder_layers=1, num_decoder_layers=2)
+  refused("shared_encoder_decoder needs num_encoder_layers == num_decoder_layers, got 3 and 2",
+          shared_encoder_decoder=True, num_encoder_layers=3, num_decoder_layers=2)
+  refused("shared_encoder_decoder needs mask_type='encoder_decoder', got 'causal'",
+          shared_encoder_decoder=True, mask_type="causal")
+
+
+def test_position_encoding_requirements():
+  assert make(position_encoding="learned", max_length=1).max_length == 1
+  for bad in (None, 0, -3, 4.0):
+    refused(r"position_encoding='learned' needs max_length \(a positive int\)",
+            position_encoding="learned", max_length=bad)
+  assert make(position_encoding="rope", head_dim=2).resolved_head_dim == 2
+  assert make(position_encoding="rope", head_dim=None, emb_dim=12, num_heads=2).resolved_head_dim == 6
+  refused("rope needs an even head_dim, got 7", position_encoding="rope", head_dim=7)
+  refused("rope needs an even head_dim, got 3", position_encoding="rope", head_dim=None,
+          emb_dim=6, num_heads=2)
+  assert make(position_encoding="sinusoidal", emb_dim=2).emb_dim == 2
+  refused("sinusoidal positions need an even emb_dim, got 15", position_encoding="sinusoidal",
+          emb_dim=15)
+  # Odd sizes are fine where the encoding does not split them in halves.
+  assert make(head_dim=7, emb_dim=15).emb_dim == 15
+
+
+def test_relative_bucket_bounds():
+  """At least 4 buckets, and max_distance beyond the num_buckets / 2 exact buckets."""
+  cfg = make(relative_num_buckets=4, relative_max_distance=3)
+  assert (cfg.relative_num_buckets, cfg.relative_max_distance) == (4, 3)
+  message = "relative_num_buckets must be >= 4 and relative_max_distance > num_buckets / 2"
+  refused(message, relative_num_buckets=3, relative_max_distance=100)
+  refused(message, relative_num_buckets=4, relative_max_distance=2)
+  refused(message, relative_num_buckets=32, relative_max_distance=16)
+  assert make(relative_num_buckets=32, relative_max_distance=17).relative_max_distance == 17
+  # Other position encodings never read the bucket settings.
+  assert make(position_encoding="rope", relative_num_buckets=1).relative_num_buckets == 1
+
+
+def test_derived_properties_and_replace():
+  assert make(dtype="bfloat16").activation_dtype == jnp.bfloat16
+  assert make(dtype="float32").activation_dtype == jnp.float32
+  assert make().is_encoder_decoder
+  assert not make(mask_type="prefix_lm").is_encoder_decoder
+  assert not make(mask_type="causal").is_encoder_decoder
+  cfg = make()
+  assert cfg.replace(emb_dim=24).emb_dim == 24 and cfg.emb_dim == 16
+  with pytest.raises(ValueError, match="TransformerConfig: emb_dim must be a positive int"):
+    cfg.replace(emb_dim=0)
+
+
+def test_defaults_are_t5_1_1():
+  """T5.1.1-small's shapes (docs/t5_reference.md): gated GELU, untied, RMSNorm, relative
+  positions with 32 buckets up to distance 128, no dropout in pre-training."""
+  cfg = TransformerConfig()
+  assert (cfg.vocab_size, cfg.emb_dim, cfg.num_heads, cfg.head_dim, cfg.mlp_dim) == (32128, 512, 6, 64, 1024)
+  assert (cfg.num_encoder_layers, cfg.num_decoder_layers) == (8, 8)
+  assert (cfg.mask_type, cfg.mlp_activation, cfg.position_encoding) == (
+      "encoder_decoder", "gated_gelu", "t5_relative")
+  assert (cfg.relative_num_buckets, cfg.relative_max_distance) == (32, 128)
+  assert (cfg.norm_type, cfg.norm_position, cfg.tie_embeddings, cfg.tied_logits_scale) == (
+      "rmsnorm", "pre", False, True)
+  assert (cfg.dropout_rate, cfg.embedding_init_stddev, cfg.rope_max_wavelength) == (0.0, 1.0, 10_000.0)
+  assert (cfg.dtype, cfg.remat_policy, cfg.scan_layers, cfg.shared_encoder_decoder) == (
+      "bfloat16", "none", False, False)
+  assert cfg.max_length is None
