@@ -99,6 +99,9 @@ def test_position_encoding_requirements():
           emb_dim=15)
   # Odd sizes are fine where the encoding does not split them in halves.
   assert make(head_dim=7, emb_dim=15).emb_dim == 15
+  for pe in POSITION_ENCODINGS:
+    if pe != "sinusoidal":
+      assert make(position_encoding=pe, emb_dim=15, head_dim=8, max_length=4).emb_dim == 15
 
 
 def test_relative_bucket_bounds():
@@ -141,3 +144,24 @@ def test_defaults_are_t5_1_1():
   assert (cfg.dtype, cfg.remat_policy, cfg.scan_layers, cfg.shared_encoder_decoder) == (
       "bfloat16", "none", False, False)
   assert cfg.max_length is None
+
+
+def test_choice_values_built_at_run_time():
+  """Values read from a command line are equal, not identical, to the literals: every
+  check compares with ==, so each config validates exactly as its literal twin."""
+  from model_helpers import runtime_str
+  for field, allowed in [("mask_type", MASK_TYPES), ("position_encoding", POSITION_ENCODINGS),
+                         ("norm_type", NORM_TYPES), ("mlp_activation", MLP_ACTIVATIONS)]:
+    for value in allowed:
+      extra = dict(max_length=8) if value == "learned" else {}
+      built = runtime_str(value)
+      assert built is not value
+      assert make(**{field: built}, **extra) == make(**{field: value}, **extra)
+  assert make(mask_type=runtime_str("encoder_decoder")).is_encoder_decoder
+  refused("rope needs an even head_dim", position_encoding=runtime_str("rope"), head_dim=7)
+  refused("sinusoidal positions need an even emb_dim", position_encoding=runtime_str("sinusoidal"),
+          emb_dim=15)
+  refused("position_encoding='learned' needs max_length", position_encoding=runtime_str("learned"))
+  refused("relative_num_buckets must be >= 4", position_encoding=runtime_str("t5_relative"),
+          relative_num_buckets=2)
+  refused("mask_type='causal' is decoder-only", mask_type=runtime_str("causal"), num_encoder_layers=1)
