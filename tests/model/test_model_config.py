@@ -48,7 +48,9 @@ def test_head_dim_and_its_default():
   assert make(head_dim=1).resolved_head_dim == 1
   refused(r"head_dim=None needs emb_dim \(10\) divisible by num_heads \(3\)",
           head_dim=None, emb_dim=10, num_heads=3)
+  assert isinstance(make(head_dim=None, emb_dim=12, num_heads=3).resolved_head_dim, int)
   refused("head_dim must be a positive int or None, got 0", head_dim=0)
+  refused("head_dim must be a positive int or None, got -2", head_dim=-2)
   refused("head_dim must be a positive int or None, got 8.0", head_dim=8.0)
 
 
@@ -102,6 +104,8 @@ def test_position_encoding_requirements():
   for pe in POSITION_ENCODINGS:
     if pe != "sinusoidal":
       assert make(position_encoding=pe, emb_dim=15, head_dim=8, max_length=4).emb_dim == 15
+    if pe != "rope":
+      assert make(position_encoding=pe, head_dim=7, max_length=4).head_dim == 7
 
 
 def test_relative_bucket_bounds():
@@ -112,6 +116,7 @@ def test_relative_bucket_bounds():
   refused(message, relative_num_buckets=3, relative_max_distance=100)
   refused(message, relative_num_buckets=4, relative_max_distance=2)
   refused(message, relative_num_buckets=32, relative_max_distance=16)
+  refused(message, relative_num_buckets=32, relative_max_distance=10)
   assert make(relative_num_buckets=32, relative_max_distance=17).relative_max_distance == 17
   # Other position encodings never read the bucket settings.
   assert make(position_encoding="rope", relative_num_buckets=1).relative_num_buckets == 1
