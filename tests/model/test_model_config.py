@@ -73,6 +73,7 @@ def test_dropout_rate_bounds():
   assert make(dropout_rate=0.999).dropout_rate == 0.999
   refused(r"dropout_rate must be in \[0, 1\), got 1.0", dropout_rate=1.0)
   refused(r"dropout_rate must be in \[0, 1\), got -0.01", dropout_rate=-0.01)
+  refused(r"dropout_rate must be in \[0, 1\), got 1.5", dropout_rate=1.5)
 
 
 def test_shared_encoder_decoder():
@@ -82,6 +83,10 @@ def test_shared_encoder_decoder():
           shared_encoder_decoder=True, num_encoder_layers=1, num_decoder_layers=2)
   refused("shared_encoder_decoder needs num_encoder_layers == num_decoder_layers, got 3 and 2",
           shared_encoder_decoder=True, num_encoder_layers=3, num_decoder_layers=2)
+  # Depths parsed from a command line are equal ints, not one object (above 256).
+  deep = make(shared_encoder_decoder=True, num_encoder_layers=int("300"),
+              num_decoder_layers=int("300"), emb_dim=2, head_dim=1, mlp_dim=1)
+  assert deep.num_encoder_layers == deep.num_decoder_layers == 300
   refused("shared_encoder_decoder needs mask_type='encoder_decoder', got 'causal'",
           shared_encoder_decoder=True, mask_type="causal")
 
@@ -120,6 +125,15 @@ def test_relative_bucket_bounds():
   assert make(relative_num_buckets=32, relative_max_distance=17).relative_max_distance == 17
   # Other position encodings never read the bucket settings.
   assert make(position_encoding="rope", relative_num_buckets=1).relative_num_buckets == 1
+
+
+def test_configs_are_frozen_and_hashable():
+  """Configs key caches (jitted functions per config) and are shared: no field can change."""
+  import dataclasses
+  cfg = make()
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    cfg.emb_dim = 32
+  assert hash(cfg) == hash(make()) and {cfg: 1}[make()] == 1
 
 
 def test_derived_properties_and_replace():
