@@ -532,6 +532,10 @@ def test_scan_conversion_keeps_logical_axis_names(mask_type):
   wrong = dict(boxed, decoder={"layers": boxed["decoder"]["layers_0"]})
   with pytest.raises(ValueError, match="first logical axis must be 'layers', got"):
     scan_to_unscanned(wrong)
+  for first in ("embed", "mlp"):  # names sorting before and after "layers"
+    leaf = nn.LogicallyPartitioned(jnp.zeros((2, 3)), names=(first, "vocab"))
+    with pytest.raises(ValueError, match=rf"got \('{first}', 'vocab'\)"):
+      scan_to_unscanned({"decoder": {"layers": {"w": leaf}}})
   jax.tree_util.tree_map(np.testing.assert_array_equal, nn.meta.unbox(back), nn.meta.unbox(boxed))
 
 
@@ -574,6 +578,10 @@ def test_remat_policy_none_has_no_rematerialisation(policy):
   params = nn.meta.unbox(init(tiny(mask_type="causal"), "simple"))
   jaxpr = str(jax.make_jaxpr(jax.grad(lambda p: model.apply({"params": p}, batch).sum()))(params))
   assert bool(re.search(r"\b(remat2?|checkpoint)\b", jaxpr)) == (policy != "none")
+  # "full" saves nothing (no policy); the others hand JAX their saving policy.
+  policies = set(re.findall(r"policy=<?(\w+)", jaxpr))
+  assert policies == {"none": set(), "full": {"None"}, "dots_saveable": {"DotsSaveable"},
+                      "nothing_saveable": {"function"}}[policy]
 
 
 def test_scanned_layers_draw_their_own_dropout_masks(monkeypatch):
