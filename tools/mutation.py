@@ -56,6 +56,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                                 "tests/model/test_transformer_reference.py"],
     "lm/model/accounting.py": ["tests/model/test_accounting.py"],
     "lm/model/config.py": ["tests/model/test_model_config.py"],
+    "lm/model/presets.py": ["tests/model/test_accounting.py"],
     "lm/optim.py": ["tests/test_optim.py", "tests/test_optim_reference.py"],
     "lm/steps.py": ["tests/test_steps.py", "tests/test_steps_reference.py"],
     "lm/data/objectives.py": ["tests/data/test_objectives.py",
