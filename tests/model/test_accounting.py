@@ -211,3 +211,35 @@ def test_activation_bytes_hand_derived_with_a_one_token_input():
   #   masks 4*(1 + 16 + 4) = 84; attention backward 2*4*2*16 = 256; logits 2400.
   got = accounting.activation_bytes(_ACT, 1, 4)
   assert (got["layers"], got["total"]) == (6832.0, 9572.0)
+
+
+# Published shapes (layers per stack, d_model, d_ff, heads, d_kv), written out here from the
+# sources rather than read from lm: T5.1.1 from the released checkpoints' configs
+# (google/t5-v1_1-*), T5 from the paper's Table 14 / released T5 configs, GPT-3 from its
+# paper's Table 2.1 (d_ff = 4 d_model), except 1.3B's heads (16 x 128 = d_model; the paper
+# prints 24). The cpu family is lm's own (cpu/tiny is the README job's model): pinned so
+# that a change is deliberate.
+PUBLISHED_SHAPES = {
+    ("t5_1_1", "small"): (8, 512, 1024, 6, 64), ("t5_1_1", "base"): (12, 768, 2048, 12, 64),
+    ("t5_1_1", "large"): (24, 1024, 2816, 16, 64), ("t5_1_1", "xl"): (24, 2048, 5120, 32, 64),
+    ("t5_1_1", "xxl"): (24, 4096, 10240, 64, 64),
+    ("t5_1_0", "small"): (6, 512, 2048, 8, 64), ("t5_1_0", "base"): (12, 768, 3072, 12, 64),
+    ("t5_1_0", "large"): (24, 1024, 4096, 16, 64), ("t5_1_0", "3b"): (24, 1024, 16384, 32, 128),
+    ("t5_1_0", "11b"): (24, 1024, 65536, 128, 128),
+    ("gpt3", "125m"): (12, 768, 3072, 12, 64), ("gpt3", "350m"): (24, 1024, 4096, 16, 64),
+    ("gpt3", "760m"): (24, 1536, 6144, 16, 96), ("gpt3", "1_3b"): (24, 2048, 8192, 16, 128),
+    ("gpt3", "2_7b"): (32, 2560, 10240, 32, 80), ("gpt3", "6_7b"): (32, 4096, 16384, 32, 128),
+    ("gpt3", "13b"): (40, 5140, 20560, 40, 128), ("gpt3", "175b"): (96, 12288, 49152, 96, 128),
+    ("cpu", "tiny"): (2, 64, 128, 4, 16), ("cpu", "small_cpu"): (4, 256, 1024, 4, 64),
+}
+
+
+def test_preset_shapes_are_the_published_ones():
+  assert {(f, s) for f in ("t5_1_1", "t5_1_0", "gpt3", "cpu") for s in presets_sizes(f)} == set(
+      PUBLISHED_SHAPES)
+  for (family, size), want in PUBLISHED_SHAPES.items():
+    for architecture, stacks in (("encoder_decoder", 2), ("causal", 1)):
+      cfg = make_config(family, size, architecture)
+      got = (cfg.num_decoder_layers, cfg.emb_dim, cfg.mlp_dim, cfg.num_heads, cfg.head_dim)
+      assert got == want, (family, size, got)
+      assert cfg.num_encoder_layers == (want[0] if stacks == 2 else 0)
