@@ -243,3 +243,26 @@ def test_preset_shapes_are_the_published_ones():
       got = (cfg.num_decoder_layers, cfg.emb_dim, cfg.mlp_dim, cfg.num_heads, cfg.head_dim)
       assert got == want, (family, size, got)
       assert cfg.num_encoder_layers == (want[0] if stacks == 2 else 0)
+
+
+def test_preset_family_fields():
+  """Each family's published settings beyond the shapes (module docstring of presets.py)."""
+  t5_1_1 = dict(vocab_size=32128, mlp_activation="gated_gelu", tie_embeddings=False,
+                position_encoding="t5_relative", norm_type="rmsnorm", norm_position="pre",
+                dropout_rate=0.0, dtype="bfloat16", embedding_init_stddev=1.0)
+  want = {
+      "t5_1_1": t5_1_1,
+      "t5_1_0": dict(t5_1_1, mlp_activation="relu", tie_embeddings=True, tied_logits_scale=True,
+                     dropout_rate=0.1),
+      "gpt3": dict(vocab_size=50304, mlp_activation="gelu", position_encoding="learned",
+                   max_length=2048, norm_type="layernorm", norm_position="pre",
+                   tie_embeddings=True, tied_logits_scale=False, embedding_init_stddev=0.02,
+                   dropout_rate=0.0, dtype="bfloat16"),
+      "cpu": dict(t5_1_1, dtype="float32"),
+  }
+  for family, fields in want.items():
+    for size in presets_sizes(family):
+      cfg = make_config(family, size, "causal")
+      assert {k: getattr(cfg, k) for k in fields} == fields, (family, size)
+  with pytest.raises(ValueError, match="must look like family/size/architecture"):
+    from_name("t5_1_1/small/causal/extra")
