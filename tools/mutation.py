@@ -52,8 +52,10 @@ MODULE_TESTS: dict[str, list[str]] = {
                               "tests/model/test_attention_reference.py",
                               "tests/model/test_decoding.py"],
     "lm/model/fast_grads.py": ["tests/model/test_fast_grads.py", "tests/model/test_attention.py"],
-    "lm/model/transformer.py": ["tests/model/test_transformer.py",
-                                "tests/model/test_transformer_reference.py"],
+    # The reference first (most mutants die there), decoding (the cache code's only caller).
+    "lm/model/transformer.py": ["tests/model/test_transformer_reference.py",
+                                "tests/model/test_decoding.py",
+                                "tests/model/test_transformer.py"],
     "lm/model/accounting.py": ["tests/model/test_accounting.py"],
     "lm/model/config.py": ["tests/model/test_model_config.py"],
     "lm/model/presets.py": ["tests/model/test_accounting.py"],

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from lm.model.transformer import Transformer
 
-from model_helpers import V, random_params
+from model_helpers import V, random_params, runtime_str
 from model_helpers import tiny as _tiny
 
 
@@ -154,7 +154,7 @@ def test_decode_with_a_run_time_mode_name_fills_the_cache():
   model = Transformer(cfg)
   tokens = np.array([[0, 5, 9], [0, 7, 3]], np.int32)
   params = random_params(model, {"decoder_input_tokens": tokens})
-  mode = "".join(["pre", "fill"])
+  mode = runtime_str("prefill")
   assert mode is not "prefill"  # pylint: disable=literal-comparison
   run = jax.jit(lambda p, m: model.apply({"params": p}, None, {"decoder_input_tokens": tokens},
                                          mode=m, max_length=4, method=Transformer.decode,

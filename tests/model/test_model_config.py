@@ -7,6 +7,8 @@ from lm.model.config import (DTYPES, MASK_TYPES, NORM_POSITIONS, REMAT_POLICIES,
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 from lm.model.position import POSITION_ENCODINGS
 
+from model_helpers import runtime_str
+
 BASE = dict(vocab_size=32, emb_dim=16, num_heads=2, head_dim=8, mlp_dim=32,
             num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
 
@@ -168,7 +170,6 @@ def test_defaults_are_t5_1_1():
 def test_choice_values_built_at_run_time():
   """Values read from a command line are equal, not identical, to the literals: every
   check compares with ==, so each config validates exactly as its literal twin."""
-  from model_helpers import runtime_str
   for field, allowed in [("mask_type", MASK_TYPES), ("position_encoding", POSITION_ENCODINGS),
                          ("norm_type", NORM_TYPES), ("mlp_activation", MLP_ACTIVATIONS)]:
     for value in allowed:

@@ -1,6 +1,7 @@
 """Transformer: shapes, logical axes, causality, prefix LM, packing, scan, variants, errors."""
 import dataclasses
 import functools
+import re
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lm.model import transformer as transformer_lib
 from lm.model.transformer import (Stack, Transformer, TransformerConfig, scan_to_unscanned,
                                   unscanned_to_scan)
 
@@ -454,20 +456,28 @@ def test_bad_batches_and_calls_raise():
 
 # ------------------------------------------------------------------------- dropout sites
 
+def spy_on_stack_dropout(monkeypatch, on_call):
+  """Wraps the transformer's broadcast_dropout: on_call(module, x, out, rate, deterministic,
+  broadcast_length) sees every stack- and layer-level dropout (attention and MLP dropout
+  live in their own modules)."""
+  real = transformer_lib.broadcast_dropout
+
+  def spy(x, rate, deterministic, module, broadcast_length=True):
+    out = real(x, rate, deterministic, module, broadcast_length)
+    on_call(module, x, out, rate, deterministic, broadcast_length)
+    return out
+  monkeypatch.setattr(transformer_lib, "broadcast_dropout", spy)
+
+
 @pytest.mark.parametrize("enable", [True, False])
 def test_dropout_sites_follow_t5x(monkeypatch, enable):
   """Stack-level dropout (t5x): on the embeddings, after each sub-block, on the stack output;
   masks shared along the length axis except the encoder's output (elementwise)."""
-  from lm.model import transformer as transformer_lib
   cfg = tiny(dropout_rate=0.25)
   params = nn.meta.unbox(init(cfg, "simple"))
   calls = []
-  real = transformer_lib.broadcast_dropout
-
-  def record(x, rate, deterministic, module, broadcast_length=True):
-    calls.append(("/".join(module.scope.path), x.shape, rate, deterministic, broadcast_length))
-    return real(x, rate, deterministic, module, broadcast_length)
-  monkeypatch.setattr(transformer_lib, "broadcast_dropout", record)
+  spy_on_stack_dropout(monkeypatch, lambda module, x, out, *args: calls.append(
+      ("/".join(module.scope.path), x.shape, *args)))
   jax.eval_shape(lambda p: Transformer(cfg).apply({"params": p}, simple_batch(cfg), enable_dropout=enable,
                                                   rngs={"dropout": jax.random.PRNGKey(0)}), params)
   enc, dec = (2, 5, 16), (2, 6, 16)
@@ -569,9 +579,9 @@ def test_config_strings_built_at_run_time_select_the_same_model(kw):
 
 
 @pytest.mark.parametrize("policy", ["none", "full", "dots_saveable", "nothing_saveable"])
-def test_remat_policy_none_has_no_rematerialisation(policy):
-  """remat_policy="none" (also as a run-time string) traces no checkpoint; the others do."""
-  import re
+def test_remat_policies_reach_jax(policy):
+  """remat_policy="none" (also as a run-time string) traces no checkpoint; the others do,
+  each with its own saving policy."""
   cfg = tiny(mask_type="causal", remat_policy=runtime_str(policy))
   batch = simple_batch(cfg)
   model = Transformer(cfg)
@@ -586,18 +596,14 @@ def test_remat_policy_none_has_no_rematerialisation(policy):
 
 def test_scanned_layers_draw_their_own_dropout_masks(monkeypatch):
   """nn.scan splits the dropout RNG per layer: two scanned layers never share a mask."""
-  from lm.model import transformer as transformer_lib
   cfg = tiny(mask_type="causal", num_decoder_layers=2, scan_layers=True, dropout_rate=0.5)
   params = nn.meta.unbox(init(cfg, "simple"))
   dropped = []
-  real = transformer_lib.broadcast_dropout
 
-  def record(x, rate, deterministic, module, broadcast_length=True):
-    out = real(x, rate, deterministic, module, broadcast_length)
+  def on_call(module, x, out, *args):
     if "layers" in module.scope.path:
       jax.debug.callback(lambda o: dropped.append(np.asarray(o) == 0), out)
-    return out
-  monkeypatch.setattr(transformer_lib, "broadcast_dropout", record)
+  spy_on_stack_dropout(monkeypatch, on_call)
   Transformer(cfg).apply({"params": params}, simple_batch(cfg), enable_dropout=True,
                          rngs={"dropout": jax.random.PRNGKey(0)})
   assert len(dropped) == 4  # 2 layers x (self-attention, MLP), in layer order
