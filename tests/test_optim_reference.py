@@ -311,6 +311,49 @@ def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim,
   assert int(st.count) == offset + 4
 
 
+@pytest.mark.parametrize("shape,axis", [
+    ((130, optim.WIDE_ROWS), 0), ((128, optim.WIDE_ROWS + 3), 0), ((3, 5, 2 * optim.WIDE_ROWS), 1),
+    ((2, optim.WIDE_ROWS), 0), ((1, optim.WIDE_ROWS), 0), ((7, 9), 0), ((7, 9), 1),
+    ((7, optim.WIDE_ROWS), 1), ((6, 4, 3), -2)])
+def test_mean_over_axis_is_the_mean(shape, axis):
+  """The halving sum (rows at least WIDE_ROWS wide; odd counts carry a row) and the plain
+  mean (narrow rows, the last axis) both give the mean over ``axis``, to float32 rounding."""
+  x = np.random.default_rng(11).normal(size=shape).astype(np.float32) ** 2
+  got = jax.jit(optim.mean_over_axis, static_argnums=1)(jnp.asarray(x), axis)
+  want = np.mean(x.astype(np.float64), axis=axis)
+  assert got.shape == want.shape and got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=2e-6)
+
+
+def test_mean_over_axis_halves_wide_rows_and_only_those():
+  """A reduction over the major axis of wide rows is compiled as slices added, no reduce
+  over that axis; narrow rows keep one reduce."""
+  def reduces(shape, axis):
+    text = jax.jit(optim.mean_over_axis, static_argnums=1).lower(
+        jnp.zeros(shape, jnp.float32), axis).as_text()
+    return [line for line in text.splitlines() if "stablehlo.reduce" in line]
+  assert not reduces((512, optim.WIDE_ROWS), 0)
+  assert reduces((512, optim.WIDE_ROWS - 1), 0) and reduces((512, optim.WIDE_ROWS), 1)
+
+
+@pytest.mark.parametrize("shape", [(40, 8200), (8200, 40), (3, 40, 8200)])
+def test_scale_by_factored_rms_matches_optax_on_wide_matrices(shape):
+  """The halving column mean inside the stage: optax's update and statistics over steps."""
+  rng = np.random.default_rng(12)
+  params = {"w": jnp.asarray(rng.normal(size=shape), jnp.float32)}
+  ours = optim.scale_by_factored_rms(True, 0.8, 0, 32, 1e-30)
+  theirs = optax.scale_by_factored_rms(True, 0.8, 0, 32, 1e-30)
+  st, rst = ours.init(params), theirs.init(params)
+  update, reference = jax.jit(ours.update), jax.jit(theirs.update)
+  for step in range(3):
+    grads = {"w": jnp.asarray(rng.normal(size=shape) * 10.0 ** (step - 1), jnp.float32)}
+    u, st = update(grads, st, params)
+    ru, rst = reference(grads, rst, params)
+    for got, want in zip(jax.tree.leaves((u, st)), jax.tree.leaves((ru, rst))):
+      assert got.shape == want.shape
+      np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+
+
 def test_factored_dims_is_optax_rule():
   from optax._src import factorized  # pylint: disable=import-outside-toplevel
   shapes = [(), (5,), (5, 9), (40, 40), (3, 40, 50), (50, 3, 40), (40, 50, 2), (40, 40, 40),
