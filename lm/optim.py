@@ -223,8 +223,8 @@ def mean_over_axis(x: jax.Array, axis: int) -> jax.Array:
     half = m // 2
     pairs = (jax.lax.slice_in_dim(total, 0, half, axis=axis)
              + jax.lax.slice_in_dim(total, half, 2 * half, axis=axis))
-    total = pairs if m % 2 == 0 else jnp.concatenate(
-        [pairs, jax.lax.slice_in_dim(total, 2 * half, m, axis=axis)], axis=axis)
+    odd = jax.lax.slice_in_dim(total, 2 * half, m, axis=axis)  # no row when m is even
+    total = jnp.concatenate([pairs, odd], axis=axis)
   return jnp.squeeze(total, axis) / jnp.asarray(n, x.dtype)
 
 
