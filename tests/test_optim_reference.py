@@ -341,6 +341,16 @@ def test_mean_over_axis_halves_wide_rows_and_only_those():
   assert reduces((2048, 1024), 0) and reduces((32128, 512), 0) and reduces((4, 512, 512), 1)
 
 
+def test_mean_over_axis_halves_on_the_cpu_only():
+  """On GPUs and TPUs a wide row's major axis keeps one reduce (slicing a sharded axis would
+  move data between devices); the CPU program halves."""
+  traced = jax.jit(optim.mean_over_axis, static_argnums=1).trace(
+      jnp.zeros((512, optim.WIDE_ROWS), jnp.float32), 0)
+  for platform, want in (("cpu", 0), ("tpu", 1), ("cuda", 1)):
+    text = traced.lower(lowering_platforms=(platform,)).as_text()
+    assert sum("stablehlo.reduce" in line for line in text.splitlines()) == want, platform
+
+
 @pytest.mark.parametrize("shape", [(40, 8200), (8200, 40), (3, 40, 8200)])
 def test_scale_by_factored_rms_matches_optax_on_wide_matrices(shape):
   """The halving column mean inside the stage: optax's update and statistics over steps."""
