@@ -283,14 +283,12 @@ _FACTOR_SHAPES = {"vector": (7,), "small": (5, 9), "square": (40, 40), "wide": (
                   "batch_first": (40, 50, 2)}
 
 
-@pytest.mark.parametrize("factored,min_dim,offset,eps", [
-    (True, 32, 0, 1e-30), (True, 32, 3, 1e-3), (False, 32, 0, 1e-30), (True, 1, 2, 1e-8)])
-def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim, offset, eps):
-  """lm's second-moment stage against optax's, over changing gradients: same state
-  structure (what checkpoints hold), values within a few float32 ulps (rsqrt against
-  x ** -0.5)."""
-  rng = np.random.default_rng(7)
-  params = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in _FACTOR_SHAPES.items()}
+def _beside_optax(shapes, rng, rtol, factored=True, min_dim=32, offset=0, eps=1e-30,
+                  steps=4):
+  """lm's second-moment stage against optax's on params of ``shapes``, over ``steps``
+  changing gradients: the same state structure (what checkpoints hold), and every update
+  and statistic finite, of optax's shape and dtype, within ``rtol``. Returns lm's state."""
+  params = {k: jnp.asarray(rng.normal(size=s), jnp.float32) for k, s in shapes.items()}
   ours = optim.scale_by_factored_rms(factored, 0.8, offset, min_dim, eps)
   theirs = optax.scale_by_factored_rms(factored, 0.8, offset, min_dim, eps)
   st, rst = ours.init(params), theirs.init(params)
@@ -299,15 +297,24 @@ def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim,
   # decay's power is NaN, in optax and t5x alike).
   st, rst = (s._replace(count=jnp.asarray(offset, jnp.int32)) for s in (st, rst))
   update, reference = jax.jit(ours.update), jax.jit(theirs.update)
-  for step in range(4):
+  for step in range(steps):
     grads = {k: jnp.asarray(rng.normal(size=s) * 10.0 ** (step - 2), jnp.float32)
-             for k, s in _FACTOR_SHAPES.items()}
+             for k, s in shapes.items()}
     u, st = update(grads, st, params)
     ru, rst = reference(grads, rst, params)
     for got, want in zip(jax.tree.leaves((u, st)), jax.tree.leaves((ru, rst))):
       assert got.shape == want.shape and got.dtype == want.dtype
       assert np.all(np.isfinite(got))
-      np.testing.assert_allclose(got, want, rtol=5e-6, atol=0)
+      np.testing.assert_allclose(got, want, rtol=rtol, atol=0)
+  return st
+
+
+@pytest.mark.parametrize("factored,min_dim,offset,eps", [
+    (True, 32, 0, 1e-30), (True, 32, 3, 1e-3), (False, 32, 0, 1e-30), (True, 1, 2, 1e-8)])
+def test_scale_by_factored_rms_matches_optax_but_for_rounding(factored, min_dim, offset, eps):
+  """Values within a few float32 ulps of optax's (rsqrt against x ** -0.5)."""
+  st = _beside_optax(_FACTOR_SHAPES, np.random.default_rng(7), 5e-6, factored, min_dim,
+                     offset, eps)
   assert int(st.count) == offset + 4
 
 
@@ -354,19 +361,7 @@ def test_mean_over_axis_halves_on_the_cpu_only():
 @pytest.mark.parametrize("shape", [(40, 8200), (8200, 40), (3, 40, 8200)])
 def test_scale_by_factored_rms_matches_optax_on_wide_matrices(shape):
   """The halving column mean inside the stage: optax's update and statistics over steps."""
-  rng = np.random.default_rng(12)
-  params = {"w": jnp.asarray(rng.normal(size=shape), jnp.float32)}
-  ours = optim.scale_by_factored_rms(True, 0.8, 0, 32, 1e-30)
-  theirs = optax.scale_by_factored_rms(True, 0.8, 0, 32, 1e-30)
-  st, rst = ours.init(params), theirs.init(params)
-  update, reference = jax.jit(ours.update), jax.jit(theirs.update)
-  for step in range(3):
-    grads = {"w": jnp.asarray(rng.normal(size=shape) * 10.0 ** (step - 1), jnp.float32)}
-    u, st = update(grads, st, params)
-    ru, rst = reference(grads, rst, params)
-    for got, want in zip(jax.tree.leaves((u, st)), jax.tree.leaves((ru, rst))):
-      assert got.shape == want.shape
-      np.testing.assert_allclose(got, want, rtol=1e-5, atol=0)
+  _beside_optax({"w": shape}, np.random.default_rng(12), 1e-5, steps=3)
 
 
 def test_factored_dims_is_optax_rule():

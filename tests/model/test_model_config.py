@@ -1,4 +1,6 @@
 """TransformerConfig's validation: every bound refused just outside and accepted just inside."""
+import dataclasses
+
 import jax.numpy as jnp
 import pytest
 
@@ -131,7 +133,6 @@ def test_relative_bucket_bounds():
 
 def test_configs_are_frozen_and_hashable():
   """Configs key caches (jitted functions per config) and are shared: no field can change."""
-  import dataclasses
   cfg = make()
   with pytest.raises(dataclasses.FrozenInstanceError):
     cfg.emb_dim = 32
