@@ -90,15 +90,20 @@ class Stage:
     argv: the step's command, starting with the Python interpreter's name.
     done: its marker (launch.stage writes it when argv exits 0).
     every_process: run on every process of a multi-process job (lm.main); else on one.
+    version: what else the result depends on (the mini suite's version), recorded in the
+      marker beside the command: a marker of another version does not count.
   """
   name: str
   argv: tuple[str, ...]
   done: str
   every_process: bool
+  version: str = ""
 
   def command(self) -> list[str]:
-    """`python -m launch.stage --done=<marker> -- <argv>`."""
-    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", "--", *self.argv]
+    """`python -m launch.stage --done=<marker> [--version=<v>] -- <argv>`."""
+    version = [f"--version={self.version}"] if self.version else []
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *version, "--",
+            *self.argv]
 
 
 def _join(root: str, *parts: str) -> str:
@@ -177,7 +182,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
       argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
-      out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False))
+      out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
+                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}"))
     else:
       if not data_dir:
         raise ValueError("--scale=paper fine-tunes on T5's tasks: pass --data_dir=<folder "
@@ -202,9 +208,10 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
 # local
 
 
-def _marker_exists(path: str) -> bool:
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  return epath.Path(path).exists()
+def _status(stage: Stage) -> tuple[bool, str]:
+  """launch.stage's verdict on a stage: (finished, why it runs again or "")."""
+  from launch import stage as stage_lib  # pylint: disable=g-import-not-at-top
+  return stage_lib.stage_status(stage.done, stage.argv, stage.version)
 
 
 def run_point(point_stages: Sequence[Stage], log_path: str, *,
@@ -250,7 +257,9 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
   def one(i: int, point: local.Point, point_stages: list[Stage]) -> None:
     if stop.is_set():
       return
-    todo = [s.name for s in point_stages if not _marker_exists(s.done)]
+    status = [(s.name, *_status(s)) for s in point_stages]
+    todo = [name + (f" ({why})" if why else "") for name, finished, why in status
+            if not finished]
     log_path = os.path.join(root, point.name, "sweep.log")
     echo(f"[{i}/{len(plan)}] {point.name}: " + (f"running {', '.join(todo)} (log: {log_path})"
                                                if todo else "all stages done"))

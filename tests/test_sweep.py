@@ -1,4 +1,5 @@
 """launch/sweep.py, launch/stage.py and the report's rankings: expansion, quoting, resume."""
+import dataclasses
 import json
 import os
 import pathlib
@@ -255,14 +256,74 @@ def test_points_run_in_parallel_and_a_preempted_point_stops_the_queue(tmp_path):
   assert results == {"c": (75, "pretrain")} and not (tmp_path / "d.log").exists()
 
 
-def test_stage_skips_when_marked_and_marks_only_on_success(tmp_path):
+def test_stage_skips_when_marked_and_marks_only_on_success(tmp_path, capsys):
   done = tmp_path / "m" / "s.json"
   assert stage.main([f"--done={done}", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
   assert not done.exists()
   assert stage.main([f"--done={done}", "--", sys.executable, "-c", "print(1)"]) == 0
   assert json.loads(done.read_text())["command"][-1] == "print(1)"
-  assert stage.main([f"--done={done}", "--", sys.executable, "-c", "raise SystemExit(9)"]) == 0
+  capsys.readouterr()
+  # The same command (from another interpreter path) is skipped.
+  assert stage.main([f"--done={done}", "--", "python3", "-c", "print(1)"]) == 0
+  assert "skipped" in capsys.readouterr().out
   assert stage.main(["--done=x"]) == 2
+
+
+def test_a_stage_whose_command_or_version_changed_runs_again(tmp_path, capsys):
+  """A marker records its command and --version; another one does not count as done."""
+  done = tmp_path / "m" / "s.json"
+  out = tmp_path / "out"
+  prog = f"import sys; open({str(out)!r}, 'a').write(sys.argv[1] + '\\n')"
+  run = lambda *args: stage.main([f"--done={done}", *args])
+  assert run("--", sys.executable, "-c", prog, "--steps=30") == 0
+  assert run("--", sys.executable, "-c", prog, "--steps=30") == 0  # skipped
+  capsys.readouterr()
+  assert run("--", sys.executable, "-c", prog, "--steps=60") == 0
+  said = capsys.readouterr().out.splitlines()
+  assert said[0] == ("stage marked done for something else (the command changed: --steps=30 -> "
+                     "--steps=60): running it again"), said
+  assert out.read_text().split() == ["--steps=30", "--steps=60"]
+  assert json.loads(done.read_text())["command"][-1] == "--steps=60"
+  # A failing rerun leaves no marker for the new command and the old one does not count.
+  assert run("--", sys.executable, "-c", prog + "; sys.exit(4)", "--steps=90") == 4
+  assert run("--", sys.executable, "-c", prog + "; sys.exit(4)", "--steps=90") == 4
+  # --version (the mini suite's) is compared like the command.
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert "'(none)' -> 'mini_suite=3'" in capsys.readouterr().out
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert json.loads(done.read_text())["version"] == "mini_suite=3"
+  # An unreadable marker does not count either.
+  done.write_text("{")
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert "unreadable" in capsys.readouterr().out
+  assert out.read_text().split() == ["--steps=30", "--steps=60", "--steps=90", "--steps=90",
+                                     "--steps=60", "--steps=60"]
+
+
+def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
+  """`launch.sweep` again with --extra=--config.train.num_steps=60 (was 30) reruns pretrain."""
+  point = local.Point(name="a", config="c", overrides={})
+  stage30 = _script_stage(tmp_path, "a", "pretrain")
+  plan = [(point, [dataclasses.replace(stage30, argv=stage30.argv + ("--num_steps=30",))])]
+  assert sweep.run_local(plan, str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
+  plan60 = [(point, [dataclasses.replace(stage30, argv=stage30.argv + ("--num_steps=60",))])]
+  messages = []
+  assert sweep.run_local(plan60, str(tmp_path), echo=messages.append) == {"a": (0, "")}
+  assert "all stages done" not in messages[0]
+  assert "running pretrain (the command changed: --num_steps=30 -> --num_steps=60)" in messages[0]
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "pretrain"]
+  messages = []
+  sweep.run_local(plan60, str(tmp_path), echo=messages.append)
+  assert "all stages done" in messages[0]
+
+
+def test_the_mini_stage_marker_carries_the_suite_version():
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
+  [mini_stage] = sweep.stages(point, "r", scale="tiny", study="s", which=["finetune"])
+  assert f"--version=mini_suite={mini.SUITE_VERSION}" in mini_stage.command()
+  assert mini_stage.command().index("--") > mini_stage.command().index(
+      f"--version=mini_suite={mini.SUITE_VERSION}")
 
 
 def test_kendall_tau_matches_scipy_and_hand_cases():
