@@ -302,7 +302,20 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
 def slurm_script(point: local.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
                  gpus_per_node: int, venv: str = ".venv",
                  sbatch_options: Sequence[str] = ()) -> str:
-  """The sbatch script that runs a point's stages (every value shell-quoted)."""
+  """The sbatch script that runs a point's stages (every value shell-quoted).
+
+  Raises:
+    ValueError: a control character (a newline, ...) in an #SBATCH option, the repository
+      or the venv path: on an `#SBATCH` comment line no quoting keeps a newline from starting
+      a command line of its own, so they are refused (the stages' arguments are quoted and
+      stay data, newlines included).
+  """
+  for what, values in (("--sbatch", sbatch_options), ("the repository path", [repo]),
+                       ("--venv", [venv])):
+    for value in values:
+      if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{what} {value!r} holds a control character (a newline, tab, ...), "
+                         "which the sbatch script cannot carry; remove it.")
   q = shlex.quote
   lines = [
       "#!/bin/bash",
@@ -519,10 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   if args.backend == "slurm":
     repo = os.getcwd()
-    for point, point_stages in plan:
-      script = slurm_script(point, point_stages, repo=repo, nodes=args.nodes,
-                            gpus_per_node=args.gpus_per_node, venv=args.venv,
-                            sbatch_options=args.sbatch)
+    try:  # every script first: a refused value writes and submits nothing
+      scripts = [slurm_script(point, point_stages, repo=repo, nodes=args.nodes,
+                              gpus_per_node=args.gpus_per_node, venv=args.venv,
+                              sbatch_options=args.sbatch) for point, point_stages in plan]
+    except ValueError as e:
+      return _fail(str(e))
+    for (point, _), script in zip(plan, scripts):
       path = os.path.join(args.root, point.name, "sweep.sbatch")
       if args.dry_run:
         print(f"# {path}\n{script}# then: {shlex.join(['sbatch', path])}")

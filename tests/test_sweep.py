@@ -168,6 +168,24 @@ def test_slurm_dry_run_scripts_are_valid_and_literal(capsys, tmp_path):
   assert "--workdir=/shared/r t/p1.x" in runs[0]
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_slurm_refuses_control_characters_where_quoting_cannot_hold(capsys, tmp_path, dry_run):
+  """An #SBATCH line is a comment: a newline in its value would start a command line."""
+  root = tmp_path / "r"
+  argv = [_hostile_experiment(tmp_path), f"--root={root}", "--backend=slurm",
+          f"--sbatch=--x\ntouch {tmp_path / 'FILE'} #"] + (["--dry_run"] if dry_run else [])
+  assert sweep.main(argv) == 2
+  captured = capsys.readouterr()
+  assert captured.out == "" and captured.err.count("\n") == 1
+  assert captured.err.startswith("error: --sbatch '--x\\ntouch") and "control character" in captured.err
+  assert not root.exists() and not (tmp_path / "FILE").exists()
+  point = local.Point(name="a", config="c", overrides={})
+  for kwargs in (dict(sbatch_options=["--partition=a\rb"]), dict(venv="v\tenv"),
+                 dict(repo="/r\n/x")):
+    with pytest.raises(ValueError, match="control character"):
+      sweep.slurm_script(point, [], **{"repo": "/r", "nodes": 1, "gpus_per_node": 1, **kwargs})
+
+
 def test_tpu_dry_run_commands_are_literal_on_the_workers(capsys, tmp_path):
   lines = _dry_run(capsys, _hostile_experiment(tmp_path), "--root=gs://b/r", "--backend=tpu",
                    "--tpu=pod", "--zone=us-east5-a", "--accelerator=v5p-128", "--create",
