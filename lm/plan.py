@@ -562,6 +562,10 @@ def main(argv=None) -> int:
     if fv.config is None or fv.topology is None:
       raise PlanError("--config and --topology are required, e.g. "
                       "--config=configs/t5.py:size=xxl --topology=v5p-128.")
+    if fv.memory_gib is not None and not (math.isfinite(fv.memory_gib) and fv.memory_gib > 0):
+      raise PlanError(f"--memory_gib must be a positive number of GiB, got {fv.memory_gib}.")
+    if fv.search_max_batch < 1:
+      raise PlanError(f"--search_max_batch must be >= 1, got {fv.search_max_batch}.")
     config = config_flag.value
     if fv.mesh:
       config = _with(config, **{"mesh.shape": partitioning.mesh_shape_tuple(fv.mesh)})
