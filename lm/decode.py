@@ -229,6 +229,8 @@ def write_records(records: list[dict], output: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  from lm import libtpu_env  # pylint: disable=g-import-not-at-top
+  libtpu_env.quiet_libtpu_off_tpu()
   args = parse_args(argv)
   try:
     write_records(run(args), args.output)

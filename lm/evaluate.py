@@ -67,6 +67,7 @@ from lm import metrics as metrics_lib
 from lm import partitioning, restore, steps
 from lm import score as score_lib
 from lm import config as config_lib
+from lm import libtpu_env
 from lm.data import converters, objectives, packing
 from lm.data import pipeline as pipeline_lib
 
@@ -697,6 +698,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
+  libtpu_env.quiet_libtpu_off_tpu()
   logging.getLogger().setLevel(logging.WARNING)
   for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
     logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -35,6 +35,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from lm import libtpu_env
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/t5.py:runlocal (get_config's arg after ':').",
     lock_config=True)
@@ -235,6 +237,7 @@ def _is_checkpoint_io_error(e: BaseException) -> bool:
 
 def run() -> None:
   """Console-script entry (`lm-train`, pyproject.toml's [project.scripts])."""
+  libtpu_env.quiet_libtpu_off_tpu()
   app.run(main, flags_parser=_parse_flags)
 
 

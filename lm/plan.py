@@ -56,6 +56,7 @@ import ml_collections
 import numpy as np
 
 from lm import config as config_lib
+from lm import libtpu_env
 from lm import metrics as metrics_lib
 from lm import partitioning
 from lm.model import accounting
@@ -521,6 +522,7 @@ def write_json(path: str, obj: Any) -> None:
 
 def main(argv=None) -> int:
   """Command-line entry; see the module docstring. Returns the exit status."""
+  libtpu_env.quiet_libtpu_off_tpu()
   from absl import flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv if argv is None else argv)
