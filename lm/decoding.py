@@ -526,10 +526,9 @@ class DecodeConfig:
       raise ValueError(f"unknown length_penalty {self.length_penalty!r}; expected one of {LENGTH_PENALTIES}")
     if not (isinstance(self.beam_size, int) and self.beam_size >= 1):
       raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
-    if not abs(self.alpha) < float("inf"):
-      raise ValueError(f"alpha must be a finite number, got {self.alpha}")
-    if self.method == "beam" and self.length_penalty == "t5" and self.alpha < 0:
-      raise ValueError(f"alpha must be >= 0 for T5 beam search, got {self.alpha}")
+    if not abs(self.alpha) < float("inf") or (
+        self.method == "beam" and self.length_penalty == "t5" and self.alpha < 0):
+      raise ValueError(f"alpha must be finite (and >= 0 for T5 beam search), got {self.alpha}")
 
 
 def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], config: DecodeConfig,

@@ -205,7 +205,7 @@ def test_a_live_beam_that_can_still_win_keeps_the_search_going():
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_configs_refuse_non_finite_alpha_and_temperature(bad):
   """nan passed every comparison the configs made (nan < 0 is False): refused by name."""
-  with pytest.raises(ValueError, match="alpha must be a finite number"):
+  with pytest.raises(ValueError, match="alpha must be finite"):
     decoding.DecodeConfig(method="beam", alpha=bad)
   with pytest.raises(ValueError, match="temperature must be finite"):
     decoding.SamplingConfig(temperature=bad)
