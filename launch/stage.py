@@ -11,7 +11,9 @@ finished) is written only after the command exits 0, and the commands resume by 
 another command (say `--config.train.num_steps=30` where the stage now says 60) or another
 --version (the mini suite's) does not count: the stage runs again, after one line naming the
 difference, and its command continues what it can (lm.main trains on from its last step) or
-refuses with its own error. The interpreter's path (the command's first word) is not compared.
+refuses with its own error. A stage also runs again when a stage it comes after (--after, the
+pre-training stage for the mini suite and the evaluation) was run again since its marker was
+written. The interpreter's path (the command's first word) is not compared.
 Markers may live in a `gs://` bucket (etils.epath), like the workdirs. On several processes
 (srun, every TPU worker) each process checks the marker, runs its part of the command and
 writes the same marker.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import difflib
+import hashlib
 import json
 import shlex
 import signal
@@ -47,12 +50,23 @@ def command_difference(old: Sequence[str], new: Sequence[str]) -> str:
                    for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
 
 
-def stage_status(done: str, argv: Sequence[str], version: str = "") -> tuple[bool, str]:
-  """Whether the marker `done` records `argv` (and `version`) as finished.
+def marker_identity(done: str) -> str | None:
+  """A digest of a marker's text (None when there is none): it changes when the stage reruns."""
+  marker = epath.Path(done)
+  if not marker.exists():
+    return None
+  return hashlib.sha256(marker.read_bytes()).hexdigest()[:16]
+
+
+def stage_status(done: str, argv: Sequence[str], version: str = "",
+                 after: Sequence[str] = ()) -> tuple[bool, str]:
+  """Whether the marker `done` records `argv` (and `version`) as finished after the current
+  runs of the stages `after` names (their markers).
 
   Returns:
     (True, "") when it does; (False, "") when there is no marker; (False, why) when the
-    marker records another command or version, or cannot be read (`why`: one line).
+    marker records another command or version, an earlier run of a stage in `after`, or
+    cannot be read (`why`: one line).
   """
   marker = epath.Path(done)
   if not marker.exists():
@@ -61,7 +75,9 @@ def stage_status(done: str, argv: Sequence[str], version: str = "") -> tuple[boo
     record = json.loads(marker.read_text())
     old = record["command"]
     old_version = record.get("version", "")
-    if not (isinstance(old, list) and all(isinstance(a, str) for a in old)):
+    old_after = record.get("after", {})
+    if not (isinstance(old, list) and all(isinstance(a, str) for a in old)
+            and isinstance(old_after, dict)):
       raise TypeError
   except (ValueError, KeyError, TypeError, AttributeError):
     return False, f"its marker {done} is unreadable or has no command"
@@ -70,16 +86,20 @@ def stage_status(done: str, argv: Sequence[str], version: str = "") -> tuple[boo
     why.append(f"the command changed: {command_difference(old[1:], argv[1:])}")
   if old_version != version:
     why.append(f"the version changed: {old_version or '(none)'!r} -> {version or '(none)'!r}")
+  rerun = [a for a in after if old_after.get(a) != marker_identity(a)]
+  if rerun:
+    why.append(f"{', '.join(rerun)} changed since: a stage it comes after ran again")
   return (not why), "; ".join(why)
 
 
-def run_stage(done: str, argv: Sequence[str], version: str = "") -> int:
+def run_stage(done: str, argv: Sequence[str], version: str = "",
+              after: Sequence[str] = ()) -> int:
   """Runs `argv` unless `done` records it (module docstring); writes `done` when it exits 0.
 
   Returns:
     the exit status.
   """
-  finished, why = stage_status(done, argv, version)
+  finished, why = stage_status(done, argv, version, after)
   if finished:
     print(f"stage done already ({done}): skipped", flush=True)
     return 0
@@ -99,6 +119,8 @@ def run_stage(done: str, argv: Sequence[str], version: str = "") -> int:
                   finished=datetime.datetime.now().isoformat(timespec="seconds"))
     if version:
       record["version"] = version
+    if after:
+      record["after"] = {a: marker_identity(a) for a in after}
     marker.write_text(json.dumps(record) + "\n")
   return returncode
 
@@ -106,7 +128,8 @@ def run_stage(done: str, argv: Sequence[str], version: str = "") -> int:
 def main(argv: Sequence[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if "--" not in argv:
-    print("error: usage: python -m launch.stage --done=MARKER [--version=V] -- COMMAND [ARG ...]",
+    print("error: usage: python -m launch.stage --done=MARKER [--version=V] [--after=MARKER] "
+          "-- COMMAND [ARG ...]",
           file=sys.stderr)
     return 2
   split = argv.index("--")
@@ -116,12 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--version", default="",
                       help="what else the stage's result depends on (e.g. the mini suite's "
                       "version): recorded in the marker and compared like the command")
+  parser.add_argument("--after", action="append", default=[],
+                      help="the marker of a stage this one comes after (repeatable): when that "
+                      "stage ran again since, this one runs again too")
   args = parser.parse_args(argv[:split])
   command = argv[split + 1:]
   if not command:
     print("error: no command after '--'", file=sys.stderr)
     return 2
-  return run_stage(args.done, command, args.version)
+  return run_stage(args.done, command, args.version, args.after)
 
 
 if __name__ == "__main__":

@@ -92,17 +92,21 @@ class Stage:
     every_process: run on every process of a multi-process job (lm.main); else on one.
     version: what else the result depends on (the mini suite's version), recorded in the
       marker beside the command: a marker of another version does not count.
+    after: markers of the stages it reads the output of (the pre-training run's): when one
+      of them ran again since, this stage runs again too.
   """
   name: str
   argv: tuple[str, ...]
   done: str
   every_process: bool
   version: str = ""
+  after: tuple[str, ...] = ()
 
   def command(self) -> list[str]:
-    """`python -m launch.stage --done=<marker> [--version=<v>] -- <argv>`."""
-    version = [f"--version={self.version}"] if self.version else []
-    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *version, "--",
+    """`python -m launch.stage --done=<marker> [--version=<v>] [--after=<m> ...] -- <argv>`."""
+    extra = ([f"--version={self.version}"] if self.version else []) + [
+        f"--after={a}" for a in self.after]
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *extra, "--",
             *self.argv]
 
 
@@ -183,7 +187,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
-                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}"))
+                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}",
+                       after=(marker("pretrain"),)))
     else:
       if not data_dir:
         raise ValueError("--scale=paper fine-tunes on T5's tasks: pass --data_dir=<folder "
@@ -197,10 +202,11 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
                 *model_overrides, f"--config.wandb.group={study}",
                 f"--config.wandb.name={point.name}/{column}", *finetune_extra]
         out.append(Stage(f"ft_{short}", tuple(argv), marker(f"ft_{short}"),
-                         every_process=True))
+                         every_process=True, after=(marker("pretrain"),)))
   if "evaluate" in which:
     argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", *evaluate_extra]
-    out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False))
+    out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
+                     after=(marker("pretrain"),)))
   return out
 
 
@@ -211,7 +217,7 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
 def _status(stage: Stage) -> tuple[bool, str]:
   """launch.stage's verdict on a stage: (finished, why it runs again or "")."""
   from launch import stage as stage_lib  # pylint: disable=g-import-not-at-top
-  return stage_lib.stage_status(stage.done, stage.argv, stage.version)
+  return stage_lib.stage_status(stage.done, stage.argv, stage.version, stage.after)
 
 
 def run_point(point_stages: Sequence[Stage], log_path: str, *,
@@ -257,9 +263,14 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
   def one(i: int, point: local.Point, point_stages: list[Stage]) -> None:
     if stop.is_set():
       return
-    status = [(s.name, *_status(s)) for s in point_stages]
-    todo = [name + (f" ({why})" if why else "") for name, finished, why in status
-            if not finished]
+    todo, rerun = [], set()  # a stage after one that runs runs again too (Stage.after)
+    for s in point_stages:
+      finished, why = _status(s)
+      if finished and rerun.intersection(s.after):
+        finished, why = False, "after a stage that runs again"
+      if not finished:
+        rerun.add(s.done)
+        todo.append(s.name + (f" ({why})" if why else ""))
     log_path = os.path.join(root, point.name, "sweep.log")
     echo(f"[{i}/{len(plan)}] {point.name}: " + (f"running {', '.join(todo)} (log: {log_path})"
                                                if todo else "all stages done"))

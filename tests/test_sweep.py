@@ -335,6 +335,26 @@ def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
   assert "all stages done" in messages[0]
 
 
+def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
+  """evaluate comes after pretrain (Stage.after): a rerun pretrain makes it stale."""
+  point = local.Point(name="a", config="c", overrides={})
+  pre = _script_stage(tmp_path, "a", "pretrain")
+  ev = dataclasses.replace(_script_stage(tmp_path, "a", "evaluate"), after=(pre.done,))
+  plan = lambda steps: [(point, [dataclasses.replace(pre, argv=pre.argv + (steps,)), ev])]
+  assert sweep.run_local(plan("--n=4"), str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
+  messages = []
+  sweep.run_local(plan("--n=8"), str(tmp_path), echo=messages.append)
+  assert "evaluate (after a stage that runs again)" in messages[0], messages
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "evaluate"] * 2
+  messages = []
+  sweep.run_local(plan("--n=8"), str(tmp_path), echo=messages.append)
+  assert "all stages done" in messages[0]
+  # launch.stage alone (as the SLURM and TPU scripts run it) says the same.
+  (tmp_path / "a" / "sweep" / "pretrain.json").write_text('{"command": ["python"]}')
+  finished, why = stage.stage_status(ev.done, ev.argv, after=ev.after)
+  assert not finished and "changed since: a stage it comes after ran again" in why
+
+
 def test_the_mini_stage_marker_carries_the_suite_version():
   from lm.downstream import mini  # pylint: disable=g-import-not-at-top
   point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
@@ -342,6 +362,7 @@ def test_the_mini_stage_marker_carries_the_suite_version():
   assert f"--version=mini_suite={mini.SUITE_VERSION}" in mini_stage.command()
   assert mini_stage.command().index("--") > mini_stage.command().index(
       f"--version=mini_suite={mini.SUITE_VERSION}")
+  assert mini_stage.after == ("r/a/sweep/pretrain.json",)
 
 
 def test_kendall_tau_matches_scipy_and_hand_cases():
@@ -517,6 +538,37 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   text = (root / "report.md").read_text()
   assert "| mini | GLUE | 2 |" in text and "our mini" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_rerun_with_more_steps_trains_on(tmp_path):
+  """Issue 33 row 3 end to end: --extra=--config.train.num_steps=8 after a finished study of
+  4 steps resumes pre-training to step 8 and evaluates it; it is not "all stages done"."""
+  exp = tmp_path / "one.py"
+  exp.write_text("def sweep(add):\n  add(name='p', config='configs/t5.py:', reference={})\n")
+  root = tmp_path / "root"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", "XLA_FLAGS": ""}
+
+  def sweep_with(steps):
+    argv = [sys.executable, "-m", "launch.sweep", str(exp), f"--root={root}",
+            "--stages=pretrain,evaluate", f"--extra=--config.train.num_steps={steps}",
+            "--extra=--config.train.eval_every=4", "--extra=--config.ckpt.every_steps=4",
+            "--evaluate_extra=--num_batches=1", "--evaluate_extra=--num_examples=4"]
+    out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+  sweep_with(4)
+  assert list((root / "p" / "eval").glob("step_4.json"))
+  out = sweep_with(8)
+  assert "all stages done" not in out
+  assert ("running pretrain (the command changed: --config.train.num_steps=4 -> "
+          "--config.train.num_steps=8)") in out, out
+  assert "8" in os.listdir(root / "p" / "checkpoints")
+  assert list((root / "p" / "eval").glob("step_8.json"))  # evaluate ran again, on step 8
+  assert [m["step"] for m in map(json.loads, (root / "p" / "metrics.jsonl").read_text(
+      ).splitlines()) if "eval_loss" in m] == [4, 8]
+  assert "all stages done" in sweep_with(8)
 
 
 def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
