@@ -313,20 +313,14 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
 def slurm_script(point: local.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
                  gpus_per_node: int, venv: str = ".venv",
                  sbatch_options: Sequence[str] = ()) -> str:
-  """The sbatch script that runs a point's stages (every value shell-quoted).
-
-  Raises:
-    ValueError: a control character (a newline, ...) in an #SBATCH option, the repository
-      or the venv path: on an `#SBATCH` comment line no quoting keeps a newline from starting
-      a command line of its own, so they are refused (the stages' arguments are quoted and
-      stay data, newlines included).
-  """
-  for what, values in (("--sbatch", sbatch_options), ("the repository path", [repo]),
-                       ("--venv", [venv])):
-    for value in values:
-      if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"{what} {value!r} holds a control character (a newline, tab, ...), "
-                         "which the sbatch script cannot carry; remove it.")
+  """The sbatch script that runs a point's stages (every value shell-quoted). Raises
+  ValueError on a control character in an #SBATCH option, the repository or the venv path:
+  no quoting keeps a newline on an `#SBATCH` comment line from running as a command."""
+  for what, value in [("--sbatch", o) for o in sbatch_options] + [
+      ("the repository path", repo), ("--venv", venv)]:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+      raise ValueError(f"{what} {value!r} holds a control character (a newline, tab, ...), "
+                       "which the sbatch script cannot carry; remove it.")
   q = shlex.quote
   lines = [
       "#!/bin/bash",
