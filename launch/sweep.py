@@ -90,15 +90,24 @@ class Stage:
     argv: the step's command, starting with the Python interpreter's name.
     done: its marker (launch.stage writes it when argv exits 0).
     every_process: run on every process of a multi-process job (lm.main); else on one.
+    version: what else the result depends on (the mini suite's version), recorded in the
+      marker beside the command: a marker of another version does not count.
+    after: markers of the stages it reads the output of (the pre-training run's): when one
+      of them ran again since, this stage runs again too.
   """
   name: str
   argv: tuple[str, ...]
   done: str
   every_process: bool
+  version: str = ""
+  after: tuple[str, ...] = ()
 
   def command(self) -> list[str]:
-    """`python -m launch.stage --done=<marker> -- <argv>`."""
-    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", "--", *self.argv]
+    """`python -m launch.stage --done=<marker> [--version=<v>] [--after=<m> ...] -- <argv>`."""
+    extra = ([f"--version={self.version}"] if self.version else []) + [
+        f"--after={a}" for a in self.after]
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *extra, "--",
+            *self.argv]
 
 
 def _join(root: str, *parts: str) -> str:
@@ -177,7 +186,9 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
       argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
-      out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False))
+      out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
+                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}",
+                       after=(marker("pretrain"),)))
     else:
       if not data_dir:
         raise ValueError("--scale=paper fine-tunes on T5's tasks: pass --data_dir=<folder "
@@ -191,10 +202,11 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
                 *model_overrides, f"--config.wandb.group={study}",
                 f"--config.wandb.name={point.name}/{column}", *finetune_extra]
         out.append(Stage(f"ft_{short}", tuple(argv), marker(f"ft_{short}"),
-                         every_process=True))
+                         every_process=True, after=(marker("pretrain"),)))
   if "evaluate" in which:
     argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", *evaluate_extra]
-    out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False))
+    out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
+                     after=(marker("pretrain"),)))
   return out
 
 
@@ -202,9 +214,10 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
 # local
 
 
-def _marker_exists(path: str) -> bool:
-  from etils import epath  # pylint: disable=g-import-not-at-top
-  return epath.Path(path).exists()
+def _status(stage: Stage) -> tuple[bool, str]:
+  """launch.stage's verdict on a stage: (finished, why it runs again or "")."""
+  from launch import stage as stage_lib  # pylint: disable=g-import-not-at-top
+  return stage_lib.stage_status(stage.done, stage.argv, stage.version, stage.after)
 
 
 def run_point(point_stages: Sequence[Stage], log_path: str, *,
@@ -250,7 +263,14 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
   def one(i: int, point: local.Point, point_stages: list[Stage]) -> None:
     if stop.is_set():
       return
-    todo = [s.name for s in point_stages if not _marker_exists(s.done)]
+    todo, rerun = [], set()  # a stage after one that runs runs again too (Stage.after)
+    for s in point_stages:
+      finished, why = _status(s)
+      if finished and rerun.intersection(s.after):
+        finished, why = False, "after a stage that runs again"
+      if not finished:
+        rerun.add(s.done)
+        todo.append(s.name + (f" ({why})" if why else ""))
     log_path = os.path.join(root, point.name, "sweep.log")
     echo(f"[{i}/{len(plan)}] {point.name}: " + (f"running {', '.join(todo)} (log: {log_path})"
                                                if todo else "all stages done"))
@@ -293,7 +313,14 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
 def slurm_script(point: local.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
                  gpus_per_node: int, venv: str = ".venv",
                  sbatch_options: Sequence[str] = ()) -> str:
-  """The sbatch script that runs a point's stages (every value shell-quoted)."""
+  """The sbatch script that runs a point's stages (every value shell-quoted). Raises
+  ValueError on a control character in an #SBATCH option, the repository or the venv path:
+  no quoting keeps a newline on an `#SBATCH` comment line from running as a command."""
+  for what, value in [("--sbatch", o) for o in sbatch_options] + [
+      ("the repository path", repo), ("--venv", venv)]:
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+      raise ValueError(f"{what} {value!r} holds a control character (a newline, tab, ...), "
+                       "which the sbatch script cannot carry; remove it.")
   q = shlex.quote
   lines = [
       "#!/bin/bash",
@@ -510,10 +537,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   if args.backend == "slurm":
     repo = os.getcwd()
-    for point, point_stages in plan:
-      script = slurm_script(point, point_stages, repo=repo, nodes=args.nodes,
-                            gpus_per_node=args.gpus_per_node, venv=args.venv,
-                            sbatch_options=args.sbatch)
+    try:  # every script first: a refused value writes and submits nothing
+      scripts = [slurm_script(point, point_stages, repo=repo, nodes=args.nodes,
+                              gpus_per_node=args.gpus_per_node, venv=args.venv,
+                              sbatch_options=args.sbatch) for point, point_stages in plan]
+    except ValueError as e:
+      return _fail(str(e))
+    for (point, _), script in zip(plan, scripts):
       path = os.path.join(args.root, point.name, "sweep.sbatch")
       if args.dry_run:
         print(f"# {path}\n{script}# then: {shlex.join(['sbatch', path])}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -69,13 +70,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   if args.step is not None and not args.workdir:
     parser.error("--step needs --workdir")
-  if args.batch_size < 1:
-    parser.error(f"--batch_size must be >= 1, got {args.batch_size}")
+  problem = flag_problem(args)
+  if problem:
+    parser.error(problem)
+  return args
+
+
+def flag_problem(args: argparse.Namespace) -> str | None:
+  """What is wrong with the numeric flags (nan, inf, out of range), or None."""
+  for name in ("alpha", "temperature", "top_p"):
+    if not math.isfinite(getattr(args, name)):
+      return f"--{name} must be a finite number, got {getattr(args, name)}"
+  if args.step is not None and args.step < 0:
+    return f"--step must be >= 0, got {args.step}"
+  for name in ("batch_size", "beam_size"):
+    if getattr(args, name) < 1:
+      return f"--{name} must be >= 1, got {getattr(args, name)}"
   for name in ("max_decode_length", "max_input_length"):
     value = getattr(args, name)
     if value is not None and value < 1:
-      parser.error(f"--{name} must be >= 1, got {value}")
-  return args
+      return f"--{name} must be >= 1, got {value}"
+  if args.method == "beam" and args.length_penalty == "t5" and args.alpha < 0:
+    return (f"--alpha must be >= 0 with --length_penalty=t5 (its stopping rule assumes it), "
+            f"got {args.alpha}")
+  if args.temperature < 0:
+    return f"--temperature must be >= 0 (0 = greedy), got {args.temperature}"
+  if args.top_k < 0:
+    return f"--top_k must be >= 0 (0 = all tokens), got {args.top_k}"
+  if not 0 < args.top_p <= 1:
+    return f"--top_p must be in (0, 1] (1 = all tokens), got {args.top_p}"
+  if not -2**63 <= args.seed < 2**63:
+    return f"--seed must fit in 64 bits, got {args.seed}"
+  return None
 
 
 def read_prompts(path: str) -> list[str]:
@@ -203,6 +229,8 @@ def write_records(records: list[dict], output: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+  from lm import libtpu_env  # pylint: disable=g-import-not-at-top
+  libtpu_env.quiet_libtpu_off_tpu()
   args = parse_args(argv)
   try:
     write_records(run(args), args.output)

@@ -95,8 +95,8 @@ class SamplingConfig:
   top_p: float = 1.0
 
   def __post_init__(self):
-    if not self.temperature >= 0.0:
-      raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+    if not 0.0 <= self.temperature < float("inf"):
+      raise ValueError(f"temperature must be finite and >= 0 (0 = greedy), got {self.temperature}")
     if not (isinstance(self.top_k, int) and self.top_k >= 0):
       raise ValueError(f"top_k must be an int >= 0 (0 = no top-k), got {self.top_k!r}")
     if not 0.0 < self.top_p <= 1.0:
@@ -526,8 +526,9 @@ class DecodeConfig:
       raise ValueError(f"unknown length_penalty {self.length_penalty!r}; expected one of {LENGTH_PENALTIES}")
     if not (isinstance(self.beam_size, int) and self.beam_size >= 1):
       raise ValueError(f"beam_size must be a positive int, got {self.beam_size!r}")
-    if self.method == "beam" and self.length_penalty == "t5" and self.alpha < 0:
-      raise ValueError(f"alpha must be >= 0 for T5 beam search, got {self.alpha}")
+    if not abs(self.alpha) < float("inf") or (
+        self.method == "beam" and self.length_penalty == "t5" and self.alpha < 0):
+      raise ValueError(f"alpha must be finite (and >= 0 for T5 beam search), got {self.alpha}")
 
 
 def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], config: DecodeConfig,

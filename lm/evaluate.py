@@ -67,6 +67,7 @@ from lm import metrics as metrics_lib
 from lm import partitioning, restore, steps
 from lm import score as score_lib
 from lm import config as config_lib
+from lm import libtpu_env
 from lm.data import converters, objectives, packing
 from lm.data import pipeline as pipeline_lib
 
@@ -545,6 +546,25 @@ def _parser() -> argparse.ArgumentParser:
   return p
 
 
+def flag_problem(args: argparse.Namespace) -> str | None:
+  """What is wrong with the numeric flags (out of range), or None."""
+  if args.step is not None and args.step < 0:
+    return f"--step must be >= 0 (a checkpoint step), got {args.step}"
+  if args.num_batches < -1:
+    return (f"--num_batches must be >= 1, or 0 (the whole held-out split) or -1 (the run's "
+            f"train.eval_steps), got {args.num_batches}")
+  for name in ("prefix_chars", "continuation_chars", "num_examples", "max_examples",
+               "max_decode_length", "batch_size", "num_processes"):
+    value = getattr(args, name)
+    if value is not None and value < 1:
+      return f"--{name} must be >= 1, got {value}"
+  if args.process_id is not None and not (
+      0 <= args.process_id < (args.num_processes or args.process_id + 1)):
+    return (f"--process_id must be in [0, --num_processes), got {args.process_id} "
+            f"(--num_processes={args.num_processes})")
+  return None
+
+
 def parse_tasks(text: str) -> list[str]:
   """`--task=a,b` -> the task names, each checked against the registry.
 
@@ -631,6 +651,8 @@ def run(argv: Sequence[str] | None = None) -> int:
   try:
     if unknown:
       raise ValueError(f"unknown arguments {unknown}; see --help.")
+    if flag_problem(args):
+      raise ValueError(flag_problem(args))
     _initialize_distributed(args)
     if bool(args.workdir) == bool(args.workdirs):
       raise ValueError("pass exactly one of --workdir=RUN or --workdirs=RUN1,RUN2,...")
@@ -676,6 +698,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def main() -> None:
+  libtpu_env.quiet_libtpu_off_tpu()
   logging.getLogger().setLevel(logging.WARNING)
   for noisy in ("absl", "jax._src", "orbax", "etils", "grain"):
     logging.getLogger(noisy).setLevel(logging.ERROR)

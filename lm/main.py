@@ -35,6 +35,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from lm import libtpu_env
+
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/t5.py:runlocal (get_config's arg after ':').",
     lock_config=True)
@@ -174,6 +176,15 @@ def _load_config_file(argv: list[str]):
   return module.get_config(config_arg) if sep else module.get_config()
 
 
+_HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+
+
+def _asks_for_help(argv: list[str]) -> bool:
+  """True when argv (before a `--`) holds one of absl's help flags (-?, --help, -helpfull, ...)."""
+  args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+  return any(a.lstrip("-").partition("=")[0] in _HELP_FLAGS for a in args if a.startswith("-"))
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing; a config-field typo or a bad config-file arg ends the run with one
   `error:` line (exit 2) instead of a traceback from ml_collections' override parsing."""
@@ -184,6 +195,8 @@ def _parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
   try:
     return flags.FLAGS(argv)
+  except SystemExit as e:  # absl's --help (and --helpfull, ...) prints the help, then exits 1
+    sys.exit(0 if e.code == 1 and _asks_for_help(argv) else e.code)
   except Exception as e:  # pylint: disable=broad-except
     message = None
     try:  # mid-parse the flag holds no value yet: load the config file as ml_collections does
@@ -224,6 +237,7 @@ def _is_checkpoint_io_error(e: BaseException) -> bool:
 
 def run() -> None:
   """Console-script entry (`lm-train`, pyproject.toml's [project.scripts])."""
+  libtpu_env.quiet_libtpu_off_tpu()
   app.run(main, flags_parser=_parse_flags)
 
 

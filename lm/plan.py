@@ -56,6 +56,7 @@ import ml_collections
 import numpy as np
 
 from lm import config as config_lib
+from lm import libtpu_env
 from lm import metrics as metrics_lib
 from lm import partitioning
 from lm.model import accounting
@@ -521,6 +522,7 @@ def write_json(path: str, obj: Any) -> None:
 
 def main(argv=None) -> int:
   """Command-line entry; see the module docstring. Returns the exit status."""
+  libtpu_env.quiet_libtpu_off_tpu()
   from absl import flags  # pylint: disable=g-import-not-at-top
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv if argv is None else argv)
@@ -562,6 +564,10 @@ def main(argv=None) -> int:
     if fv.config is None or fv.topology is None:
       raise PlanError("--config and --topology are required, e.g. "
                       "--config=configs/t5.py:size=xxl --topology=v5p-128.")
+    if fv.memory_gib is not None and not (math.isfinite(fv.memory_gib) and fv.memory_gib > 0):
+      raise PlanError(f"--memory_gib must be a positive number of GiB, got {fv.memory_gib}.")
+    if fv.search_max_batch < 1:
+      raise PlanError(f"--search_max_batch must be >= 1, got {fv.search_max_batch}.")
     config = config_flag.value
     if fv.mesh:
       config = _with(config, **{"mesh.shape": partitioning.mesh_shape_tuple(fv.mesh)})

@@ -129,6 +129,15 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                   f"{d.prefetch_batches}.")
   if "max_bad_fraction" in d and not 0.0 <= d.max_bad_fraction <= 1.0:
     errors.append(f"config.data.max_bad_fraction must be in [0, 1], got {d.max_bad_fraction}.")
+  if "on_decode_error" in d:
+    if d.on_decode_error not in ("replace", "skip"):
+      errors.append(f"config.data.on_decode_error must be 'replace' or 'skip' (invalid UTF-8 in "
+                    f"data files), got {d.on_decode_error!r}.")
+    elif d.on_decode_error != "replace" and d.format == "default" and not d.eval_paths:
+      errors.append(f"config.data.on_decode_error={d.on_decode_error!r} applies to data files, "
+                    "and config.data.format='default' (the embedded corpus, valid UTF-8) reads "
+                    "none: set config.data.format and paths, or leave on_decode_error at "
+                    "'replace'.")
   if not 0.0 <= d.validation_fraction < 1.0:
     errors.append(f"config.data.validation_fraction must be in [0, 1), got "
                   f"{d.validation_fraction}.")

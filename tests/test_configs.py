@@ -193,6 +193,11 @@ def _broken(**changes):
     (dict(optim__name="adamw", optim__adamw__weight_decay=-0.1), "optim.adamw.weight_decay"),
     (dict(data__prefetch_batches=-1), "config.data.prefetch_batches must be >= 0"),
     (dict(data__max_bad_fraction=2.0), "config.data.max_bad_fraction must be in"),
+    # Issue 33 row 10: a decode policy the sources do not know, or one with no file to apply to.
+    (dict(data__on_decode_error="ignore"), "config.data.on_decode_error must be 'replace' or "
+     "'skip'.*got 'ignore'"),
+    (dict(data__on_decode_error="skip"), "config.data.on_decode_error='skip' applies to data "
+     "files, and config.data.format='default'"),
     (dict(mesh__shape=(1, 1, 8), model__num_heads=6),
      r"config.model.num_heads=6 is not divisible by the 8 devices of mesh axis tensor"),
     (dict(mesh__shape=(1, 1, 8), model__mlp_dim=100),

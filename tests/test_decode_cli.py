@@ -142,6 +142,36 @@ def test_decode_cli_bad_inputs(hf_dir, tmp_path, capsys, monkeypatch):
   assert e.value.code == 2
 
 
+@pytest.mark.parametrize("flags,named", [
+    (["--method=beam", "--alpha=nan"], "--alpha must be a finite number, got nan"),
+    (["--alpha=inf"], "--alpha must be a finite number"),
+    (["--method=beam", "--alpha=-0.5"], "--alpha must be >= 0 with --length_penalty=t5"),
+    (["--temperature=nan"], "--temperature must be a finite number"),
+    (["--temperature=-inf"], "--temperature must be a finite number"),
+    (["--temperature=-1"], "--temperature must be >= 0"),
+    (["--top_p=nan"], "--top_p must be a finite number"),
+    (["--top_p=0"], "--top_p must be in (0, 1]"),
+    (["--top_p=1.5"], "--top_p must be in (0, 1]"),
+    (["--top_k=-1"], "--top_k must be >= 0"),
+    (["--beam_size=0"], "--beam_size must be >= 1"),
+    (["--batch_size=-5"], "--batch_size must be >= 1"),
+    (["--max_decode_length=0"], "--max_decode_length must be >= 1"),
+    (["--max_input_length=-3"], "--max_input_length must be >= 1"),
+    (["--step=-1"], "--step must be >= 0"),
+    (["--seed=18446744073709551616"], "--seed must fit in 64 bits"),
+])
+def test_decode_cli_numeric_flags_are_validated_before_any_work(tmp_path, capsys, flags, named):
+  source = ["--workdir=nowhere"] if "--step" in flags[0] else ["--hf=nowhere"]
+  with pytest.raises(SystemExit) as e:
+    decode.main(source + ["--input=nowhere.txt", *flags])
+  assert e.value.code == 2
+  err = capsys.readouterr().err
+  lines = [l for l in err.splitlines() if "error:" in l]
+  assert len(lines) == 1 and lines[0].startswith(f"python -m lm.decode: error: {named}"), err
+  decode.parse_args(["--hf=x", "--input=y", "--method=beam", "--alpha=-0.5",
+                     "--length_penalty=hf"])  # hf's length ** alpha takes any finite alpha
+
+
 @pytest.mark.slow
 def test_decode_cli_unknown_step(tmp_path, capsys):
   workdir = fake_run(str(tmp_path / "run"))

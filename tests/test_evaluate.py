@@ -85,6 +85,26 @@ def test_cli_errors_are_one_line_with_exit_2(tmp_path, capsys):
     assert err.startswith("error: ") and match in err and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize("flag,named", [
+    ("--num_batches=-5", "--num_batches must be >= 1, or 0 (the whole held-out split) or -1"),
+    ("--step=-2", "--step must be >= 0"),
+    ("--prefix_chars=0", "--prefix_chars must be >= 1"),
+    ("--num_examples=-1", "--num_examples must be >= 1"),
+    ("--max_examples=0", "--max_examples must be >= 1"),
+    ("--max_decode_length=-1", "--max_decode_length must be >= 1"),
+    ("--batch_size=0", "--batch_size must be >= 1"),
+    ("--num_processes=0", "--num_processes must be >= 1"),
+    ("--process_id=-1", "--process_id must be in [0, --num_processes)"),
+])
+def test_numeric_flags_are_validated_and_named(tmp_path, capsys, flag, named):
+  """Checked before any work: a workdir that exists but holds no run is never read."""
+  assert evaluate.run([f"--workdir={tmp_path}", flag]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith(f"error: {named}") and err.count("\n") == 1, err
+  assert evaluate.run([f"--workdir={tmp_path}", "--num_processes=2", "--process_id=2"]) == 2
+  assert "--process_id must be in [0, --num_processes)" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------------------
 # End to end on tiny trained runs (slow: each trains a model for a few steps).
 

@@ -44,3 +44,14 @@ def test_command_line_mistakes_are_one_line(tmp_path, args, message):
   assert out.stderr.strip().startswith(message), out.stderr
   assert len(out.stderr.strip().splitlines()) == 1, out.stderr
   assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+def test_help_exits_0_with_the_usage_on_stdout(flag):
+  env = {**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}
+  out = subprocess.run([sys.executable, "-m", "lm.main", flag], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert "Exit status" in out.stdout and "--workdir" in out.stdout
+  assert main._asks_for_help(["lm.main", "-?"]) and not main._asks_for_help(
+      ["lm.main", "--config=c.py", "--", "--help"])

@@ -57,6 +57,20 @@ def test_mesh_not_matching_the_device_count_is_a_one_line_error(capsys):
   assert status == 2 and err.startswith("error: ") and err.count("\n") == 1 and "(3, 1, 1)" in err
 
 
+@pytest.mark.parametrize("flag,named", [
+    ("--memory_gib=nan", "--memory_gib must be a positive number of GiB, got nan"),
+    ("--memory_gib=-4", "--memory_gib must be a positive number of GiB"),
+    ("--memory_gib=0", "--memory_gib must be a positive number of GiB"),
+    ("--memory_gib=inf", "--memory_gib must be a positive number of GiB"),
+    ("--search_max_batch=0", "--search_max_batch must be >= 1"),
+    ("--num_slices=0", "--num_slices must be >= 1"),
+])
+def test_numeric_flags_are_one_line_errors(capsys, flag, named):
+  status = plan.main(["lm.plan", "--config=configs/t5.py:runlocal", "--topology=cpu-8", flag])
+  err = capsys.readouterr().err
+  assert status == 2 and err.startswith(f"error: {named}") and err.count("\n") == 1, err
+
+
 def test_too_few_cpu_devices_says_how_to_get_them():
   with pytest.raises(plan.PlanError, match="xla_force_host_platform_device_count=64"):
     plan.resolve_target("cpu-64")

@@ -1,4 +1,5 @@
 """launch/sweep.py, launch/stage.py and the report's rankings: expansion, quoting, resume."""
+import dataclasses
 import json
 import os
 import pathlib
@@ -167,6 +168,24 @@ def test_slurm_dry_run_scripts_are_valid_and_literal(capsys, tmp_path):
   assert "--workdir=/shared/r t/p1.x" in runs[0]
 
 
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_slurm_refuses_control_characters_where_quoting_cannot_hold(capsys, tmp_path, dry_run):
+  """An #SBATCH line is a comment: a newline in its value would start a command line."""
+  root = tmp_path / "r"
+  argv = [_hostile_experiment(tmp_path), f"--root={root}", "--backend=slurm",
+          f"--sbatch=--x\ntouch {tmp_path / 'FILE'} #"] + (["--dry_run"] if dry_run else [])
+  assert sweep.main(argv) == 2
+  captured = capsys.readouterr()
+  assert captured.out == "" and captured.err.count("\n") == 1
+  assert captured.err.startswith("error: --sbatch '--x\\ntouch") and "control character" in captured.err
+  assert not root.exists() and not (tmp_path / "FILE").exists()
+  point = local.Point(name="a", config="c", overrides={})
+  for kwargs in (dict(sbatch_options=["--partition=a\rb"]), dict(venv="v\tenv"),
+                 dict(repo="/r\n/x")):
+    with pytest.raises(ValueError, match="control character"):
+      sweep.slurm_script(point, [], **{"repo": "/r", "nodes": 1, "gpus_per_node": 1, **kwargs})
+
+
 def test_tpu_dry_run_commands_are_literal_on_the_workers(capsys, tmp_path):
   lines = _dry_run(capsys, _hostile_experiment(tmp_path), "--root=gs://b/r", "--backend=tpu",
                    "--tpu=pod", "--zone=us-east5-a", "--accelerator=v5p-128", "--create",
@@ -255,14 +274,95 @@ def test_points_run_in_parallel_and_a_preempted_point_stops_the_queue(tmp_path):
   assert results == {"c": (75, "pretrain")} and not (tmp_path / "d.log").exists()
 
 
-def test_stage_skips_when_marked_and_marks_only_on_success(tmp_path):
+def test_stage_skips_when_marked_and_marks_only_on_success(tmp_path, capsys):
   done = tmp_path / "m" / "s.json"
   assert stage.main([f"--done={done}", "--", sys.executable, "-c", "import sys; sys.exit(3)"]) == 3
   assert not done.exists()
   assert stage.main([f"--done={done}", "--", sys.executable, "-c", "print(1)"]) == 0
   assert json.loads(done.read_text())["command"][-1] == "print(1)"
-  assert stage.main([f"--done={done}", "--", sys.executable, "-c", "raise SystemExit(9)"]) == 0
+  capsys.readouterr()
+  # The same command (from another interpreter path) is skipped.
+  assert stage.main([f"--done={done}", "--", "python3", "-c", "print(1)"]) == 0
+  assert "skipped" in capsys.readouterr().out
   assert stage.main(["--done=x"]) == 2
+
+
+def test_a_stage_whose_command_or_version_changed_runs_again(tmp_path, capsys):
+  """A marker records its command and --version; another one does not count as done."""
+  done = tmp_path / "m" / "s.json"
+  out = tmp_path / "out"
+  prog = f"import sys; open({str(out)!r}, 'a').write(sys.argv[1] + '\\n')"
+  run = lambda *args: stage.main([f"--done={done}", *args])
+  assert run("--", sys.executable, "-c", prog, "--steps=30") == 0
+  assert run("--", sys.executable, "-c", prog, "--steps=30") == 0  # skipped
+  capsys.readouterr()
+  assert run("--", sys.executable, "-c", prog, "--steps=60") == 0
+  said = capsys.readouterr().out.splitlines()
+  assert said[0] == ("stage marked done for something else (the command changed: --steps=30 -> "
+                     "--steps=60): running it again"), said
+  assert out.read_text().split() == ["--steps=30", "--steps=60"]
+  assert json.loads(done.read_text())["command"][-1] == "--steps=60"
+  # A failing rerun leaves no marker for the new command and the old one does not count.
+  assert run("--", sys.executable, "-c", prog + "; sys.exit(4)", "--steps=90") == 4
+  assert run("--", sys.executable, "-c", prog + "; sys.exit(4)", "--steps=90") == 4
+  # --version (the mini suite's) is compared like the command.
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert "'(none)' -> 'mini_suite=3'" in capsys.readouterr().out
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert json.loads(done.read_text())["version"] == "mini_suite=3"
+  # An unreadable marker does not count either.
+  done.write_text("{")
+  assert run("--version=mini_suite=3", "--", sys.executable, "-c", prog, "--steps=60") == 0
+  assert "unreadable" in capsys.readouterr().out
+  assert out.read_text().split() == ["--steps=30", "--steps=60", "--steps=90", "--steps=90",
+                                     "--steps=60", "--steps=60"]
+
+
+def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
+  """`launch.sweep` again with --extra=--config.train.num_steps=60 (was 30) reruns pretrain."""
+  point = local.Point(name="a", config="c", overrides={})
+  stage30 = _script_stage(tmp_path, "a", "pretrain")
+  plan = [(point, [dataclasses.replace(stage30, argv=stage30.argv + ("--num_steps=30",))])]
+  assert sweep.run_local(plan, str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
+  plan60 = [(point, [dataclasses.replace(stage30, argv=stage30.argv + ("--num_steps=60",))])]
+  messages = []
+  assert sweep.run_local(plan60, str(tmp_path), echo=messages.append) == {"a": (0, "")}
+  assert "all stages done" not in messages[0]
+  assert "running pretrain (the command changed: --num_steps=30 -> --num_steps=60)" in messages[0]
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "pretrain"]
+  messages = []
+  sweep.run_local(plan60, str(tmp_path), echo=messages.append)
+  assert "all stages done" in messages[0]
+
+
+def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
+  """evaluate comes after pretrain (Stage.after): a rerun pretrain makes it stale."""
+  point = local.Point(name="a", config="c", overrides={})
+  pre = _script_stage(tmp_path, "a", "pretrain")
+  ev = dataclasses.replace(_script_stage(tmp_path, "a", "evaluate"), after=(pre.done,))
+  plan = lambda steps: [(point, [dataclasses.replace(pre, argv=pre.argv + (steps,)), ev])]
+  assert sweep.run_local(plan("--n=4"), str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
+  messages = []
+  sweep.run_local(plan("--n=8"), str(tmp_path), echo=messages.append)
+  assert "evaluate (after a stage that runs again)" in messages[0], messages
+  assert (tmp_path / "a.log").read_text().split() == ["pretrain", "evaluate"] * 2
+  messages = []
+  sweep.run_local(plan("--n=8"), str(tmp_path), echo=messages.append)
+  assert "all stages done" in messages[0]
+  # launch.stage alone (as the SLURM and TPU scripts run it) says the same.
+  (tmp_path / "a" / "sweep" / "pretrain.json").write_text('{"command": ["python"]}')
+  finished, why = stage.stage_status(ev.done, ev.argv, after=ev.after)
+  assert not finished and "changed since: a stage it comes after ran again" in why
+
+
+def test_the_mini_stage_marker_carries_the_suite_version():
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
+  [mini_stage] = sweep.stages(point, "r", scale="tiny", study="s", which=["finetune"])
+  assert f"--version=mini_suite={mini.SUITE_VERSION}" in mini_stage.command()
+  assert mini_stage.command().index("--") > mini_stage.command().index(
+      f"--version=mini_suite={mini.SUITE_VERSION}")
+  assert mini_stage.after == ("r/a/sweep/pretrain.json",)
 
 
 def test_kendall_tau_matches_scipy_and_hand_cases():
@@ -438,6 +538,37 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   text = (root / "report.md").read_text()
   assert "| mini | GLUE | 2 |" in text and "our mini" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_rerun_with_more_steps_trains_on(tmp_path):
+  """Issue 33 row 3 end to end: --extra=--config.train.num_steps=8 after a finished study of
+  4 steps resumes pre-training to step 8 and evaluates it; it is not "all stages done"."""
+  exp = tmp_path / "one.py"
+  exp.write_text("def sweep(add):\n  add(name='p', config='configs/t5.py:', reference={})\n")
+  root = tmp_path / "root"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", "XLA_FLAGS": ""}
+
+  def sweep_with(steps):
+    argv = [sys.executable, "-m", "launch.sweep", str(exp), f"--root={root}",
+            "--stages=pretrain,evaluate", f"--extra=--config.train.num_steps={steps}",
+            "--extra=--config.train.eval_every=4", "--extra=--config.ckpt.every_steps=4",
+            "--evaluate_extra=--num_batches=1", "--evaluate_extra=--num_examples=4"]
+    out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+  sweep_with(4)
+  assert list((root / "p" / "eval").glob("step_4.json"))
+  out = sweep_with(8)
+  assert "all stages done" not in out
+  assert ("running pretrain (the command changed: --config.train.num_steps=4 -> "
+          "--config.train.num_steps=8)") in out, out
+  assert "8" in os.listdir(root / "p" / "checkpoints")
+  assert list((root / "p" / "eval").glob("step_8.json"))  # evaluate ran again, on step 8
+  assert [m["step"] for m in map(json.loads, (root / "p" / "metrics.jsonl").read_text(
+      ).splitlines()) if "eval_loss" in m] == [4, 8]
+  assert "all stages done" in sweep_with(8)
 
 
 def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):

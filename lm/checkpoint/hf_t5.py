@@ -501,6 +501,8 @@ def main(argv=None) -> None:
   parameter count of an HF T5 directory; ``roundtrip SRC DST`` also exports it to DST.
   """
   import argparse
+  from lm import libtpu_env  # pylint: disable=g-import-not-at-top
+  libtpu_env.quiet_libtpu_off_tpu()
   parser = argparse.ArgumentParser(prog="python -m lm.checkpoint.hf_t5", description=main.__doc__)
   parser.add_argument("command", choices=["inspect", "roundtrip"])
   parser.add_argument("src", help="HF save_pretrained directory")

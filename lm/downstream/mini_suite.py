@@ -209,6 +209,8 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
 
 def main(argv: list[str] | None = None) -> int:
   """The command line (module docstring); returns the exit status (2: bad input)."""
+  from lm import libtpu_env  # pylint: disable=g-import-not-at-top
+  libtpu_env.quiet_libtpu_off_tpu()
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(
       prog="python -m lm.downstream.mini_suite",
