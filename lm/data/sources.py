@@ -156,6 +156,14 @@ def _split_points(text: str, max_chars: int) -> list[tuple[int, int]]:
   return pieces
 
 
+class EmptySourceError(ValueError):
+  """A scan that found no documents; `stats` says what it found instead."""
+
+  def __init__(self, message: str, stats: SourceStats):
+    super().__init__(message)
+    self.stats = stats
+
+
 class _IndexBuilder:
   """Accumulates (record, start, end) document spans and stats."""
 
@@ -199,9 +207,9 @@ class _IndexBuilder:
     self.stats.documents = len(rec)
     self.stats.chars = int((end - start).sum())
     if not len(rec):
-      raise ValueError(
+      raise EmptySourceError(
           f"No documents found in {what} (stats: {self.stats.as_dict()}); check the "
-          "paths, the format and the text field/column name.")
+          "paths, the format and the text field/column name.", self.stats)
     return rec, start, end, group, self.stats
 
 
@@ -211,7 +219,9 @@ class DocumentSource:
   Subclasses implement `_record(rec) -> str` (or override `__getitem__`).
   Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record/file each
   document is read from), `group_ids` (int64[N], the original document: pieces of
-  one split long document share it).
+  one split long document share it), `num_groups` (the group ids are below it; a
+  source over several files numbers its groups as its files' sources would, each
+  file's from the sum of the previous files' `num_groups`).
   """
 
   stats: SourceStats
@@ -222,6 +232,7 @@ class DocumentSource:
   def _set_index(self, builder: _IndexBuilder, what: str) -> None:
     (self.record_ids, self._starts, self._ends, self.group_ids,
      self.stats) = builder.build(what)
+    self.num_groups = builder.num_groups
     self._what = what
     if not getattr(self, "file_stats", None):
       self.file_stats = {what: self.stats}
