@@ -20,15 +20,12 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
-import glob
-import gzip
 import hashlib
 import json
 import logging
 import multiprocessing
 import os
 import queue as queue_lib
-import shutil
 import sys
 import tempfile
 import time
@@ -40,11 +37,10 @@ import numpy as np
 from etils import epath
 
 from lm import workdir as workdir_lib
-from lm.data import prepared, sources
+from lm.data import prepared, remote, sources
 from lm.data import tokenizer as tokenizer_lib
 
 INPUT_FORMATS = ("auto", "jsonl", "parquet", "text", "paragraphs", "hf")
-_COMPRESSED = (".gz", ".zst")
 _ENCODE_BLOCK = 256  # documents per encode_batch call and progress report
 
 
@@ -58,96 +54,13 @@ class Options:
   max_bad_fraction: float = 0.01
 
 
-def _has_magic(pattern: str) -> bool:
-  return glob.has_magic(pattern)
-
-
-def expand_inputs(patterns: str | Sequence[str]) -> list[str]:
-  """Files of local or remote paths and globs, in order (each glob's matches sorted).
-
-  Raises:
-    FileNotFoundError: a pattern that matches nothing, or a path that does not exist.
-  """
-  if isinstance(patterns, (str, os.PathLike)):
-    patterns = [patterns]
-  if not patterns:
-    raise ValueError("no --input given; pass files or globs (--input='data/*.jsonl.gz').")
-  out = []
-  for pattern in map(os.fspath, patterns):
-    if not workdir_lib.is_remote(pattern):
-      out.extend(sources.expand_paths([pattern]))
-      continue
-    if _has_magic(pattern):
-      first = min(i for i, c in enumerate(pattern) if c in "*?[")
-      base = pattern[:first].rsplit("/", 1)[0]
-      rest = pattern[len(base) + 1:]
-      found = sorted(os.fspath(p) for p in epath.Path(base).glob(rest))
-      if not found:
-        raise FileNotFoundError(f"Glob {pattern!r} matches no file; check the path.")
-      out.extend(found)
-    elif epath.Path(pattern).exists():
-      out.append(pattern)
-    else:
-      raise FileNotFoundError(f"Input {pattern!r} does not exist; check the path.")
-  return out
-
-
 def input_format(path: str, requested: str) -> str:
   """The format of one input: `requested`, or guessed from the name (after .gz / .zst)."""
   if requested != "auto":
     return requested
-  p = epath.Path(path) if workdir_lib.is_remote(path) else epath.Path(os.path.abspath(path))
-  if p.is_dir():
+  if remote.is_dir(path):
     return "hf"
-  name = path
-  for ext in _COMPRESSED:
-    if name.lower().endswith(ext):
-      name = name[:-len(ext)]
-  return sources._guess_format(name)  # pylint: disable=protected-access
-
-
-def _size(path: str) -> int:
-  p = epath.Path(path) if workdir_lib.is_remote(path) else epath.Path(os.path.abspath(path))
-  if p.is_dir():
-    return sum(f.stat().length for f in p.rglob("*") if f.is_file())
-  return p.stat().length
-
-
-def _localize(path: str, fmt: str, tmpdir: str) -> str:
-  """A local, uncompressed copy of `path` (the path itself when it is one already)."""
-  compressed = path.lower().endswith(_COMPRESSED)
-  if not workdir_lib.is_remote(path) and not compressed:
-    return path
-  src = epath.Path(path)
-  if fmt == "hf":  # a save_to_disk folder: copy its files
-    local = os.path.join(tmpdir, "hf")
-    for f in src.rglob("*"):
-      if f.is_file():
-        dst = os.path.join(local, os.fspath(f.relative_to(src)))
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with f.open("rb") as fin, open(dst, "wb") as fout:
-          shutil.copyfileobj(fin, fout, 1 << 22)
-    return local
-  name = src.name
-  for ext in _COMPRESSED:
-    if name.lower().endswith(ext):
-      name = name[:-len(ext)]
-  local = os.path.join(tmpdir, name)
-  with src.open("rb") as raw, open(local, "wb") as out:
-    if path.lower().endswith(".gz"):
-      with gzip.GzipFile(fileobj=raw) as fin:
-        shutil.copyfileobj(fin, out, 1 << 22)
-    elif path.lower().endswith(".zst"):
-      try:
-        import zstandard  # pylint: disable=g-import-not-at-top
-      except ImportError as e:
-        raise ImportError(f"reading {path} needs zstandard: pip install zstandard "
-                          "(or pip install -e '.[data]')") from e
-      with zstandard.ZstdDecompressor().stream_reader(raw) as fin:
-        shutil.copyfileobj(fin, out, 1 << 22)
-    else:
-      shutil.copyfileobj(raw, out, 1 << 22)
-  return local
+  return sources._guess_format(remote.strip_compression(path))  # pylint: disable=protected-access
 
 
 # Set in each worker process by _init_worker.
@@ -181,7 +94,7 @@ def convert_file(index: int, count: int, path: str, size: int, output: str,
   name = prepared.shard_name(index, count)
   fmt = input_format(path, options.format)
   with tempfile.TemporaryDirectory(prefix="lm-prepare-") as tmpdir:
-    local = _localize(path, fmt, tmpdir)
+    local = remote.localize(path, tmpdir)
     try:
       source = sources.make_source(fmt, [local], text_field=options.text_field,
                                    on_decode_error=options.on_decode_error,
@@ -252,8 +165,7 @@ def _plan(files: Sequence[str], sizes: Sequence[int], options: Options, tok_sha:
 
 
 def _read_tokenizer(path: str, extra_ids: int) -> tokenizer_lib.Tokenizer:
-  p = epath.Path(path) if workdir_lib.is_remote(path) else epath.Path(os.path.abspath(path))
-  if not p.exists():
+  if not remote.as_path(path).exists():
     raise FileNotFoundError(f"tokenizer {path} does not exist; pass --tokenizer=PATH of a "
                             "SentencePiece .model file (T5's: sentencepiece.model).")
   return tokenizer_lib.load_tokenizer(path, extra_ids=extra_ids)
@@ -288,8 +200,11 @@ class _Progress:
 def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
             options: Options = Options(), extra_ids: int = tokenizer_lib.DEFAULT_EXTRA_IDS,
             workers: int = 1, process_index: int = 0, process_count: int = 1,
-            progress: bool = False) -> dict[str, Any] | None:
+            progress: bool = False, wait_s: float = 0.0) -> dict[str, Any] | None:
   """Prepares `inputs` into `output` (see the module docstring); resumes a killed run.
+
+  Args (besides the module docstring's): wait_s: after converting its own files, wait up to
+    this long for the other hosts' shards (so that every host returns the manifest).
 
   Returns:
     the manifest, or None when other hosts' shards are not done yet (their host writes it).
@@ -313,8 +228,8 @@ def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
     raise ValueError(f"--max_document_chars={options.max_document_chars}: must be positive.")
   sources._check_decode_policy(options.on_decode_error)  # pylint: disable=protected-access
   workdir_lib.check_remote_support(output)
-  files = expand_inputs(inputs)
-  sizes = [_size(f) for f in files]
+  files = remote.expand(inputs)
+  sizes = [remote.size(f) for f in files]
   tok = _read_tokenizer(tokenizer, extra_ids)
   tok_sha = hashlib.sha256(tok.model_proto).hexdigest()
   plan = _plan(files, sizes, options, tok_sha, extra_ids, tok.vocab_size)
@@ -375,6 +290,10 @@ def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
   finally:
     bar.close()
   entries = [_read_entry(out_dir, name) for name in names]
+  deadline = time.time() + wait_s
+  while any(e is None for e in entries) and time.time() < deadline:
+    time.sleep(max(0.0, min(10.0, deadline - time.time())))
+    entries = [e or _read_entry(out_dir, name) for e, name in zip(entries, names)]
   if any(e is None for e in entries):
     return None
   return _write_manifest(out_dir, plan, entries)
@@ -397,6 +316,17 @@ def _write_manifest(out_dir: epath.Path, plan: dict[str, Any],
   return manifest
 
 
+def jax_process() -> tuple[int, int]:
+  """(process index, process count) of this host as jax.distributed would detect them (the
+  first cluster environment present: SLURM, Cloud TPU VM, MPI, ...), else (0, 1). Detection
+  only: nothing is initialized."""
+  from jax._src import clusters  # pylint: disable=g-import-not-at-top
+  for env in clusters.ClusterEnv._cluster_types:  # pylint: disable=protected-access
+    if not env.opt_in_only_method and env.is_env_present():
+      return int(env.get_process_id()), int(env.get_process_count())
+  return 0, 1
+
+
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
       prog="python -m lm.data.prepare",
@@ -415,8 +345,10 @@ def _parser() -> argparse.ArgumentParser:
                  help="sentinels appended to the tokenizer (as config.data.extra_ids)")
   p.add_argument("--output", required=True, help="folder of the prepared dataset")
   p.add_argument("--workers", type=int, default=1, help="worker processes (one file each)")
-  p.add_argument("--process_index", type=int, default=0,
-                 help="this host's index on a pod (converts files process_index::process_count)")
+  p.add_argument("--process_index", default="0",
+                 help="this host's index on a pod (converts files process_index::process_count)"
+                      "; 'auto': this host's JAX process index and count (SLURM, Cloud TPU "
+                      "VM, ... as jax.distributed detects them; 0 of 1 on a single machine)")
   p.add_argument("--process_count", type=int, default=1, help="hosts preparing together")
   p.add_argument("--text_field", default="text", help="JSON field / column of the text")
   p.add_argument("--on_decode_error", default="replace", choices=("replace", "skip"))
@@ -424,6 +356,10 @@ def _parser() -> argparse.ArgumentParser:
                  help="longer documents are cut into pieces (as config.data)")
   p.add_argument("--max_bad_fraction", type=float, default=0.01,
                  help="refuse a file with a larger share of bad records (as config.data)")
+  p.add_argument("--wait_s", type=float, default=0.0,
+                 help="on a pod: after this host's files, wait up to this long for the other "
+                      "hosts' (exit 3 if they are not done by then), so that the command ends "
+                      "when the dataset is complete")
   p.add_argument("--no_progress", action="store_true", help="no progress bar")
   return p
 
@@ -438,10 +374,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                     max_bad_fraction=args.max_bad_fraction)
   start = time.time()
   try:
+    if args.process_index == "auto":
+      process_index, process_count = jax_process()
+    else:
+      try:
+        process_index, process_count = int(args.process_index), args.process_count
+      except ValueError:
+        raise ValueError(f"--process_index={args.process_index!r}: an integer or 'auto'.")
     manifest = prepare(args.input, tokenizer=args.tokenizer, output=args.output,
                        options=options, extra_ids=args.extra_ids, workers=args.workers,
-                       process_index=args.process_index, process_count=args.process_count,
-                       progress=not args.no_progress)
+                       process_index=process_index, process_count=process_count,
+                       progress=not args.no_progress, wait_s=args.wait_s)
   except ImportError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -451,6 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   if manifest is None:
     print(f"prepared this host's shards in {args.output} ({time.time() - start:.1f} s); the "
           "manifest is written by the host that finishes last")
+    if args.wait_s > 0:
+      print(f"error: the other hosts' shards of {args.output} were not done after "
+            f"--wait_s={args.wait_s:g}; run the same command again on every host",
+            file=sys.stderr)
+      return 3
   else:
     print(f"prepared {args.output}: {manifest['documents']} documents, {manifest['tokens']} "
           f"tokens in {len(manifest['shards'])} shards ({time.time() - start:.1f} s)")

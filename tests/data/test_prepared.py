@@ -320,3 +320,32 @@ def test_quality_limit_applies_to_the_manifest_counts(prepared_dir):
   with pytest.raises(sources.DataQualityError, match="a.jsonl"):
     prepared.open_prepared((prepared_dir,), max_bad_fraction=0.005)
   prepared.open_prepared((prepared_dir,), max_bad_fraction=0.05)
+
+
+def _same_files(a, b):
+  assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+  for name in os.listdir(a):
+    assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read(), name
+
+
+def test_hosts_write_the_same_dataset(corpus, tok_file, prepared_dir, tmp_path):
+  """Two hosts (--process_index 0 and 1 of 2) write byte for byte the dataset of one host (as
+  do two worker processes, below); the host that finishes last writes the manifest."""
+  inputs = os.path.join(corpus, "*.jsonl")
+  hosts = str(tmp_path / "hosts")
+  assert prepare.prepare(inputs, tokenizer=tok_file, output=hosts, options=OPTIONS,
+                         extra_ids=20, process_index=1, process_count=2) is None
+  assert sorted(f for f in os.listdir(hosts) if f.endswith(".array_record")) == [
+      "shard-00001-of-00003.array_record"]
+  assert prepare.prepare(inputs, tokenizer=tok_file, output=hosts, options=OPTIONS,
+                         extra_ids=20, process_index=0, process_count=2) is not None
+  _same_files(prepared_dir, hosts)
+
+
+@pytest.mark.slow  # ~10 s: spawns two worker processes
+def test_workers_write_the_same_dataset(corpus, tok_file, prepared_dir, tmp_path):
+  inputs = os.path.join(corpus, "*.jsonl")
+  workers = str(tmp_path / "workers")
+  prepare.prepare(inputs, tokenizer=tok_file, output=workers, options=OPTIONS, extra_ids=20,
+                  workers=2)
+  _same_files(prepared_dir, workers)
