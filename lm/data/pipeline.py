@@ -114,6 +114,8 @@ class DataSpec:
       "prepared": a folder written by `python -m lm.data.prepare` (token ids; no
       tokenization in the run, lm/data/prepared.py).
     paths: files/globs (one folder for "hf" and "prepared"); local or remote (gs://).
+      A prepared dataset was read with the options its manifest records: text_field,
+      on_decode_error and max_document_chars do not apply to it.
     text_field: JSON field / column with the text. hf_split: DatasetDict split.
     json_records: ArrayRecord records are JSON objects (else raw UTF-8 text).
     on_decode_error: "replace" or "skip" invalid UTF-8.

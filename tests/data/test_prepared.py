@@ -349,3 +349,21 @@ def test_workers_write_the_same_dataset(corpus, tok_file, prepared_dir, tmp_path
   prepare.prepare(inputs, tokenizer=tok_file, output=workers, options=OPTIONS, extra_ids=20,
                   workers=2)
   _same_files(prepared_dir, workers)
+
+
+@pytest.mark.slow  # ~30 s on a shared CPU: lm.main's start-up
+def test_a_run_on_a_truncated_shard_stops_with_one_error_line(prepared_dir, tmp_path):
+  out = tmp_path / "ds"
+  shutil.copytree(prepared_dir, out)
+  with open(out / "shard-00002-of-00003.array_record", "r+b") as f:
+    f.truncate(64)
+  r = subprocess.run(
+      [sys.executable, "-m", "lm.main", "--config=configs/t5.py:runlocal",
+       "--config.data.format=prepared", f"--config.data.paths=('{out}',)",
+       f"--workdir={tmp_path / 'run'}"],
+      cwd=REPO, capture_output=True, text=True, timeout=300,
+      env={**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"})
+  assert r.returncode == 2, r.stderr[-2000:]
+  errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1 and "shard-00002-of-00003.array_record" in errors[0], r.stderr[-2000:]
+  assert "truncated" in errors[0] and "Traceback" not in r.stderr
