@@ -3,6 +3,7 @@
   python benchmarks/bench_data.py [--quick | --seconds 3] [--objectives=span_corruption,bert]
       [--doc_tokens 480] [--json FILE]
   python benchmarks/bench_data.py --prepared --work_dir=DIR [--small_mb=100 --large_mb=2000]
+      [--prepare_mb=16] [--workers=2]
       # prepared datasets: prepare per core and with workers, start-up time and memory
       # against the corpus size, feed rate vs tokenize-and-feed (benchmarks/data_prepared.py)
 
@@ -237,6 +238,8 @@ def main(argv=None) -> int:
                     help="generated corpora and prepared datasets (kept, reused)")
   prep.add_argument("--small_mb", type=float, default=100.0)
   prep.add_argument("--large_mb", type=float, default=2000.0)
+  prep.add_argument("--prepare_mb", type=float, default=16.0,
+                    help="corpus prepare's throughput is measured on")
   prep.add_argument("--workers", type=int, default=2, help="prepare's workers")
   args = parser.parse_args(argv)
   if args.prepared:

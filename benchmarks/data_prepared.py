@@ -1,25 +1,29 @@
 """`python benchmarks/bench_data.py --prepared`: prepared datasets (docs/data.md) measured.
 
   python benchmarks/bench_data.py --prepared --work_dir=/tmp/lm_bench_data \
-      [--small_mb=100] [--large_mb=2000] [--workers=2] [--seconds=5] [--json FILE]
+      [--small_mb=100] [--large_mb=2000] [--prepare_mb=16] [--workers=2] [--seconds=5] [--json F]
 
-Synthetic JSON-lines corpora (documents of Zipf-weighted words of the embedded corpus, written
-with NumPy, not a tokenizer; ~1,000 characters per document, about C4's 2,200 in shape but
-shorter) are prepared with `python -m lm.data.prepare` and the default 8,000-piece tokenizer:
-
-  prepare     documents, tokens and MB per CPU-second of prepare (its worker processes'
-              CPU time: RUSAGE_CHILDREN), and its speed-up from 1 to --workers workers (wall
-              time on the same files; on a shared machine the load average is printed);
-  start-up    a fresh process per corpus (small and large): DataSpec -> DataPipeline ->
-              first batch of the training iterator at T5's shapes (inputs 512, targets 114,
-              span corruption, 64 rows), its wall time and peak resident memory; also the raw
-              JSON-lines path of the small corpus for comparison;
+  prepare     a synthetic JSON-lines corpus of --prepare_mb (documents of Zipf-weighted words
+              of the embedded corpus, written with NumPy; ~870 bytes and ~220 tokens per
+              document) prepared by `python -m lm.data.prepare` with the default 8,000-piece
+              tokenizer: documents, tokens and MB per CPU-second of prepare (its processes'
+              CPU time, RUSAGE_CHILDREN), and the wall-time speed-up from 1 to --workers
+              workers on the same files (a shared machine's load average is printed);
+  start-up    prepared datasets holding the documents and tokens of --small_mb and
+              --large_mb of such text, written directly in the prepared format (random token
+              ids, ~220 per document, in 64 MB-of-text shards; tokenizing 2 GB costs ~10
+              CPU-minutes and start-up reads no token): a fresh process each, DataSpec ->
+              DataPipeline -> first batch of the training iterator at T5's shapes (inputs
+              512, targets 114, span corruption, 64 rows, 8 virtual shards), its wall time
+              and peak resident memory; the raw JSON-lines path of the --prepare_mb corpus
+              beside them;
   feed        tokens (non-padding positions of the batches) per CPU-second of the training
-              iterator, prepared vs the raw path that tokenizes inside (one tokenizer thread,
-              no prefetch, after two warm-up batches), each in a fresh process.
+              iterator on the --prepare_mb corpus, prepared vs the raw path that tokenizes
+              inside (one tokenizer thread, no prefetch, after two warm-up batches), each
+              in a fresh process.
 
-The generated corpora and prepared datasets are kept in --work_dir (prepare resumes, so a
-second call skips what is done).
+Corpora and datasets are kept in --work_dir and reused (the prepare measurements always
+start from an empty output).
 """
 from __future__ import annotations
 
@@ -77,15 +81,13 @@ def write_corpus(path: str, megabytes: float, seed: int, pool=None) -> int:
   return total
 
 
-def corpus_files(work_dir: str, name: str, megabytes: float) -> list[str]:
-  """The corpus `name` of `megabytes` as files of FILE_MB (written once, then reused)."""
+def corpus_files_n(work_dir: str, name: str, megabytes: float, count: int) -> list[str]:
+  """The corpus `name` of `megabytes` in `count` files (written once, then reused)."""
   folder = os.path.join(work_dir, name)
   os.makedirs(folder, exist_ok=True)
-  count = max(1, int(round(megabytes / FILE_MB)))
-  pool = None
-  paths = []
+  pool, paths = None, []
   for i in range(count):
-    path = os.path.join(folder, f"part-{i:05d}.jsonl")
+    path = os.path.join(folder, f"part-{i:05d}-of-{count:05d}.jsonl")
     if not os.path.exists(path):
       pool = pool or _pool()
       write_corpus(path, megabytes / count, seed=zlib.crc32(f"{name}/{i}".encode()), pool=pool)
@@ -125,12 +127,13 @@ from lm.data import pipeline
 imported = time.time()
 spec = pipeline.DataSpec(**json.loads(sys.argv[1]))
 mode, seconds = sys.argv[2], float(sys.argv[3])
-built = time.time()
+built, built_cpu = time.time(), time.process_time()
 data = pipeline.DataPipeline(spec)
 it = data.train_iterator()
 batch = next(it)
-first = time.time()
+first, first_cpu = time.time(), time.process_time()
 out = {"import_s": imported - start, "first_batch_s": first - built,
+       "first_batch_cpu_s": first_cpu - built_cpu,
        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 if mode == "feed":
   next(it)
@@ -157,59 +160,115 @@ def run_child(spec: dict, mode: str, seconds: float = 0.0) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+DOC_BYTES, DOC_TOKENS = 870, 220  # the synthetic corpus's text and tokens per document
+
+
+def write_direct(output: str, text_mb: float, tokenizer: str, seed: int = 0) -> dict:
+  """A prepared dataset with the documents and tokens of `text_mb` of text, written directly
+  (random ids, no tokenizer) in prepare's format: shards of FILE_MB of text, entries,
+  manifest. Returns its manifest (kept: a second call reads it)."""
+  from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+  from lm.data import prepare, prepared, sources  # pylint: disable=g-import-not-at-top
+  from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  if os.path.exists(os.path.join(output, prepared.MANIFEST)):
+    return prepared.read_manifest(output)
+  os.makedirs(output, exist_ok=True)
+  tok = tokenizer_lib.load_tokenizer(tokenizer)
+  count = max(1, int(round(text_mb / FILE_MB)))
+  docs_per_shard = int(text_mb * 1e6 / DOC_BYTES / count)
+  rng = np.random.default_rng(seed)
+  entries, files = [], []
+  for i in range(count):
+    name = prepared.shard_name(i, count)
+    lengths = rng.poisson(DOC_TOKENS, docs_per_shard) + 1
+    ids = rng.integers(3, tok.vocab_size - tok.extra_ids, int(lengths.sum())).astype("<u2")
+    ends = np.cumsum(lengths)
+    writer = array_record_module.ArrayRecordWriter(os.path.join(output, name),
+                                                   prepared.WRITER_OPTIONS)
+    for start, end in zip((ends - lengths).tolist(), ends.tolist()):
+      writer.write(ids[start:end].tobytes())
+    writer.close()
+    stats = sources.SourceStats(files=1, records=docs_per_shard, documents=docs_per_shard,
+                                examined=docs_per_shard, chars=docs_per_shard * DOC_BYTES)
+    files.append(f"synthetic-{i:05d}.jsonl")
+    entries.append({"file": name, "bytes": os.path.getsize(os.path.join(output, name)),
+                    "documents": docs_per_shard, "tokens": int(lengths.sum()),
+                    "groups": docs_per_shard, "group_jumps": [],
+                    "source": {"path": files[-1], "size": docs_per_shard * DOC_BYTES},
+                    "stats": stats.as_dict()})
+  with open(os.path.join(output, prepared.TOKENIZER_FILE), "wb") as f:
+    f.write(tok.model_proto)
+  import hashlib  # pylint: disable=g-import-not-at-top
+  plan = prepare._plan(files, [e["source"]["size"] for e in entries], prepare.Options(),  # pylint: disable=protected-access
+                       hashlib.sha256(tok.model_proto).hexdigest(), tok.extra_ids,
+                       tok.vocab_size)
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  return prepare._write_manifest(epath.Path(output), plan, entries)  # pylint: disable=protected-access
+
+
 def main(args) -> dict:
+  import shutil  # pylint: disable=g-import-not-at-top
   from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   work = os.path.abspath(args.work_dir)
   os.makedirs(work, exist_ok=True)
   tok_path = os.path.join(work, "spm8k.model")
   if not os.path.exists(tok_path):
     tokenizer_lib.default_tokenizer(8000).save(tok_path)
-  print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; work dir {work}")
-  res = {"conditions": {"load_average": os.getloadavg()[0], "cpus": os.cpu_count(),
-                        "small_mb": args.small_mb, "large_mb": args.large_mb}}
-  t = time.time()
-  small = corpus_files(work, f"small{args.small_mb:g}", args.small_mb)
-  large = corpus_files(work, f"large{args.large_mb:g}", args.large_mb)
-  print(f"corpora: {len(small)} + {len(large)} files of ~{FILE_MB} MB ({time.time() - t:.0f} s)")
+  print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; work dir {work}",
+        flush=True)
+  res = {"conditions": {"load_average_start": os.getloadavg()[0], "cpus": os.cpu_count(),
+                        "small_mb": args.small_mb, "large_mb": args.large_mb,
+                        "prepare_mb": args.prepare_mb, "workers": args.workers}}
 
-  # prepare: per core, and the speed-up with workers on the same files.
-  sub = small[:max(2, args.workers)]
-  one = run_prepare(sub, tok_path, os.path.join(work, "w1"), 1)
-  many = run_prepare(sub, tok_path, os.path.join(work, f"w{args.workers}"), args.workers)
+  # prepare: per core, and the speed-up with workers on the same files (always from scratch).
+  files = corpus_files_n(work, f"corpus{args.prepare_mb:g}", args.prepare_mb,
+                         max(2, args.workers))
+  runs = {}
+  for w in sorted({1, args.workers}):
+    out = os.path.join(work, f"prepared-corpus-w{w}")
+    shutil.rmtree(out, ignore_errors=True)
+    runs[w] = run_prepare(files, tok_path, out, w)
+  one, many = runs[1], runs[args.workers]
   res["prepare"] = {"one_worker": one, "workers": many, "speedup": one["wall_s"] / many["wall_s"]}
   print(f"prepare, 1 worker: {one['docs_per_cpu_s']:,.0f} documents, "
         f"{one['tokens_per_cpu_s']:,.0f} tokens, {one['mb_per_cpu_s']:.2f} MB per core-second "
-        f"({one['megabytes']:.0f} MB, {one['documents']:,} documents, {one['tokens']:,} tokens)")
+        f"({one['megabytes']:.0f} MB in {len(files)} files, {one['documents']:,} documents, "
+        f"{one['tokens']:,} tokens)", flush=True)
   print(f"prepare, {args.workers} workers: {one['wall_s']:.1f} s -> {many['wall_s']:.1f} s wall "
-        f"({res['prepare']['speedup']:.2f}x)")
-  prepared = {}
-  for name, files in (("small", small), ("large", large)):
-    out = os.path.join(work, f"prepared-{name}{len(files)}")
-    prepared[name] = run_prepare(files, tok_path, out, args.workers)
-    prepared[name]["dir"] = out
-    p = prepared[name]
-    print(f"prepared {name}: {p['megabytes']:.0f} MB of text, {p['documents']:,} documents, "
-          f"{p['tokens']:,} tokens ({p['wall_s']:.0f} s wall, {p['cpu_s']:.0f} CPU s)")
-  res["prepared"] = prepared
+        f"({res['prepare']['speedup']:.2f}x; load average {os.getloadavg()[0]:.1f})", flush=True)
 
   # start-up: config to first batch, peak RSS, one fresh process each.
+  datasets = {}
+  for name, mb in (("small", args.small_mb), ("large", args.large_mb)):
+    t = time.time()
+    out = os.path.join(work, f"direct{mb:g}")
+    m = write_direct(out, mb, tok_path)
+    datasets[name] = {"dir": out, "documents": m["documents"], "tokens": m["tokens"],
+                      "shards": len(m["shards"]), "text_mb": mb}
+    print(f"{name}: {m['documents']:,} documents, {m['tokens']:,} tokens in "
+          f"{len(m['shards'])} shards (~{mb:g} MB of text; {time.time() - t:.0f} s)", flush=True)
+  res["datasets"] = datasets
   res["startup"] = {}
   for name in ("small", "large"):
-    spec = dict(SHAPES, format="prepared", paths=[prepared[name]["dir"]])
+    spec = dict(SHAPES, format="prepared", paths=[datasets[name]["dir"]])
     res["startup"][name] = run_child(spec, "startup")
-  raw_spec = dict(SHAPES, format="jsonl", paths=small, tokenizer=tok_path)
-  res["startup"]["small_raw"] = run_child(raw_spec, "startup")
+  raw_spec = dict(SHAPES, format="jsonl", paths=files, tokenizer=tok_path)
+  res["startup"]["raw"] = run_child(raw_spec, "startup")
   for name, r in res["startup"].items():
-    print(f"start-up {name:9s}: first batch {r['first_batch_s']:6.2f} s after the spec "
-          f"(imports {r['import_s']:.1f} s), peak RSS {r['peak_rss_mb']:7.0f} MB")
+    print(f"start-up {name:5s}: first batch {r['first_batch_s']:6.2f} s after the spec "
+          f"({r['first_batch_cpu_s']:.2f} CPU s; imports {r['import_s']:.1f} s), peak RSS "
+          f"{r['peak_rss_mb']:7.0f} MB", flush=True)
   s, l = res["startup"]["small"], res["startup"]["large"]
   res["startup"]["ratio"] = {"time": l["first_batch_s"] / s["first_batch_s"],
+                             "cpu": l["first_batch_cpu_s"] / s["first_batch_cpu_s"],
                              "rss": l["peak_rss_mb"] / s["peak_rss_mb"]}
-  print(f"large / small: time {res['startup']['ratio']['time']:.2f}x, peak RSS "
-        f"{res['startup']['ratio']['rss']:.2f}x (target: within 1.5x)")
+  print(f"large / small: time {res['startup']['ratio']['time']:.2f}x (CPU "
+        f"{res['startup']['ratio']['cpu']:.2f}x), peak RSS "
+        f"{res['startup']['ratio']['rss']:.2f}x (target: within 1.5x)", flush=True)
 
-  # feed: tokens per CPU-second, prepared vs tokenize-and-feed.
-  feed = {"prepared": run_child(dict(SHAPES, format="prepared", paths=[prepared["small"]["dir"]],
+  # feed: tokens per CPU-second, prepared vs tokenize-and-feed, on the same documents.
+  feed = {"prepared": run_child(dict(SHAPES, format="prepared",
+                                     paths=[os.path.join(work, "prepared-corpus-w1")],
                                      num_threads=1, prefetch_batches=0), "feed", args.seconds),
           "raw": run_child(dict(raw_spec, num_threads=1, prefetch_batches=0), "feed",
                            args.seconds)}
@@ -217,4 +276,5 @@ def main(args) -> dict:
   res["feed"] = feed
   print(f"feed: prepared {feed['prepared']['tokens_per_cpu_s']:,.0f} vs tokenize-and-feed "
         f"{feed['raw']['tokens_per_cpu_s']:,.0f} tokens per core-second ({feed['ratio']:.2f}x)")
+  res["conditions"]["load_average_end"] = os.getloadavg()[0]
   return res

@@ -52,6 +52,16 @@ def test_prepare_and_read_through_the_bucket(tmp_path, monkeypatch):
     config = tiny_config(**{"data.format": "prepared", "data.paths": ("gs://bucket/prepared",),
                             "data.extra_ids": 10})
     assert restore.run_tokenizer(config).model_proto == tok.model_proto
+    # A save_to_disk folder in the bucket (copied down by the worker converting it).
+    import datasets
+    datasets.Dataset.from_dict({"text": docs[:30]}).save_to_disk(
+        str(root / "bucket" / "saved" / "train"))
+    m = prepare.prepare("gs://bucket/saved/train", tokenizer="gs://bucket/spm.model",
+                        output="gs://bucket/prepared-hf", extra_ids=10)
+    hf = prepared.PreparedSource("gs://bucket/prepared-hf")
+    assert len(hf) == 30 and m["shards"][0]["source"]["path"] == "gs://bucket/saved/train"
+    for i in range(30):
+      np.testing.assert_array_equal(hf[i], src[i])
   assert sorted(os.listdir(root / "bucket" / "prepared")) == [
       "manifest.json", "prepare.json", "shard-00000-of-00002.array_record",
       "shard-00000-of-00002.json", "shard-00001-of-00002.array_record",

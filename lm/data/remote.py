@@ -78,11 +78,20 @@ def expand(patterns: str | os.PathLike | Sequence[str | os.PathLike]) -> list[st
   return out
 
 
+def _files_under(folder: epath.Path):
+  """The files under a folder, recursively (epath has no rglob on buckets)."""
+  for child in sorted(folder.iterdir()):
+    if child.is_dir():
+      yield from _files_under(child)
+    else:
+      yield child
+
+
 def size(path: str) -> int:
   """Bytes of a file, or of all files under a folder."""
   p = as_path(path)
   if p.is_dir():
-    return sum(f.stat().length for f in p.rglob("*") if f.is_file())
+    return sum(f.stat().length for f in _files_under(p))
   return p.stat().length
 
 
@@ -102,12 +111,11 @@ def localize(path: str, tmpdir: str) -> str:
   src = as_path(path)
   local = os.path.join(tmpdir, strip_compression(src.name))
   if src.is_dir():  # e.g. a save_to_disk folder: copy its files
-    for f in src.rglob("*"):
-      if f.is_file():
-        dst = os.path.join(local, os.fspath(f.relative_to(src)))
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with f.open("rb") as fin, open(dst, "wb") as fout:
-          shutil.copyfileobj(fin, fout, _COPY_BLOCK)
+    for f in _files_under(src):
+      dst = os.path.join(local, os.fspath(f).split(os.fspath(src).rstrip("/"), 1)[1].lstrip("/"))
+      os.makedirs(os.path.dirname(dst), exist_ok=True)
+      with f.open("rb") as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, _COPY_BLOCK)
     return local
   with src.open("rb") as raw, open(local, "wb") as out:
     if path.lower().endswith(".gz"):

@@ -367,3 +367,47 @@ def test_a_run_on_a_truncated_shard_stops_with_one_error_line(prepared_dir, tmp_
   errors = [l for l in r.stderr.splitlines() if l.startswith("error:")]
   assert len(errors) == 1 and "shard-00002-of-00003.array_record" in errors[0], r.stderr[-2000:]
   assert "truncated" in errors[0] and "Traceback" not in r.stderr
+
+
+def test_the_benchmarks_synthetic_corpus_is_json_lines(tmp_path):
+  """benchmarks/data_prepared.py writes its corpora with NumPy; every line must parse."""
+  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+  try:
+    import data_prepared  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  n = data_prepared.write_corpus(str(tmp_path / "c.jsonl"), 0.2, seed=0)
+  lines = (tmp_path / "c.jsonl").read_bytes().decode().splitlines()
+  assert n == os.path.getsize(tmp_path / "c.jsonl") >= 200_000
+  texts = [json.loads(l)["text"] for l in lines]
+  assert len(texts) > 100 and all(len(t.split()) >= 5 for t in texts)
+
+
+@pytest.mark.parametrize("fmt", ["text", "paragraphs", "parquet", "hf"])
+def test_other_input_formats_match_their_raw_sources(fmt, tok_file, tmp_path):
+  docs = _docs(50, seed=3)
+  if fmt == "text":
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(docs) + "\n")
+  elif fmt == "paragraphs":
+    path = tmp_path / "c.txt"
+    path.write_text("\n\n".join(d.replace(" doc", "\ndoc") for d in docs) + "\n")
+  elif fmt == "parquet":
+    import pyarrow as pa  # pylint: disable=g-import-not-at-top
+    import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": docs[:20] + [" "] + docs[20:]}), str(path))
+  else:
+    import datasets  # pylint: disable=g-import-not-at-top
+    path = tmp_path / "saved"
+    datasets.Dataset.from_dict({"text": docs}).save_to_disk(str(path))
+  out = str(tmp_path / "out")
+  prepare.prepare(str(path), tokenizer=tok_file, output=out, extra_ids=20,
+                  options=prepare.Options(format=fmt if fmt == "paragraphs" else "auto"))
+  raw = sources.make_source(fmt if fmt == "paragraphs" else "auto", [str(path)])
+  src = prepared.PreparedSource(out)
+  tok = tok_lib.load_tokenizer(tok_file, extra_ids=20)
+  assert len(src) == len(raw) == 50
+  np.testing.assert_array_equal(src.group_ids, raw.group_ids)  # parquet: the blank row's gap
+  for i in range(50):
+    np.testing.assert_array_equal(src[i], tok.encode(raw[i]))
