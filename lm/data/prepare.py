@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import dataclasses
+import glob
 import hashlib
 import json
 import logging
@@ -106,6 +107,9 @@ def convert_file(index: int, count: int, path: str, size: int, output: str,
                           options.max_bad_fraction)
     n = 0 if source is None else len(source)
     local_dir = None if workdir_lib.is_remote(output) else os.fspath(out_dir)
+    if local_dir is not None:  # a killed run's half-written shard (only this host writes it)
+      for stale in glob.glob(os.path.join(glob.escape(local_dir), f".{name}.tmp-*")):
+        os.remove(stale)
     tmp_shard = os.path.join(local_dir or tmpdir, f".{name}.tmp-{os.getpid()}")
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
     writer = array_record_module.ArrayRecordWriter(tmp_shard, prepared.WRITER_OPTIONS)

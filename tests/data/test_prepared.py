@@ -204,6 +204,7 @@ def test_a_killed_prepare_resumes_to_identical_shards(corpus, tok_file, prepared
   prepare.prepare(os.path.join(corpus, "*.jsonl"), tokenizer=tok_file, output=str(out),
                   options=OPTIONS, extra_ids=20)
   assert os.stat(out / "shard-00000-of-00003.array_record").st_mtime_ns == before  # kept
+  assert sorted(os.listdir(out)) == sorted(os.listdir(prepared_dir))  # the temporary removed
   for name in sorted(os.listdir(prepared_dir)):
     assert (out / name).read_bytes() == open(os.path.join(prepared_dir, name), "rb").read(), name
 
@@ -411,3 +412,30 @@ def test_other_input_formats_match_their_raw_sources(fmt, tok_file, tmp_path):
   np.testing.assert_array_equal(src.group_ids, raw.group_ids)  # parquet: the blank row's gap
   for i in range(50):
     np.testing.assert_array_equal(src[i], tok.encode(raw[i]))
+
+
+@pytest.mark.slow  # ~20 s: a real prepare killed with SIGKILL and started again
+def test_a_prepare_killed_with_sigkill_resumes_to_identical_shards(tok_file, tmp_path):
+  import signal  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  for i in range(3):
+    _write_jsonl(tmp_path / f"part{i}.jsonl", _docs(15000, seed=10 + i))
+  args = [f"--input={tmp_path}/part*.jsonl", f"--tokenizer={tok_file}", "--extra_ids=20",
+          "--no_progress"]
+  assert _cli(*args, f"--output={tmp_path}/whole").returncode == 0
+  env = {**os.environ, "PYTHONPATH": REPO}
+  proc = subprocess.Popen([sys.executable, "-m", "lm.data.prepare", *args,
+                           f"--output={tmp_path}/killed"], env=env)
+  first = tmp_path / "killed" / "shard-00000-of-00003.json"
+  deadline = time.time() + 120
+  while not first.exists() and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.005)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert not (tmp_path / "killed" / prepared.MANIFEST).exists(), "finished before the kill"
+  assert _cli(*args, f"--output={tmp_path}/killed").returncode == 0
+  names = sorted(f for f in os.listdir(tmp_path / "whole"))
+  assert sorted(os.listdir(tmp_path / "killed")) == names  # no temporary left
+  for name in names:
+    assert ((tmp_path / "killed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+            ), name
