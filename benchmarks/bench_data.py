@@ -241,6 +241,10 @@ def main(argv=None) -> int:
   prep.add_argument("--prepare_mb", type=float, default=16.0,
                     help="corpus prepare's throughput is measured on")
   prep.add_argument("--workers", type=int, default=2, help="prepare's workers")
+  prep.add_argument("--repeats", type=int, default=3,
+                    help="start-up processes per dataset (alternating; the median is shown)")
+  prep.add_argument("--parts", default="prepare,startup,feed",
+                    help="which measurements (comma-separated)")
   args = parser.parse_args(argv)
   if args.prepared:
     import data_prepared  # pylint: disable=g-import-not-at-top

@@ -14,9 +14,10 @@
               ids, ~220 per document, in 64 MB-of-text shards; tokenizing 2 GB costs ~10
               CPU-minutes and start-up reads no token): a fresh process each, DataSpec ->
               DataPipeline -> first batch of the training iterator at T5's shapes (inputs
-              512, targets 114, span corruption, 64 rows, 8 virtual shards), its wall time
-              and peak resident memory; the raw JSON-lines path of the --prepare_mb corpus
-              beside them;
+              512, targets 114, span corruption, 64 rows, 8 virtual shards, no prefetch),
+              its wall and CPU time and peak resident memory (VmHWM), --repeats processes
+              per dataset alternating, the median shown; the raw JSON-lines path of the
+              --prepare_mb corpus beside them;
   feed        tokens (non-padding positions of the batches) per CPU-second of the training
               iterator on the --prepare_mb corpus, prepared vs the raw path that tokenizes
               inside (one tokenizer thread, no prefetch, after two warm-up batches), each
@@ -132,9 +133,10 @@ data = pipeline.DataPipeline(spec)
 it = data.train_iterator()
 batch = next(it)
 first, first_cpu = time.time(), time.process_time()
+# VmHWM: this process's peak (ru_maxrss would keep the parent's peak across exec).
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 out = {"import_s": imported - start, "first_batch_s": first - built,
-       "first_batch_cpu_s": first_cpu - built_cpu,
-       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+       "first_batch_cpu_s": first_cpu - built_cpu, "peak_rss_mb": int(hwm.split()[1]) / 1024}
 if mode == "feed":
   next(it)
   cpu, tokens, batches = time.process_time(), 0, 0
@@ -206,6 +208,16 @@ def write_direct(output: str, text_mb: float, tokenizer: str, seed: int = 0) -> 
   return prepare._write_manifest(epath.Path(output), plan, entries)  # pylint: disable=protected-access
 
 
+def _print_prepare(one: dict, many: dict, files: list[str], workers: int) -> None:
+  print(f"prepare, 1 worker: {one['docs_per_cpu_s']:,.0f} documents, "
+        f"{one['tokens_per_cpu_s']:,.0f} tokens, {one['mb_per_cpu_s']:.2f} MB per core-second "
+        f"({one['megabytes']:.0f} MB in {len(files)} files, {one['documents']:,} documents, "
+        f"{one['tokens']:,} tokens)", flush=True)
+  print(f"prepare, {workers} workers: {one['wall_s']:.1f} s -> {many['wall_s']:.1f} s wall "
+        f"({one['wall_s'] / many['wall_s']:.2f}x; load average {os.getloadavg()[0]:.1f})",
+        flush=True)
+
+
 def main(args) -> dict:
   import shutil  # pylint: disable=g-import-not-at-top
   from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
@@ -224,57 +236,73 @@ def main(args) -> dict:
   files = corpus_files_n(work, f"corpus{args.prepare_mb:g}", args.prepare_mb,
                          max(2, args.workers))
   runs = {}
-  for w in sorted({1, args.workers}):
+  for w in sorted({1, args.workers}) if "prepare" in args.parts else ():
     out = os.path.join(work, f"prepared-corpus-w{w}")
     shutil.rmtree(out, ignore_errors=True)
     runs[w] = run_prepare(files, tok_path, out, w)
-  one, many = runs[1], runs[args.workers]
-  res["prepare"] = {"one_worker": one, "workers": many, "speedup": one["wall_s"] / many["wall_s"]}
-  print(f"prepare, 1 worker: {one['docs_per_cpu_s']:,.0f} documents, "
-        f"{one['tokens_per_cpu_s']:,.0f} tokens, {one['mb_per_cpu_s']:.2f} MB per core-second "
-        f"({one['megabytes']:.0f} MB in {len(files)} files, {one['documents']:,} documents, "
-        f"{one['tokens']:,} tokens)", flush=True)
-  print(f"prepare, {args.workers} workers: {one['wall_s']:.1f} s -> {many['wall_s']:.1f} s wall "
-        f"({res['prepare']['speedup']:.2f}x; load average {os.getloadavg()[0]:.1f})", flush=True)
+  if not runs:  # --parts without prepare: the corpus prepared once before
+    out = os.path.join(work, "prepared-corpus-w1")
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+      run_prepare(files, tok_path, out, 1)
+  else:
+    one, many = runs[1], runs[args.workers]
+    res["prepare"] = {"one_worker": one, "workers": many,
+                      "speedup": one["wall_s"] / many["wall_s"]}
+    _print_prepare(one, many, files, args.workers)
 
-  # start-up: config to first batch, peak RSS, one fresh process each.
-  datasets = {}
-  for name, mb in (("small", args.small_mb), ("large", args.large_mb)):
-    t = time.time()
-    out = os.path.join(work, f"direct{mb:g}")
-    m = write_direct(out, mb, tok_path)
-    datasets[name] = {"dir": out, "documents": m["documents"], "tokens": m["tokens"],
-                      "shards": len(m["shards"]), "text_mb": mb}
-    print(f"{name}: {m['documents']:,} documents, {m['tokens']:,} tokens in "
-          f"{len(m['shards'])} shards (~{mb:g} MB of text; {time.time() - t:.0f} s)", flush=True)
-  res["datasets"] = datasets
-  res["startup"] = {}
-  for name in ("small", "large"):
-    spec = dict(SHAPES, format="prepared", paths=[datasets[name]["dir"]])
-    res["startup"][name] = run_child(spec, "startup")
   raw_spec = dict(SHAPES, format="jsonl", paths=files, tokenizer=tok_path)
-  res["startup"]["raw"] = run_child(raw_spec, "startup")
-  for name, r in res["startup"].items():
-    print(f"start-up {name:5s}: first batch {r['first_batch_s']:6.2f} s after the spec "
-          f"({r['first_batch_cpu_s']:.2f} CPU s; imports {r['import_s']:.1f} s), peak RSS "
-          f"{r['peak_rss_mb']:7.0f} MB", flush=True)
-  s, l = res["startup"]["small"], res["startup"]["large"]
-  res["startup"]["ratio"] = {"time": l["first_batch_s"] / s["first_batch_s"],
-                             "cpu": l["first_batch_cpu_s"] / s["first_batch_cpu_s"],
-                             "rss": l["peak_rss_mb"] / s["peak_rss_mb"]}
-  print(f"large / small: time {res['startup']['ratio']['time']:.2f}x (CPU "
-        f"{res['startup']['ratio']['cpu']:.2f}x), peak RSS "
-        f"{res['startup']['ratio']['rss']:.2f}x (target: within 1.5x)", flush=True)
+  # start-up: config to first batch, peak RSS, one fresh process each.
+  if "startup" in args.parts:
+    datasets = {}
+    for name, mb in (("small", args.small_mb), ("large", args.large_mb)):
+      t = time.time()
+      out = os.path.join(work, f"direct{mb:g}")
+      m = write_direct(out, mb, tok_path)
+      datasets[name] = {"dir": out, "documents": m["documents"], "tokens": m["tokens"],
+                        "shards": len(m["shards"]), "text_mb": mb}
+      print(f"{name}: {m['documents']:,} documents, {m['tokens']:,} tokens in "
+            f"{len(m['shards'])} shards (~{mb:g} MB of text; {time.time() - t:.0f} s)", flush=True)
+    res["datasets"] = datasets
+    res["startup"] = {}
+    rounds = {"small": [], "large": []}
+    for _ in range(args.repeats):  # alternating, one fresh process each; the median is shown
+      for name in ("small", "large"):
+        spec = dict(SHAPES, format="prepared", paths=[datasets[name]["dir"]], prefetch_batches=0)
+        rounds[name].append(run_child(spec, "startup"))
+    for name, runs_ in rounds.items():
+      res["startup"][name] = {k: float(np.median([r[k] for r in runs_])) for k in runs_[0]}
+      res["startup"][name]["rounds"] = runs_
+    res["startup"]["raw"] = run_child(dict(raw_spec, prefetch_batches=0), "startup")
+    for name, r in res["startup"].items():
+      print(f"start-up {name:5s}: first batch {r['first_batch_s']:6.2f} s after the spec "
+            f"({r['first_batch_cpu_s']:.2f} CPU s; imports {r['import_s']:.1f} s), peak RSS "
+            f"{r['peak_rss_mb']:7.0f} MB", flush=True)
+    s, l = res["startup"]["small"], res["startup"]["large"]
+    res["startup"]["ratio"] = {"time": l["first_batch_s"] / s["first_batch_s"],
+                               "cpu": l["first_batch_cpu_s"] / s["first_batch_cpu_s"],
+                               "rss": l["peak_rss_mb"] / s["peak_rss_mb"]}
+    print(f"large / small: time {res['startup']['ratio']['time']:.2f}x (CPU "
+          f"{res['startup']['ratio']['cpu']:.2f}x), peak RSS "
+          f"{res['startup']['ratio']['rss']:.2f}x (target: within 1.5x)", flush=True)
 
   # feed: tokens per CPU-second, prepared vs tokenize-and-feed, on the same documents.
-  feed = {"prepared": run_child(dict(SHAPES, format="prepared",
-                                     paths=[os.path.join(work, "prepared-corpus-w1")],
-                                     num_threads=1, prefetch_batches=0), "feed", args.seconds),
-          "raw": run_child(dict(raw_spec, num_threads=1, prefetch_batches=0), "feed",
-                           args.seconds)}
-  feed["ratio"] = feed["prepared"]["tokens_per_cpu_s"] / feed["raw"]["tokens_per_cpu_s"]
-  res["feed"] = feed
-  print(f"feed: prepared {feed['prepared']['tokens_per_cpu_s']:,.0f} vs tokenize-and-feed "
-        f"{feed['raw']['tokens_per_cpu_s']:,.0f} tokens per core-second ({feed['ratio']:.2f}x)")
+  if "feed" in args.parts:
+    specs = {"prepared": dict(SHAPES, format="prepared",
+                              paths=[os.path.join(work, "prepared-corpus-w1")], num_threads=1,
+                              prefetch_batches=0),
+             "raw": dict(raw_spec, num_threads=1, prefetch_batches=0)}
+    rounds = {"prepared": [], "raw": []}
+    for _ in range(args.repeats):  # alternating, one fresh process each
+      for name, spec in specs.items():
+        rounds[name].append(run_child(spec, "feed", args.seconds)["tokens_per_cpu_s"])
+    feed = {name: {"tokens_per_cpu_s": float(np.median(r)), "rounds": r}
+            for name, r in rounds.items()}
+    feed["ratio"] = feed["prepared"]["tokens_per_cpu_s"] / feed["raw"]["tokens_per_cpu_s"]
+    feed["round_ratios"] = [p / r for p, r in zip(rounds["prepared"], rounds["raw"])]
+    res["feed"] = feed
+    print(f"feed: prepared {feed['prepared']['tokens_per_cpu_s']:,.0f} vs tokenize-and-feed "
+          f"{feed['raw']['tokens_per_cpu_s']:,.0f} tokens per core-second, medians of "
+          f"{args.repeats} ({feed['ratio']:.2f}x; rounds "
+          f"{', '.join(f'{r:.2f}x' for r in feed['round_ratios'])})")
   res["conditions"]["load_average_end"] = os.getloadavg()[0]
   return res

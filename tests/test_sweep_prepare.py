@@ -1,4 +1,5 @@
-"""launch/sweep.py's prepare stage (launch/prepare.py): the study's corpus tokenized once, before the points."""
+"""launch/sweep.py's prepare stage (launch/prepare.py): the study's corpus tokenized once,
+before the points."""
 import json
 import os
 import pathlib

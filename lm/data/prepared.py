@@ -229,7 +229,8 @@ class PreparedSource:
         return
       name = self.directory / self._shards[shard]["file"]
       try:
-        reader = array_record_module.ArrayRecordReader(self._reader_path(shard))
+        reader = array_record_module.ArrayRecordReader(self._reader_path(shard),
+                                                       "readahead_buffer_size:0")
         found = reader.num_records()
         reader.close()
       except Exception as e:  # noqa: BLE001 - riegeli reports a damaged file as many types

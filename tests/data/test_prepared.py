@@ -185,6 +185,8 @@ def test_processes_read_disjoint_records_that_make_up_the_epoch(prepared_dir):
       pass
     it.close()
     read.append(set(seen))
+    owned = {d for k in data.shards for d in range(k, len(data.train_source), 4)}
+    assert read[-1] <= owned  # only the records of its own virtual shards
   assert not read[0] & read[1]
   assert read[0] | read[1] == set(range(len(prepared.PreparedSource(prepared_dir))))
 
@@ -326,7 +328,8 @@ def test_quality_limit_applies_to_the_manifest_counts(prepared_dir):
 def _same_files(a, b):
   assert sorted(os.listdir(a)) == sorted(os.listdir(b))
   for name in os.listdir(a):
-    assert open(os.path.join(a, name), "rb").read() == open(os.path.join(b, name), "rb").read(), name
+    with open(os.path.join(a, name), "rb") as fa, open(os.path.join(b, name), "rb") as fb:
+      assert fa.read() == fb.read(), name
 
 
 def test_hosts_write_the_same_dataset(corpus, tok_file, prepared_dir, tmp_path):
