@@ -2,6 +2,10 @@
 
   python benchmarks/bench_data.py [--quick | --seconds 3] [--objectives=span_corruption,bert]
       [--doc_tokens 480] [--json FILE]
+  python benchmarks/bench_data.py --prepared --work_dir=DIR [--small_mb=100 --large_mb=2000]
+      [--prepare_mb=16] [--workers=2]
+      # prepared datasets: prepare per core and with workers, start-up time and memory
+      # against the corpus size, feed rate vs tokenize-and-feed (benchmarks/data_prepared.py)
 
 Both paths start from TOKENIZED documents (the embedded corpus, tokenized once up front
 with the default SentencePiece model; tokenization is not timed) and end with packed
@@ -228,7 +232,27 @@ def main(argv=None) -> int:
   parser.add_argument("--skip_per_example", action="store_true",
                       help="measure only the batched path")
   parser.add_argument("--json", default=None, metavar="FILE", help="write the results as JSON")
+  prep = parser.add_argument_group("--prepared (benchmarks/data_prepared.py)")
+  prep.add_argument("--prepared", action="store_true", help="measure prepared datasets instead")
+  prep.add_argument("--work_dir", default="/tmp/lm_bench_data",
+                    help="generated corpora and prepared datasets (kept, reused)")
+  prep.add_argument("--small_mb", type=float, default=100.0)
+  prep.add_argument("--large_mb", type=float, default=2000.0)
+  prep.add_argument("--prepare_mb", type=float, default=16.0,
+                    help="corpus prepare's throughput is measured on")
+  prep.add_argument("--workers", type=int, default=2, help="prepare's workers")
+  prep.add_argument("--repeats", type=int, default=3,
+                    help="start-up processes per dataset (alternating; the median is shown)")
+  prep.add_argument("--parts", default="prepare,startup,feed",
+                    help="which measurements (comma-separated)")
   args = parser.parse_args(argv)
+  if args.prepared:
+    import data_prepared  # pylint: disable=g-import-not-at-top
+    out = data_prepared.main(args)
+    if args.json:
+      results.write_json(args.json, "bench_data_prepared", out, args)
+      print(f"wrote {args.json}")
+    return 0
   if args.quick:
     args.seconds = 0.5
   names = [n for n in args.objectives.split(",") if n]

@@ -22,6 +22,10 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
   evaluate   lm.evaluate on the pre-trained run (held-out loss of every objective, and the
              continuation score every architecture shares)
 
+With --prepare_input and --prepare_tokenizer the study tokenizes its corpus once first, and
+every point pre-trains from it (launch/prepare.py; on SLURM its own job the points wait for,
+on a TPU pod every worker converts its share of the files).
+
 Running the same command again after a crash or a preemption continues the study.
 Backends:
 
@@ -58,6 +62,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from launch import local
+from launch import prepare as prepare_lib
 
 SCALES = ("tiny", "paper")
 BACKENDS = ("local", "slurm", "tpu")
@@ -466,6 +471,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--no_validate", action="store_true", help="skip validating every config")
+  prepare_lib.add_arguments(p)
   s = p.add_argument_group("slurm")
   s.add_argument("--nodes", type=int, default=1)
   s.add_argument("--gpus_per_node", type=int, default=8)
@@ -507,8 +513,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   python = "python" if remote else sys.executable
   study = study_name(args.experiment)
   try:
+    prepare = prepare_lib.from_args(args, _join(args.root, "prepared"))
+  except ValueError as e:
+    return _fail(str(e))
+  prepare_stage = (None if prepare is None else
+                   prepare.stage(_join(args.root, MARKER_DIR, "prepare.json"), python=python,
+                                 hosts=remote))
+  train_extra = [*(prepare.train_args() if prepare else []), *args.extra]
+  try:
     plan = [(p, stages(p, args.root, scale=args.scale, study=study, python=python,
-                       data_dir=args.data_dir, extra=args.extra,
+                       data_dir=args.data_dir, extra=train_extra,
                        finetune_extra=args.finetune_extra, evaluate_extra=args.evaluate_extra,
                        which=which))
             for p in selected]
@@ -522,10 +536,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   if args.backend == "local":
     if args.dry_run:
+      if prepare_stage is not None:
+        print(shlex.join(prepare_stage.command()))
       for _, point_stages in plan:
         for stage in point_stages:
           print(shlex.join(stage.command()))
       return 0
+    if prepare_stage is not None:
+      log_path = os.path.join(args.root, "prepare.log")
+      print(f"prepare: {prepare.output} (log: {log_path})", flush=True)
+      code, _ = run_point([prepare_stage], log_path)
+      if code:
+        return _fail(f"preparing the corpus failed (exit {code}); see {log_path}")
     results = run_local(plan, args.root, parallel=args.parallel)
     codes = [code for code, _ in results.values()]
     if EXIT_PREEMPTED in codes:
@@ -543,6 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               sbatch_options=args.sbatch) for point, point_stages in plan]
     except ValueError as e:
       return _fail(str(e))
+    dependency = []  # the points' jobs wait for the prepare job
+    if prepare_stage is not None:
+      dependency = prepare_lib.submit_slurm(prepare_stage, args, repo, dry_run=args.dry_run)
     for (point, _), script in zip(plan, scripts):
       path = os.path.join(args.root, point.name, "sweep.sbatch")
       if args.dry_run:
@@ -550,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         continue
       os.makedirs(os.path.dirname(path), exist_ok=True)
       pathlib.Path(path).write_text(script)
-      subprocess.run(["sbatch", path], check=True)
+      subprocess.run(["sbatch", *dependency, path], check=True)
     return 0
 
   # tpu
@@ -559,8 +584,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "(e.g. v5p-128)")
   target = TpuTarget(args.tpu, args.zone, args.accelerator, project=args.project,
                      runtime=args.runtime)
-  commands = tpu_setup_commands(target, create=args.create)
-  commands += [tpu_point_command(target, s) for _, s in plan]
+  runs = [(p.name, tpu_point_command(target, s)) for p, s in plan]
+  if prepare_stage is not None:  # every worker converts its share of the files first
+    runs.insert(0, ("prepare", tpu_point_command(target, [prepare_stage])))
+  commands = tpu_setup_commands(target, create=args.create) + [c for _, c in runs]
   if args.delete:
     commands.append(tpu_delete_command(target))
   if args.dry_run:
@@ -583,8 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if c[3] == "queued-resources":  # just created: wait until it is ready
       wait_until_active(target)
   status = 0
-  for (point, _), c in zip(plan, commands[len(setup):]):
-    print(f"{point.name}: {shlex.join(c)}", flush=True)
+  for name, c in runs:
+    print(f"{name}: {shlex.join(c)}", flush=True)
     status = subprocess.run(c).returncode
     if status:
       print(f"{point.name}: exit {status}; run the same command again to resume",

@@ -3,7 +3,7 @@
     with fake_gcs.installed(tmp_path / "bucket_root"):
       train.train_and_evaluate(config, "gs://bucket/run")
 
-Three things reach GCS in a run, and each is pointed at `root`:
+Four things reach GCS in a run, and each is pointed at `root`:
   etils.epath (lm's files, orbax's metadata): a gcsfs-like fsspec filesystem registered
     for the `gs`/`gcs` protocols. Like gcsfs it names objects "bucket/path" and is used
     through epath's fsspec backend, so lm code that bypassed epath (plain `open`,
@@ -11,7 +11,9 @@ Three things reach GCS in a run, and each is pointed at `root`:
   tensorstore (orbax's array data): orbax's GCS kvstore spec is replaced by the file
     driver on the same root;
   orbax's hierarchical-namespace probe (a google-cloud-storage client call): answered
-    "not enabled".
+    "not enabled";
+  ArrayRecord's C++ reader of prepared datasets (its own GCS client,
+    `lm.data.prepared.reader_path`): given the local file under `root`.
 lm's start-up check for gcsfs / google-cloud-storage (lm/workdir.py) is told that the
 fake provides them.
 """
@@ -81,6 +83,7 @@ def installed(root: str | os.PathLike):
   from orbax.checkpoint._src.path import gcs_utils
 
   from lm import workdir
+  from lm.data import prepared
 
   root = os.fspath(root)
   os.makedirs(root, exist_ok=True)
@@ -94,8 +97,15 @@ def installed(root: str | os.PathLike):
     bucket_and_path = os.fspath(path).split("://", 1)[-1]
     return {"driver": "file", "path": f"{os.path.abspath(root)}/{bucket_and_path}"}
 
+  def reader_path(path):
+    text = os.fspath(path)
+    if text.startswith(("gs://", "gcs://")):
+      return f"{os.path.abspath(root)}/{text.split('://', 1)[1]}"
+    return text
+
   try:
     with mock.patch.object(gcs_utils, "get_kvstore_for_gcs", kvstore), \
+         mock.patch.object(prepared, "reader_path", reader_path), \
          mock.patch.object(gcs_utils, "is_hierarchical_namespace_enabled", lambda p: False), \
          mock.patch.dict(workdir._REMOTE_MODULES, {"gs": ()}):  # pylint: disable=protected-access
       yield fs_class

@@ -92,7 +92,8 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import batched, blocks, converters, features, mixtures, objectives, packing, sources
+from lm.data import (batched, blocks, converters, features, mixtures, objectives, packing,
+                     prepared, sources)
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
@@ -109,8 +110,12 @@ class DataSpec:
 
   Attributes:
     format: sources.make_source format ("default" = embedded stdlib-docs corpus,
-      "auto", "text", "paragraphs", "jsonl", "parquet", "array_record", "hf").
-    paths: files/globs (one folder for "hf").
+      "auto", "text", "paragraphs", "jsonl", "parquet", "array_record", "hf"), or
+      "prepared": a folder written by `python -m lm.data.prepare` (token ids; no
+      tokenization in the run, lm/data/prepared.py).
+    paths: files/globs (one folder for "hf" and "prepared"); local or remote (gs://).
+      A prepared dataset was read with the options its manifest records: text_field,
+      on_decode_error and max_document_chars do not apply to it.
     text_field: JSON field / column with the text. hf_split: DatasetDict split.
     json_records: ArrayRecord records are JSON objects (else raw UTF-8 text).
     on_decode_error: "replace" or "skip" invalid UTF-8.
@@ -119,7 +124,8 @@ class DataSpec:
       `validation_fraction` of the train documents is held out (by hash, seed
       `validation_seed`).
     tokenizer: SentencePiece .model path; None = a tokenizer of
-      `default_vocab_size` pieces trained on the default corpus (cached).
+      `default_vocab_size` pieces trained on the default corpus (cached), or for
+      format "prepared" the prepared dataset's own (a given one must be the same).
     extra_ids: sentinels appended to the tokenizer (T5: 100).
     objective, objective_params: objectives.make_objective name and kwargs.
     architecture: "encoder_decoder", "prefix_lm" or "causal".
@@ -237,8 +243,9 @@ class DataSpec:
 def _tokenize_fn(tok: tokenizer_lib.Tokenizer, document_eos: bool):
   eos = np.array([tok.eos_id], np.int32)
 
-  def tokenize(doc: str) -> dict[str, np.ndarray]:
-    ids = tok.encode(doc)
+  def tokenize(doc: str | np.ndarray) -> dict[str, np.ndarray]:
+    # A prepared source's documents are token ids already (lm/data/prepared.py).
+    ids = doc if isinstance(doc, np.ndarray) else tok.encode(doc)
     return {"tokens": np.concatenate([ids, eos]) if document_eos else ids.astype(np.int32)}
   return tokenize
 
@@ -433,6 +440,13 @@ def _shuffle_seed(seed: int, shard: int, *member: int) -> int:
 
 
 
+def _tokenizer_path(spec: DataSpec) -> str | None:
+  """spec.tokenizer, else a prepared dataset's own tokenizer file (else None: the default)."""
+  if not spec.tokenizer and spec.format == "prepared":
+    return prepared.tokenizer_path(spec.paths)
+  return spec.tokenizer
+
+
 class DataPipeline:
   """Sources, tokenizer and iterator factories for one process.
 
@@ -460,7 +474,7 @@ class DataPipeline:
     self.batch_size = self.rows_per_shard * len(self.shards)
     self.eval_batch_size = self.eval_rows_per_shard * len(self.shards)
     if tokenizer is None:
-      tokenizer = tokenizer_lib.run_tokenizer(spec.tokenizer,
+      tokenizer = tokenizer_lib.run_tokenizer(_tokenizer_path(spec),
                                               default_vocab_size=spec.default_vocab_size,
                                               extra_ids=spec.extra_ids)
     if tokenizer.extra_ids != spec.extra_ids:
@@ -513,10 +527,16 @@ class DataPipeline:
     kw = dict(text_field=spec.text_field, split=spec.hf_split, json_records=spec.json_records,
               on_decode_error=spec.on_decode_error, max_document_chars=spec.max_document_chars,
               max_bad_fraction=spec.max_bad_fraction)
-    source = sources.make_source(spec.format, spec.paths, **kw)
+    tokenizer_sha256 = hashlib.sha256(self.tokenizer.model_proto).hexdigest()
+
+    def make(fmt, paths):
+      if fmt == "prepared":  # token ids: the manifest is read, no document is
+        return prepared.open_prepared(paths, tokenizer_sha256=tokenizer_sha256,
+                                      max_bad_fraction=spec.max_bad_fraction)
+      return sources.make_source(fmt, paths, **kw)
+    source = make(spec.format, spec.paths)
     if spec.eval_paths:
-      eval_source = sources.make_source(spec.eval_format or spec.format, spec.eval_paths, **kw)
-      return source, eval_source
+      return source, make(spec.eval_format or spec.format, spec.eval_paths)
     if spec.validation_fraction == 0:
       return source, None
     return sources.split_validation(source, spec.validation_fraction, seed=spec.validation_seed)

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import glob
 import json
 import logging
 import mmap
@@ -60,6 +59,8 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+
+from lm.data import remote
 
 DEFAULT_MAX_DOCUMENT_CHARS = 100_000
 _WHITESPACE = np.zeros(256, dtype=bool)
@@ -102,26 +103,35 @@ class SourceStats:
 
 
 def expand_paths(paths: str | Sequence[str]) -> list[str]:
-  """Expands globs; each pattern must match something. Returns files in order.
+  """Expands globs (local or remote, `remote.expand`); each pattern must match something.
+  Returns files in order.
 
   Patterns keep their given order; the files of one glob are sorted.
   """
-  if isinstance(paths, (str, os.PathLike)):
-    paths = [paths]
-  if not paths:
-    raise ValueError("No data paths given; pass files or globs (or use the default corpus).")
+  return remote.expand(paths)
+
+
+_LOCAL_COPIES: dict[str, str] = {}  # remote or compressed file -> its local copy
+
+
+def _local_files(files: Sequence[str]) -> list[str]:
+  """Local, uncompressed files for the readers: remote (gs://) and .gz / .zst files are
+  copied (decompressed) once per process into a temporary folder removed at exit. The
+  scalable way to read a remote corpus is `python -m lm.data.prepare` (docs/data.md)."""
   out = []
-  for pattern in map(str, paths):
-    if glob.has_magic(pattern):
-      found = sorted(glob.glob(pattern))
-      if not found:
-        raise FileNotFoundError(f"Glob {pattern!r} matches no file; check the path.")
-      out.extend(found)
-    elif os.path.exists(pattern):
-      out.append(pattern)
-    else:
-      raise FileNotFoundError(f"Data path {pattern!r} does not exist; check the path "
-                              "or pass a glob such as 'data/*.txt'.")
+  for f in files:
+    if not (remote.is_remote(f) or remote.is_compressed(f)):
+      out.append(f)
+      continue
+    if f not in _LOCAL_COPIES:
+      import atexit  # pylint: disable=g-import-not-at-top
+      import shutil  # pylint: disable=g-import-not-at-top
+      import tempfile  # pylint: disable=g-import-not-at-top
+      tmpdir = tempfile.mkdtemp(prefix="lm-data-")
+      atexit.register(shutil.rmtree, tmpdir, ignore_errors=True)
+      logging.info("copying %s to %s", f, tmpdir)
+      _LOCAL_COPIES[f] = remote.localize(f, tmpdir)
+    out.append(_LOCAL_COPIES[f])
   return out
 
 
@@ -154,6 +164,14 @@ def _split_points(text: str, max_chars: int) -> list[tuple[int, int]]:
     start = end
   pieces.append((start, n))
   return pieces
+
+
+class EmptySourceError(ValueError):
+  """A scan that found no documents; `stats` says what it found instead."""
+
+  def __init__(self, message: str, stats: SourceStats):
+    super().__init__(message)
+    self.stats = stats
 
 
 class _IndexBuilder:
@@ -199,9 +217,9 @@ class _IndexBuilder:
     self.stats.documents = len(rec)
     self.stats.chars = int((end - start).sum())
     if not len(rec):
-      raise ValueError(
+      raise EmptySourceError(
           f"No documents found in {what} (stats: {self.stats.as_dict()}); check the "
-          "paths, the format and the text field/column name.")
+          "paths, the format and the text field/column name.", self.stats)
     return rec, start, end, group, self.stats
 
 
@@ -211,7 +229,9 @@ class DocumentSource:
   Subclasses implement `_record(rec) -> str` (or override `__getitem__`).
   Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record/file each
   document is read from), `group_ids` (int64[N], the original document: pieces of
-  one split long document share it).
+  one split long document share it), `num_groups` (the group ids are below it; a
+  source over several files numbers its groups as its files' sources would, each
+  file's from the sum of the previous files' `num_groups`).
   """
 
   stats: SourceStats
@@ -222,6 +242,7 @@ class DocumentSource:
   def _set_index(self, builder: _IndexBuilder, what: str) -> None:
     (self.record_ids, self._starts, self._ends, self.group_ids,
      self.stats) = builder.build(what)
+    self.num_groups = builder.num_groups
     self._what = what
     if not getattr(self, "file_stats", None):
       self.file_stats = {what: self.stats}
@@ -790,7 +811,9 @@ def _make_source(format: str, paths: str | Sequence[str] | None, *,  # pylint: d
     raise ValueError(f"unknown data format {format!r}; expected one of {FORMATS + ('default',)}.")
   files = expand_paths(paths)
   if format == "auto":
-    format = _guess_format(files[0])
+    format = "hf" if remote.is_dir(files[0]) else _guess_format(
+        remote.strip_compression(files[0]))
+  files = _local_files(files)
   if format == "text":
     return TextSource(files, mode="line", **kw)
   if format == "paragraphs":

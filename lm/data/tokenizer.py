@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
+from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
 from lm.data import corpus
@@ -199,7 +200,7 @@ def load_tokenizer(path: str, *, extra_ids: int = DEFAULT_EXTRA_IDS,
   """Loads a SentencePiece .model file and appends `extra_ids` sentinels.
 
   Args:
-    path: .model file (local path; anything `open` can read).
+    path: .model file (local or remote: gs://, through etils.epath).
     extra_ids: sentinels to append (0 for a model that already has them, such
       as T5's `cc_all.32000.100extra`).
     num_threads: threads for `encode_batch` (-1: all cores).
@@ -209,12 +210,12 @@ def load_tokenizer(path: str, *, extra_ids: int = DEFAULT_EXTRA_IDS,
     TokenizerFileError: the file is not a usable SentencePiece model (corrupt,
       truncated, another format, or not following T5's id conventions), naming it.
   """
-  if not os.path.exists(path):
+  file = epath.Path(path)  # local or remote (gs://), as the workdirs
+  if not file.exists():
     raise FileNotFoundError(
         f"Tokenizer model {path!r} does not exist; train one with "
         f"`python -m lm.data.tokenizer train --output={path} --vocab_size=8000`.")
-  with open(path, "rb") as f:
-    proto = f.read()
+  proto = file.read_bytes()
   try:
     return Tokenizer(proto, extra_ids=extra_ids, num_threads=num_threads)
   except ValueError as e:  # our own checks (ids, sentinels): already say what to do
