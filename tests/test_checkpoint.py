@@ -1,5 +1,8 @@
 """Checkpoint round trips, resharding, keep-K / best, foreign and incompatible directories."""
 
+import logging
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -300,3 +303,57 @@ def test_close_after_an_error_does_not_wait_forever_on_a_stuck_save(tmp_path, ca
   assert time.time() - start < 5 and "gave up waiting" in caplog.text
   stuck.set()
   real_wait()
+
+
+def test_a_failed_restore_attempt_leaves_no_library_noise(tmp_path, capfd, caplog, monkeypatch):
+  """One unreadable array of many: orbax abandons the other reads, and each then reported
+  "RuntimeError: Event loop is closed" with a traceback on stderr (hundreds for a real
+  state), burying the one warning. Only the warning remains."""
+  import sys
+  seen = []  # what Python would print as "Exception ignored ..." tracebacks
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(repr(u.exc_value)))
+  n = 120
+  state = {f"a{i:03d}": jax.random.normal(jax.random.key(i), (128, 128)) for i in range(n)}
+  ckpt = checkpoint.CheckpointManager(tmp_path, every_steps=1, async_save=False)
+  ckpt.save(1, state)
+  ckpt.save(2, state)
+  ckpt.close()
+  data = tmp_path / "2" / "state" / "ocdbt.process_0" / "d"
+  for f in sorted(data.iterdir(), key=lambda p: p.stat().st_size)[1::2]:
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+  capfd.readouterr()
+  ckpt = checkpoint.CheckpointManager(tmp_path)
+  with caplog.at_level("WARNING"):
+    restored, _ = ckpt.restore_or_none(jax.eval_shape(lambda: state))
+    time.sleep(1.0)  # the abandoned reads finish after the restore has fallen back
+  ckpt.close()
+  _assert_tree_equal(restored, state)
+  err = capfd.readouterr().err
+  assert "Event loop is closed" not in err and "Traceback" not in err, err[:3000]
+  assert not seen, (len(seen), seen[:3])
+  warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert len(warnings) == 1 and "resuming from step 1" in warnings[0], warnings
+
+
+def test_the_noise_filter_drops_only_late_read_callbacks(monkeypatch):
+  import sys
+  from lm.checkpoint import manager
+
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+
+  def unraisable(error):
+    sys.unraisablehook(type("U", (), {"exc_type": type(error), "exc_value": error,
+                                      "exc_traceback": None, "err_msg": None,
+                                      "object": None})())
+
+  with manager._quiet_failed_reads():  # pylint: disable=protected-access
+    pass
+  assert not isinstance(sys.unraisablehook, manager._LateReadCallbacks)  # pylint: disable=protected-access
+  with pytest.raises(OSError):
+    with manager._quiet_failed_reads():  # pylint: disable=protected-access
+      raise OSError("a failed restore")
+  unraisable(RuntimeError("Event loop is closed"))  # an abandoned read, after the error
+  other = ValueError("something else")
+  unraisable(other)
+  assert seen == [other] and sys.unraisablehook.dropped == 1

@@ -2,7 +2,8 @@
 
   manager.py    `CheckpointManager` (orbax step directories: train state, data-iterator
                 state, meta; verified restore with fallback) and the read-only helpers
-                `read_meta`, `restore_params`, `checkpoint_steps`.
+                `read_meta`, `restore_params`, `checkpoint_steps` (every loader verifies
+                what it reads, as a resume does).
   signature.py  what identifies a checkpoint: `run_signature`, `param_shapes`,
                 `state_checksums`.
   hf_t5.py      Hugging Face T5 `save_pretrained` directories <-> lm params
@@ -13,11 +14,13 @@ checkpoint.CheckpointManager(...)``).
 """
 from lm.checkpoint.manager import (CheckpointDamagedError, CheckpointManager, CheckpointSaveError,
                                    IncompatibleCheckpointError, StepNotFoundError,
-                                   check_writable, checkpoint_steps, read_meta, restore_params)
+                                   check_writable, checkpoint_steps, newest_intact, read_meta,
+                                   restore_params, restore_params_and_step)
 from lm.checkpoint.signature import (config_hash, param_shapes, run_signature, shape_mismatch,
                                      state_checksums, tokenizer_hash)
 
 __all__ = ["CheckpointManager", "IncompatibleCheckpointError", "CheckpointDamagedError",
            "CheckpointSaveError", "StepNotFoundError", "check_writable", "checkpoint_steps",
-           "read_meta", "restore_params", "run_signature", "param_shapes", "shape_mismatch",
+           "newest_intact", "read_meta", "restore_params", "restore_params_and_step",
+           "run_signature", "param_shapes", "shape_mismatch",
            "state_checksums", "config_hash", "tokenizer_hash"]
