@@ -1,6 +1,7 @@
 """Checkpoint round trips, resharding, keep-K / best, foreign and incompatible directories."""
 
 import logging
+import os
 import time
 
 import jax
@@ -288,6 +289,46 @@ def test_async_save_failure_is_raised_at_the_next_step_and_close_does_not_hang(t
   ckpt.close(after_error=True)
   assert time.time() - start < 10
   assert checkpoint.CheckpointManager(tmp_path).all_steps() == [1]
+
+
+_DISK_FULL_AT_THE_SECOND_SAVE = """
+import resource, signal, sys, time
+import jax
+from lm import checkpoint
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+state = {"w": jax.random.normal(jax.random.key(0), (512, 512))}  # 1 MiB
+ckpt = checkpoint.CheckpointManager(sys.argv[1], every_steps=1, async_save=True)
+ckpt.save(1, state)
+ckpt.wait()
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))  # "disk full"
+ckpt.save(2, state)
+for step in range(3, 600):  # the training loop's per-step check
+  time.sleep(0.05)
+  try:
+    ckpt.raise_if_save_failed()
+  except checkpoint.CheckpointSaveError as e:
+    ckpt.close(after_error=True)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_a_real_write_failure_in_an_async_save_is_one_line_at_the_next_check(tmp_path):
+  """A real OS write error in orbax's background save (RLIMIT_FSIZE makes every write
+  past 64 KiB fail, as a full disk does): raised at the next per-step check as one
+  CheckpointSaveError line naming the OS error, the last line of stderr, with none of
+  orbax's own error tracebacks (six of them for one array before)."""
+  import subprocess
+  import sys
+  proc = subprocess.run([sys.executable, "-c", _DISK_FULL_AT_THE_SECOND_SAVE, str(tmp_path)],
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
+  assert lines[-1].startswith("error: an asynchronous checkpoint save in ")
+  assert "File too large (errno 27)" in lines[-1]
+  assert checkpoint.checkpoint_steps(tmp_path) == [1]
 
 
 def test_close_after_an_error_does_not_wait_forever_on_a_stuck_save(tmp_path, caplog):

@@ -38,6 +38,7 @@ import base64
 import contextlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -179,6 +180,15 @@ def _short_reason(e: BaseException) -> str:
   return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
 
 
+def _save_reason(e: BaseException) -> str:
+  """A failed save's cause in a few words: the OS error tensorstore reports at the end of
+  its message ("No space left on device [os_error_code='28']"), else `_short_reason`."""
+  found = re.search(r"([^:]+) \[os_error_code='(\d+)'\]", str(e))
+  if found:
+    return f"{found.group(1).strip()} (errno {found.group(2)}) writing the checkpoint files"
+  return _short_reason(e)
+
+
 def _check_state_index(where: str) -> None:
   """CheckpointDamagedError when a step's tensorstore (OCDBT) state lacks its top-level
   manifest.ocdbt (tensorstore's own message for it is a ~600-character spec dump)."""
@@ -279,6 +289,37 @@ def _describe_damaged(damaged: Sequence[tuple[int, CheckpointDamagedError]]) -> 
   return "; ".join(str(e) for _, e in damaged)
 
 
+class _FailedSaveLog(logging.Filter):
+  """Catches the errors orbax's save threads log while an async save is pending.
+
+  A failed write (disk full) is logged by several orbax threads, each with a traceback
+  ("_SignalingThread.run() raised an exception", "Failed to run ... Commit operations",
+  "Save Finalize thread failed", "Checkpointer failed: ... Skipping finalization"), and
+  the finalize thread may swallow it and skip the step. The manager raises the first one
+  as one CheckpointSaveError line at the next step instead, so these records are dropped.
+  Installed on the "absl" logger (orbax logs through absl) while the manager is open;
+  it only acts while `pending` (a save started and not yet seen committed).
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.pending = False
+    self.error: BaseException | None = None
+    self._logger = logging.getLogger("absl")
+    self._logger.addFilter(self)
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not self.pending or record.levelno < logging.ERROR or "orbax" not in record.pathname:
+      return True
+    if self.error is None:
+      self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
+                    OSError(record.getMessage()))
+    return False
+
+  def remove(self) -> None:
+    self._logger.removeFilter(self)
+
+
 class CheckpointManager:
   """Saves every N steps (async), keeps the last K (+ the best B by an eval metric)."""
 
@@ -320,6 +361,11 @@ class CheckpointManager:
         enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_handlers=_handlers())
+    # The newest async save not yet seen committed, and the error orbax's finalize thread
+    # logged for a failed one (orbax logs it and skips the step instead of raising).
+    self._unconfirmed: int | None = None
+    self._save_failed = False
+    self._failed_saves = _FailedSaveLog()
 
   # -- queries -------------------------------------------------------------------------
   def latest_step(self) -> int | None:
@@ -371,7 +417,11 @@ class CheckpointManager:
         meta=ocp.args.JsonSave(meta))
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
     try:
-      return self._manager.save(step, args=args, metrics=metrics, force=True)
+      started = self._manager.save(step, args=args, metrics=metrics, force=True)
+      if started:
+        self._unconfirmed = int(step)
+        self._failed_saves.pending = True
+      return started
     except OSError as e:
       raise CheckpointSaveError(f"saving checkpoint step {step} in {self.directory} failed: "
                                 f"{e}") from None
@@ -382,12 +432,33 @@ class CheckpointManager:
       self._manager.check_for_errors()
       if self._finished_with_error():
         self._manager.wait_until_finished()  # re-raises the background save's error
+      error = self._failed_saves.error or self._uncommitted_error()
+      if error is not None:
+        raise error
     except Exception as e:  # noqa: BLE001 - orbax re-raises whatever the writer raised
+      self._unconfirmed = None
+      self._save_failed = True
       raise CheckpointSaveError(
           f"an asynchronous checkpoint save in {self.directory} failed "
-          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the run "
+          f"({_save_reason(e)}); the run "
           "stopped so that no more work is lost; fix the cause (disk full? permissions?) "
           "and start the same command again to resume from the last complete step.") from None
+
+  def _uncommitted_error(self) -> Exception | None:
+    """An error when the newest async save has finished without committing its step.
+
+    orbax's finalize thread catches a failed write, logs it and skips the step (the
+    temporary directory is never renamed), so neither check_for_errors nor the thread
+    reports it; the missing step directory does.
+    """
+    step = self._unconfirmed
+    if step is None or self._manager.is_saving_in_progress():
+      return None
+    self._unconfirmed = None
+    if self.step_dir(step).exists():
+      self._failed_saves.pending = False
+      return None
+    return OSError(f"step {step} was not committed")
 
   def _finished_with_error(self) -> bool:
     """True when orbax's background save thread has ended with an exception."""
@@ -412,16 +483,22 @@ class CheckpointManager:
       timeout_s: see `after_error`.
     """
     if not after_error:
-      self._manager.wait_until_finished()
-      self._manager.close()
+      try:
+        self._manager.wait_until_finished()
+        self.raise_if_save_failed()  # e.g. the final save failed: never exit as if saved
+        self._manager.close()
+      finally:
+        self._failed_saves.remove()
       return
 
-    def close_quietly():
+    def close_quietly():  # orbax's logged save errors stay filtered: the run's error is out
       try:
         self._manager.wait_until_finished()
         self._manager.close()
-      except Exception:  # noqa: BLE001 - an error is already on its way out
-        logging.exception("closing the checkpoint manager after an error also failed")
+      except Exception as e:  # noqa: BLE001 - an error is already on its way out
+        if not self._save_failed:  # else it is the failed save's error, reported already
+          logging.warning("closing the checkpoint manager after an error also failed (%s)",
+                          _short_reason(e))
 
     closer = threading.Thread(target=close_quietly, name="lm-ckpt-close", daemon=True)
     closer.start()
