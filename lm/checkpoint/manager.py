@@ -158,13 +158,19 @@ class _LateReadCallbacks:
     self.previous(unraisable)
 
 
+def _drop_late_callbacks() -> tuple[_LateReadCallbacks, bool]:
+  """Installs the _LateReadCallbacks hook if it is not; (the hook, whether it was now)."""
+  hook = sys.unraisablehook
+  if isinstance(hook, _LateReadCallbacks):
+    return hook, False
+  hook = sys.unraisablehook = _LateReadCallbacks(hook)
+  return hook, True
+
+
 @contextlib.contextmanager
 def _quiet_failed_reads():
   """While a restore runs, and for good after one failed, drops its late read callbacks."""
-  hook = sys.unraisablehook
-  installed = not isinstance(hook, _LateReadCallbacks)
-  if installed:
-    hook = sys.unraisablehook = _LateReadCallbacks(hook)
+  hook, installed = _drop_late_callbacks()
   try:
     yield hook
   except BaseException:
@@ -314,6 +320,7 @@ class _FailedSaveLog(logging.Filter):
     if self.error is None:
       self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
                     OSError(record.getMessage()))
+      _drop_late_callbacks()  # the failed save's abandoned writes report late, as reads do
     return False
 
   def remove(self) -> None:
@@ -405,6 +412,11 @@ class CheckpointManager:
     """
     if not force and not self.should_save(step):
       return False
+    if self._unconfirmed is not None:  # orbax would wait for it too: see how it ended first
+      try:
+        self._manager.wait_until_finished()
+      except Exception as e:  # noqa: BLE001 - raised as CheckpointSaveError just below
+        self._failed_saves.error = self._failed_saves.error or e
     self.raise_if_save_failed()
     if step in self._manager.all_steps():
       return False  # already saved (e.g. final save right after a periodic one)
