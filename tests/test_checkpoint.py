@@ -378,7 +378,7 @@ def test_a_failed_restore_attempt_leaves_no_library_noise(tmp_path, capfd, caplo
 
 def test_the_noise_filter_drops_only_late_read_callbacks(monkeypatch):
   import sys
-  from lm.checkpoint import manager
+  from lm.checkpoint import integrity
 
   seen = []
   monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
@@ -388,11 +388,11 @@ def test_the_noise_filter_drops_only_late_read_callbacks(monkeypatch):
                                       "exc_traceback": None, "err_msg": None,
                                       "object": None})())
 
-  with manager._quiet_failed_reads():  # pylint: disable=protected-access
+  with integrity.quiet_failed_reads():
     pass
-  assert not isinstance(sys.unraisablehook, manager._LateReadCallbacks)  # pylint: disable=protected-access
+  assert not isinstance(sys.unraisablehook, integrity.LateReadCallbacks)
   with pytest.raises(OSError):
-    with manager._quiet_failed_reads():  # pylint: disable=protected-access
+    with integrity.quiet_failed_reads():
       raise OSError("a failed restore")
   unraisable(RuntimeError("Event loop is closed"))  # an abandoned read, after the error
   other = ValueError("something else")

@@ -31,18 +31,18 @@ damaged: `restore_or_none` then falls back to the newest intact older step with 
 warning and moves the damaged directory aside to `<step>.damaged` (kept for inspection,
 never deleted), so training continues and later saves can reuse the step number. When no
 step is intact, `CheckpointDamagedError` names the step directory and the steps tried.
+The verification and the fallback are integrity.py's, shared with the read-only loaders
+of loading.py (`restore_params`: lm.decode, lm.evaluate, ckpt.init_from).
 """
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 import re
-import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -51,24 +51,11 @@ from jax.experimental import multihost_utils
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as ocp_managers
 
-from lm.checkpoint.signature import param_shapes, shape_mismatch, state_checksums
-
-class IncompatibleCheckpointError(ValueError):
-  """The directory holds a checkpoint that cannot be restored into this run."""
-
-
-class CheckpointDamagedError(IncompatibleCheckpointError):
-  """A step directory cannot be read back intact (and no older step could be used).
-
-  Attributes:
-    step_dir: the damaged step directory (str).
-    intact_steps: steps verified intact (empty when none was).
-  """
-
-  def __init__(self, message: str, step_dir: str = "", intact_steps: tuple[int, ...] = ()):
-    super().__init__(message)
-    self.step_dir = step_dir
-    self.intact_steps = tuple(intact_steps)
+from lm.checkpoint.integrity import (CheckpointDamagedError, IncompatibleCheckpointError,
+                                     describe_damaged, drop_late_callbacks, newest_intact,
+                                     read_step_meta, restore_or_damaged, short_reason,
+                                     verify_checksums)
+from lm.checkpoint.signature import shape_mismatch, state_checksums
 
 
 class CheckpointSaveError(OSError):
@@ -105,194 +92,27 @@ def _decode_data_state(data_state: Any) -> Any:
   return data_state
 
 
-def _abstract_target(abstract_state: Any, shardings: Any | None) -> Any:
+def abstract_target(abstract_state: Any, shardings: Any | None) -> Any:
+  """`abstract_state` with `shardings` attached (the restore target), or as it is."""
   if shardings is None:
     return abstract_state
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       abstract_state, shardings)
 
 
-def _handlers() -> dict[str, ocp.CheckpointHandler]:
+def item_handlers() -> dict[str, ocp.CheckpointHandler]:
+  """The orbax handlers of a step's three items (state, data, meta)."""
   return {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
           "meta": ocp.JsonCheckpointHandler()}
 
 
-class _DropLogRecords(logging.Filter):
-  """While entered, drops the records of logger `name` whose message starts with `prefix`."""
-
-  def __init__(self, name: str, *prefixes: str):
-    super().__init__()
-    self._logger = logging.getLogger(name)
-    self._prefixes = tuple(prefixes)
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(self._prefixes)
-
-  def __enter__(self):
-    self._logger.addFilter(self)
-    return self
-
-  def __exit__(self, *exc):
-    self._logger.removeFilter(self)
-
-
-class _LateReadCallbacks:
-  """A sys.unraisablehook that drops the late callbacks of an abandoned restore.
-
-  When one tensorstore read of a restore fails, orbax closes its event loop while the
-  other reads are still in flight; each of them then reports "RuntimeError: Event loop is
-  closed" through sys.unraisablehook: a traceback per array, hundreds for a real train
-  state, burying the one warning about the damaged step. This hook drops exactly those
-  and passes anything else to the hook it replaced.
-  """
-
-  def __init__(self, previous):
-    self.previous = previous
-    self.dropped = 0
-
-  def __call__(self, unraisable) -> None:
-    error = unraisable.exc_value
-    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
-      self.dropped += 1
-      return
-    self.previous(unraisable)
-
-
-def _drop_late_callbacks() -> tuple[_LateReadCallbacks, bool]:
-  """Installs the _LateReadCallbacks hook if it is not; (the hook, whether it was now)."""
-  hook = sys.unraisablehook
-  if isinstance(hook, _LateReadCallbacks):
-    return hook, False
-  hook = sys.unraisablehook = _LateReadCallbacks(hook)
-  return hook, True
-
-
-@contextlib.contextmanager
-def _quiet_failed_reads():
-  """While a restore runs, and for good after one failed, drops its late read callbacks."""
-  hook, installed = _drop_late_callbacks()
-  try:
-    yield hook
-  except BaseException:
-    raise  # keep the hook: the abandoned reads finish after the error reaches the caller
-  if installed and sys.unraisablehook is hook:
-    sys.unraisablehook = hook.previous
-
-
-def _short_reason(e: BaseException) -> str:
-  """An exception as "Type: first line" (tensorstore's spec dumps cut), for one-line errors."""
-  first = str(e).splitlines()[0] if str(e) else ""
-  first = first.split(" [tensorstore_spec=")[0].split(" See full TensorStore details")[0]
-  return f"{type(e).__name__}: {first[:200]}" if first else type(e).__name__
-
-
 def _save_reason(e: BaseException) -> str:
   """A failed save's cause in a few words: the OS error tensorstore reports at the end of
-  its message ("No space left on device [os_error_code='28']"), else `_short_reason`."""
+  its message ("No space left on device [os_error_code='28']"), else `short_reason`."""
   found = re.search(r"([^:]+) \[os_error_code='(\d+)'\]", str(e))
   if found:
     return f"{found.group(1).strip()} (errno {found.group(2)}) writing the checkpoint files"
-  return _short_reason(e)
-
-
-def _check_state_index(where: str) -> None:
-  """CheckpointDamagedError when a step's tensorstore (OCDBT) state lacks its top-level
-  manifest.ocdbt (tensorstore's own message for it is a ~600-character spec dump)."""
-  state = epath.Path(where) / "state"
-  if (state.is_dir() and not (state / "manifest.ocdbt").exists()
-      and any(p.name.startswith("ocdbt.process_") for p in state.iterdir())):
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} cannot be read (its state/manifest.ocdbt, the "
-        "index of the saved arrays, is missing)", where)
-
-
-def _read_step_meta(manager: ocp.CheckpointManager, step: int, where: str) -> dict:
-  """A step's `meta` item; CheckpointDamagedError when it is unreadable or not lm's."""
-  try:
-    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-  except Exception as e:  # noqa: BLE001 - any failure here means "damaged or not ours"
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} has no readable 'meta' item "
-        f"({type(e).__name__}): it is damaged or was not written by lm", where) from None
-  if not isinstance(meta, dict) or "signature" not in meta:
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} has no lm signature in its 'meta' item: it is "
-        "damaged or was not written by lm", where)
-  return meta
-
-
-def _restore_or_damaged(manager: ocp.CheckpointManager, step: int, args: Any,
-                        where: str) -> Any:
-  """manager.restore(step, args); any failure to read is a CheckpointDamagedError."""
-  _check_state_index(where)
-  try:
-    with _quiet_failed_reads():
-      return manager.restore(step, args=args)
-  except Exception as e:  # noqa: BLE001 - tensorstore / orbax / json errors alike
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} cannot be read ({_short_reason(e)})",
-        where) from None
-
-
-def _verify_checksums(meta: Mapping[str, Any], tree: Any, where: str, prefix: str = "") -> None:
-  """Raises CheckpointDamagedError if `tree`'s arrays differ from the checksums in `meta`.
-
-  Args:
-    meta: the step's meta item ({"checksums": {leaf path: [c1, c2]}}; none recorded:
-      nothing to check).
-    tree: the restored arrays, named as at save time (the state, or {"params": params}).
-    where: the step directory (for the message).
-    prefix: compare only the recorded leaves whose path starts with it ("params/").
-  """
-  expected = meta.get("checksums")
-  if expected is None:
-    return
-  expected = {k: v for k, v in expected.items() if k.startswith(prefix)}
-  got = state_checksums(tree)
-  bad = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-  if bad:
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} is damaged: {len(bad)} array(s) differ from "
-        f"the checksums recorded when it was saved (first: {bad[0]})", where)
-
-
-def newest_intact(steps: Sequence[int], attempt: Callable[[int], Any], *, remedy: str
-                  ) -> tuple[int, Any, list[tuple[int, CheckpointDamagedError]]]:
-  """Tries `attempt(step)` from the newest step down until one is not damaged.
-
-  The fallback that resuming (`CheckpointManager.restore_or_none`) and loading params
-  (`restore_params`) share; the caller reports the damaged steps (one warning).
-
-  Args:
-    steps: the steps on disk.
-    attempt: restores and verifies one step; raises CheckpointDamagedError if it cannot.
-      Other errors (e.g. IncompatibleCheckpointError) stop the search.
-    remedy: the end of the error when no step is intact (what the user can do).
-
-  Returns:
-    (step, attempt(step), [(damaged step, its error), ...] newest first).
-
-  Raises:
-    CheckpointDamagedError: no step is intact (names the newest one's directory).
-  """
-  damaged: list[tuple[int, CheckpointDamagedError]] = []
-  for step in sorted(steps, reverse=True):
-    try:
-      return step, attempt(step), damaged
-    except CheckpointDamagedError as e:
-      damaged.append((step, e))
-  if not damaged:
-    raise FileNotFoundError("no checkpoint step to restore")
-  error = damaged[0][1]
-  raise CheckpointDamagedError(
-      f"{_describe_damaged(damaged)}; no intact checkpoint step to fall back to (tried "
-      f"{sorted(steps)}), intact steps: none. Nothing was moved or deleted; {remedy}.",
-      error.step_dir, ())
-
-
-def _describe_damaged(damaged: Sequence[tuple[int, CheckpointDamagedError]]) -> str:
-  """The damaged steps' errors as one line (newest first)."""
-  return "; ".join(str(e) for _, e in damaged)
+  return short_reason(e)
 
 
 class _FailedSaveLog(logging.Filter):
@@ -320,7 +140,7 @@ class _FailedSaveLog(logging.Filter):
     if self.error is None:
       self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
                     OSError(record.getMessage()))
-      _drop_late_callbacks()  # the failed save's abandoned writes report late, as reads do
+      drop_late_callbacks()  # the failed save's abandoned writes report late, as reads do
     return False
 
   def remove(self) -> None:
@@ -367,7 +187,7 @@ class CheckpointManager:
         preservation_policy=ocp_managers.AnyPreservationPolicy(policies),
         enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_handlers=_handlers())
+                                          item_handlers=item_handlers())
     # The newest async save not yet seen committed, and the error orbax's finalize thread
     # logged for a failed one (orbax logs it and skips the step instead of raising).
     self._unconfirmed: int | None = None
@@ -510,7 +330,7 @@ class CheckpointManager:
       except Exception as e:  # noqa: BLE001 - an error is already on its way out
         if not self._save_failed:  # else it is the failed save's error, reported already
           logging.warning("closing the checkpoint manager after an error also failed (%s)",
-                          _short_reason(e))
+                          short_reason(e))
 
     closer = threading.Thread(target=close_quietly, name="lm-ckpt-close", daemon=True)
     closer.start()
@@ -521,7 +341,7 @@ class CheckpointManager:
 
   # -- restoring -----------------------------------------------------------------------
   def _read_meta(self, step: int) -> dict:
-    return _read_step_meta(self._manager, step, str(self.step_dir(step)))
+    return read_step_meta(self._manager, step, str(self.step_dir(step)))
 
   def check_compatible(self, step: int, meta: dict | None = None) -> None:
     """Raises IncompatibleCheckpointError if `step` was written by a different model."""
@@ -553,14 +373,14 @@ class CheckpointManager:
     """Restores `step` and checks its checksums; CheckpointDamagedError if it cannot."""
     meta = self._read_meta(step)
     self.check_compatible(step, meta)
-    target = _abstract_target(abstract_state, shardings)
+    target = abstract_target(abstract_state, shardings)
     args = ocp.args.Composite(
         state=ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)),
         data=ocp.args.JsonRestore())
     where = str(self.step_dir(step))
-    restored = _restore_or_damaged(self._manager, step, args, where)
-    _verify_checksums(meta, restored.state, where)
+    restored = restore_or_damaged(self._manager, step, args, where)
+    verify_checksums(meta, restored.state, where)
     data = restored.data or {}
     return restored.state, _decode_data_state(data.get("data_state")), dict(
         data.get("extra") or {})
@@ -620,7 +440,7 @@ class CheckpointManager:
     if damaged:
       logging.warning("%s; resuming from step %d, the newest intact checkpoint; the damaged "
                       "step(s) were moved aside to <step>.damaged in %s (kept, not deleted).",
-                      _describe_damaged(damaged), step, self.directory)
+                      describe_damaged(damaged), step, self.directory)
       self._move_aside([d for d, _ in damaged])
     logging.info("restored checkpoint %s step %d", self.directory, step)
     return state, data_state
@@ -635,176 +455,3 @@ class CheckpointManager:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("lm_checkpoint_move_aside")
     self._manager.reload()
-
-
-def _read_only_manager(directory: str | epath.Path) -> ocp.CheckpointManager:
-  # orbax warns "Given directory is read only" each time: that is what a loader asks for.
-  with _DropLogRecords("absl", "Given directory is read only"):
-    return ocp.CheckpointManager(
-        epath.Path(directory), item_handlers=_handlers(),
-        options=ocp.CheckpointManagerOptions(read_only=True, create=False,
-                                             save_interval_steps=0))
-
-
-class StepNotFoundError(FileNotFoundError):
-  """The requested checkpoint step is not on disk (the message lists the ones that are)."""
-
-
-def _resolve_step(manager: ocp.CheckpointManager, directory, step: int | None,
-                  context: str) -> int:
-  steps = sorted(manager.all_steps())
-  if not steps:
-    raise FileNotFoundError(f"{context}: no checkpoint in {directory}")
-  if step is None:
-    return steps[-1]
-  if step not in steps:
-    raise StepNotFoundError(f"{context}: no checkpoint of step {step} in {directory}; "
-                            f"available steps: {', '.join(map(str, steps))}")
-  return int(step)
-
-
-def checkpoint_steps(directory: str | epath.Path) -> list[int]:
-  """Fully written steps in a checkpoint directory, ascending ([] if none or no directory)."""
-  if not epath.Path(directory).is_dir():
-    return []
-  manager = _read_only_manager(directory)
-  try:
-    return sorted(manager.all_steps())
-  finally:
-    manager.close()
-
-
-def read_meta(directory: str | epath.Path, step: int | None = None, *,
-              context: str = "checkpoint") -> dict[str, Any]:
-  """The `meta` item of a step (default the latest): {"step", "signature", "checksums"}.
-
-  `context` starts the error messages (the command or setting at fault).
-
-  Raises:
-    FileNotFoundError: no checkpoint there (StepNotFoundError: not that step).
-    IncompatibleCheckpointError: the step has no readable lm meta item.
-  """
-  manager = _read_only_manager(directory)
-  try:
-    step = _resolve_step(manager, directory, step, context)
-    try:
-      meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    except Exception as e:  # noqa: BLE001 - any failure here means "not ours"
-      raise IncompatibleCheckpointError(
-          f"{context}: {directory} step {step} is not an lm checkpoint (no readable 'meta' "
-          f"item: {type(e).__name__}).") from None
-    if not isinstance(meta, dict) or "signature" not in meta:
-      raise IncompatibleCheckpointError(f"{context}: {directory} step {step} has no lm "
-                                        "signature.")
-    return {**meta, "step": step}
-  finally:
-    manager.close()
-
-
-def restore_params(directory: str | epath.Path, abstract_params: Any,
-                   shardings: Any | None = None, step: int | None = None, *,
-                   context: str = "ckpt.init_from",
-                   check_meta: Callable[[int, dict], None] | None = None) -> Any:
-  """Loads only the params of a run's checkpoint (config.ckpt.init_from, evaluation).
-
-  The optimizer state is not read. What is read is verified as a resume verifies it
-  (`restore_params_and_step`).
-
-  Returns:
-    The params tree, placed on `shardings`.
-  """
-  return restore_params_and_step(directory, abstract_params, shardings, step,
-                                 context=context, check_meta=check_meta)[0]
-
-
-def restore_params_and_step(directory: str | epath.Path, abstract_params: Any,
-                            shardings: Any | None = None, step: int | None = None, *,
-                            context: str = "ckpt.init_from",
-                            check_meta: Callable[[int, dict], None] | None = None
-                            ) -> tuple[Any, int]:
-  """The params of a verified checkpoint step, and that step.
-
-  A step whose meta, array metadata or arrays cannot be read, or whose params differ
-  from the checksums recorded at save time, is damaged. Without `step` the newest intact
-  step is used, with one warning naming the damaged ones (`newest_intact`, the fallback a
-  resume uses; a loader moves nothing: the run directory is left as it is).
-
-  Args:
-    directory: the run's checkpoint directory (<workdir>/checkpoints).
-    abstract_params: target params structure (e.g. abstract_state.params).
-    shardings: NamedShardings for the params, or None.
-    step: which step; default the newest intact one.
-    context: what the error messages start with (the setting or command at fault).
-    check_meta: called with (step, meta item) before a step is read; raise
-      IncompatibleCheckpointError there to refuse it (e.g. another model's signature).
-
-  Returns:
-    (params tree placed on `shardings`, its step).
-
-  Raises:
-    FileNotFoundError: no checkpoint there (StepNotFoundError: not that step, listing
-      the available ones).
-    IncompatibleCheckpointError: the shapes differ from `abstract_params`, or check_meta
-      refused a step.
-    CheckpointDamagedError: `step` is damaged, or (without `step`) no step is intact.
-  """
-  manager = _read_only_manager(directory)
-  try:
-    wanted = _resolve_step(manager, directory, step, context)
-
-    def attempt(s: int) -> Any:
-      return _restore_params_verified(manager, directory, s, abstract_params, shardings,
-                                      context, check_meta)
-
-    if step is not None:
-      try:
-        return attempt(wanted), wanted
-      except CheckpointDamagedError as e:
-        others = [s for s in sorted(manager.all_steps()) if s != wanted]
-        raise CheckpointDamagedError(
-            f"{context}: {e}; other steps on disk: {others or 'none'}; choose another step, "
-            "or leave the step out to use the newest intact one. Nothing was changed.",
-            e.step_dir) from None
-    try:
-      got, params, damaged = newest_intact(
-          manager.all_steps(), attempt,
-          remedy="restore the checkpoint directory from a copy")
-    except CheckpointDamagedError as e:
-      raise CheckpointDamagedError(f"{context}: {e}", e.step_dir, ()) from None
-    if damaged:
-      logging.warning("%s: %s; using step %d, the newest intact checkpoint (nothing was "
-                      "moved or changed).", context, _describe_damaged(damaged), got)
-    return params, got
-  finally:
-    manager.close()
-
-
-def _restore_params_verified(manager: ocp.CheckpointManager, directory, step: int,
-                             abstract_params: Any, shardings: Any | None, context: str,
-                             check_meta: Callable[[int, dict], None] | None) -> Any:
-  """One step's params, read and verified; CheckpointDamagedError if it cannot be."""
-  where = str(epath.Path(directory) / str(step))
-  meta = _read_step_meta(manager, step, where)
-  if check_meta is not None:
-    check_meta(step, meta)
-  _check_state_index(where)
-  try:
-    on_disk = manager.item_metadata(step)["state"]
-  except Exception as e:  # noqa: BLE001 - a truncated or missing _METADATA and the like
-    raise CheckpointDamagedError(
-        f"checkpoint step directory {where} cannot be read (its array metadata: "
-        f"{_short_reason(e)})", where) from None
-  tree = getattr(on_disk, "tree", on_disk)
-  if not isinstance(tree, Mapping) or "params" not in tree:
-    raise IncompatibleCheckpointError(f"{context}: {directory} step {step} has no params.")
-  what = shape_mismatch(param_shapes(tree["params"]), param_shapes(abstract_params))
-  if what:
-    raise IncompatibleCheckpointError(
-        f"{context}: {directory} step {step} params differ from this model ({what}).")
-  target = {"params": _abstract_target(abstract_params, shardings)}
-  args = ocp.args.Composite(state=ocp.args.PyTreeRestore(
-      item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-      partial_restore=True))
-  params = _restore_or_damaged(manager, step, args, where).state["params"]
-  _verify_checksums(meta, {"params": params}, where, prefix="params/")
-  return params
