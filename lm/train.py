@@ -18,7 +18,8 @@ intact checkpoint: same parameters, optimizer state, RNG, data position and part
 logging window, so the resumed run sees exactly the batches of an uninterrupted one
 (bit-identical on CPU) and writes the same metrics.jsonl lines.
 SIGTERM (preemption) saves a checkpoint at the next step boundary and raises
-`Preempted` (lm.main exits with EXIT_PREEMPTED = 75: "resume later"). A non-finite loss
+`Preempted` (lm.main exits with EXIT_PREEMPTED = 75: "resume later"); so does SIGINT
+(Ctrl-C; lm.main exits with EXIT_INTERRUPTED = 130). A non-finite loss
 or gradient norm raises `NonFiniteError` before anything non-finite is saved.
 See docs/robustness.md.
 """
@@ -58,12 +59,16 @@ CONFIG_FILE = config_lib.CONFIG_FILE
 
 
 class Preempted(Exception):
-  """SIGTERM stopped the run after a checkpoint was saved at `step` (resume later)."""
+  """SIGTERM (or Ctrl-C: `signum` SIGINT) stopped the run after a checkpoint was saved at
+  `step` (resume later)."""
 
-  def __init__(self, step: int):
-    super().__init__(f"preempted (SIGTERM) at step {step}; checkpoint saved, run the same "
-                     "command again to resume")
+  def __init__(self, step: int, signum: int = signal.SIGTERM):
+    what = ("interrupted (SIGINT, Ctrl-C)" if signum == signal.SIGINT else
+            "preempted (SIGTERM)")
+    super().__init__(f"{what} at step {step}; checkpoint saved, run the same command again "
+                     "to resume")
     self.step = step
+    self.signum = signum
 
 
 class NonFiniteError(ValueError):
@@ -91,26 +96,41 @@ def _check_finite(values: Mapping[str, float], step: int, last_saved: int | None
 
 
 class Preemption:
-  """Turns SIGTERM into a flag the loop checks at step boundaries (agreed by all hosts)."""
+  """Turns SIGTERM and SIGINT (Ctrl-C) into a flag the loop checks at step boundaries
+  (agreed by all hosts). `signum` is the first signal this process received (SIGTERM when
+  another process asked). A second Ctrl-C stops at once, without saving
+  (KeyboardInterrupt)."""
+
+  SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
     self.requested = False
-    self._previous = None
+    self.signum = signal.SIGTERM
+    self._previous = {}
 
   def __enter__(self):
-    try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
-      self._previous = None
+    for signum in self.SIGNALS:
+      try:
+        self._previous[signum] = signal.signal(signum, self._handle)
+      except ValueError:  # not the main thread (e.g. a notebook worker): no handler
+        pass
     return self
 
   def _handle(self, signum, frame):  # pylint: disable=unused-argument
-    logging.warning("SIGTERM received: saving a checkpoint at the next step, then exiting.")
+    if signum == signal.SIGINT:  # a second Ctrl-C: stop now (KeyboardInterrupt)
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.warning("%s received: saving a checkpoint at the next step, then exiting%s.",
+                    signal.Signals(signum).name,
+                    " (Ctrl-C again: exit now, without saving)" if signum == signal.SIGINT
+                    else "")
+    if not self.requested:
+      self.signum = signum
     self.requested = True
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      if previous is not None:
+        signal.signal(signum, previous)
 
   def should_stop(self) -> bool:
     """True on every process once any process was asked to stop."""
@@ -581,7 +601,8 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
                        extra={"log_window": window.to_json()}):
             last_saved = step
         if stop:
-          logging.warning("stopped at step %d after SIGTERM; checkpoint saved.", step)
+          logging.warning("stopped at step %d after %s; checkpoint saved.", step,
+                          signal.Signals(preemption.signum).name)
           preempted = True
           break
     except BaseException:
@@ -593,5 +614,5 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
       writer.close()
       iterator.close()
   if preempted:
-    raise Preempted(step)
+    raise Preempted(step, preemption.signum)
   return last
