@@ -376,6 +376,7 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (E
 real_save = checkpoint.CheckpointManager.save
 def save(self, step, *args, **kwargs):
   if step == 4:  # the second save: every write past 64 KiB fails from now on, as on a full disk
+    self.wait()  # (once the first save is complete)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
   return real_save(self, step, *args, **kwargs)
 checkpoint.CheckpointManager.save = save

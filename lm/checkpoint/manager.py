@@ -331,6 +331,8 @@ class CheckpointManager:
         if not self._save_failed:  # else it is the failed save's error, reported already
           logging.warning("closing the checkpoint manager after an error also failed (%s)",
                           short_reason(e))
+      finally:
+        self._failed_saves.remove()
 
     closer = threading.Thread(target=close_quietly, name="lm-ckpt-close", daemon=True)
     closer.start()
