@@ -66,8 +66,9 @@ class LateReadCallbacks:
   When one tensorstore read of a restore fails, orbax closes its event loop while the
   other reads are still in flight; each of them then reports "RuntimeError: Event loop is
   closed" through sys.unraisablehook: a traceback per array, hundreds for a real train
-  state, burying the one warning about the damaged step. This hook drops exactly those
-  and passes anything else to the hook it replaced.
+  state, burying the one warning about the damaged step (a failed async save abandons
+  its other writes the same way). This hook drops exactly those and passes anything else
+  to the hook it replaced.
   """
 
   def __init__(self, previous):

@@ -140,7 +140,6 @@ class _FailedSaveLog(logging.Filter):
     if self.error is None:
       self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
                     OSError(record.getMessage()))
-      drop_late_callbacks()  # the failed save's abandoned writes report late, as reads do
     return False
 
   def remove(self) -> None:
@@ -193,6 +192,9 @@ class CheckpointManager:
     self._unconfirmed: int | None = None
     self._save_failed = False
     self._failed_saves = _FailedSaveLog()
+    # A failed async write abandons the save's other writes, and each reports "Event loop
+    # is closed" when it finishes, before the failure reaches the loop: drop those (only).
+    drop_late_callbacks()
 
   # -- queries -------------------------------------------------------------------------
   def latest_step(self) -> int | None:
