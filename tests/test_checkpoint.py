@@ -398,3 +398,15 @@ def test_the_noise_filter_drops_only_late_read_callbacks(monkeypatch):
   other = ValueError("something else")
   unraisable(other)
   assert seen == [other] and sys.unraisablehook.dropped == 1
+
+
+def test_abandoned_orbax_tasks_are_not_logged_at_exit(caplog):
+  from lm.checkpoint import integrity
+  integrity.drop_late_callbacks()
+  asyncio_logger = logging.getLogger("asyncio")
+  with caplog.at_level("ERROR", logger="asyncio"):
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                         "async_serialize_from_host() defined at /x/orbax/checkpoint/y.py:1>>")
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                         "mine() defined at /x/lm/z.py:1>>")
+  assert [r.getMessage().count("lm/z.py") for r in caplog.records] == [1]

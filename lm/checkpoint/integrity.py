@@ -83,8 +83,27 @@ class LateReadCallbacks:
     self.previous(unraisable)
 
 
+class AbandonedOrbaxTasks(logging.Filter):
+  """Drops asyncio's "Task exception was never retrieved" records of orbax's tasks.
+
+  The abandoned writes of a failed save (and reads of a failed restore) that did fail
+  are collected when the process exits, and asyncio logs each with a traceback, after
+  lm's one `error:` line. Their error is the one lm already reported.
+  """
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
+
+
+_ABANDONED_TASKS = AbandonedOrbaxTasks()
+
+
 def drop_late_callbacks() -> tuple[LateReadCallbacks, bool]:
-  """Installs the LateReadCallbacks hook if it is not; (the hook, whether it was now)."""
+  """Installs the LateReadCallbacks hook if it is not; (the hook, whether it was now).
+
+  Also (for good) the AbandonedOrbaxTasks filter on the "asyncio" logger."""
+  logging.getLogger("asyncio").addFilter(_ABANDONED_TASKS)  # a no-op when already there
   hook = sys.unraisablehook
   if isinstance(hook, LateReadCallbacks):
     return hook, False
