@@ -407,6 +407,9 @@ def test_abandoned_orbax_tasks_are_not_logged_at_exit(caplog):
   with caplog.at_level("ERROR", logger="asyncio"):
     asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
                          "async_serialize_from_host() defined at /x/orbax/checkpoint/y.py:1>>")
+    asyncio_logger.error("_GatheringFuture exception was never retrieved\nfuture: <"
+                         "_GatheringFuture finished exception=ValueError('Error writing "
+                         "/w/checkpoints/4.orbax-checkpoint-tmp/state')>")
     asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
                          "mine() defined at /x/lm/z.py:1>>")
   assert [r.getMessage().count("lm/z.py") for r in caplog.records] == [1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -84,7 +85,7 @@ class LateReadCallbacks:
 
 
 class AbandonedOrbaxTasks(logging.Filter):
-  """Drops asyncio's "Task exception was never retrieved" records of orbax's tasks.
+  """Drops asyncio's "... exception was never retrieved" records of orbax's tasks.
 
   The abandoned writes of a failed save (and reads of a failed restore) that did fail
   are collected when the process exits, and asyncio logs each with a traceback, after
@@ -93,7 +94,11 @@ class AbandonedOrbaxTasks(logging.Filter):
 
   def filter(self, record: logging.LogRecord) -> bool:
     message = record.getMessage()
-    return not (message.startswith("Task exception was never retrieved") and "orbax" in message)
+    if "exception was never retrieved" not in message:  # Task, _GatheringFuture, Future
+      return True
+    frames = traceback.extract_tb(record.exc_info[2]) if record.exc_info else []
+    return not ("orbax" in message or any("/orbax/" in f.filename or "tensorstore" in f.filename
+                                          for f in frames))
 
 
 _ABANDONED_TASKS = AbandonedOrbaxTasks()
