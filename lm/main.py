@@ -21,6 +21,8 @@ Exit status (docs/robustness.md):
   3   training diverged: a non-finite loss or gradient norm; nothing non-finite was saved
   75  preempted (SIGTERM): a checkpoint was saved; run the same command again to resume
       (launch/local.py and launch/slurm.sh treat it as "resume later")
+  130 interrupted (Ctrl-C, SIGINT): a checkpoint was saved as for SIGTERM (a second
+      Ctrl-C exits at once without saving); run the same command again to resume
 
 This is the training entry point's flag module; the other command-line tools (lm.evaluate,
 lm.decode, lm.plan; the `main` of lm.data.tokenizer, lm.checkpoint.hf_t5 and
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from absl import app, flags
@@ -62,6 +65,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
 
 
 def multi_host_environment(env=None) -> bool:
@@ -106,8 +110,13 @@ def main(argv) -> int:
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except train.Preempted as e:
-    print(f"{e} (exit {EXIT_PREEMPTED})", file=sys.stderr)
-    return EXIT_PREEMPTED
+    code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
+    print(f"{e} (exit {code})", file=sys.stderr)
+    return code
+  except KeyboardInterrupt:  # Ctrl-C before the training loop, or twice in it
+    print(f"error: interrupted (Ctrl-C) before a checkpoint was saved; the newest complete "
+          f"checkpoint in {_WORKDIR.value} is kept (exit {EXIT_INTERRUPTED})", file=sys.stderr)
+    return EXIT_INTERRUPTED
   except train.NonFiniteError as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_DIVERGED

@@ -21,6 +21,9 @@ its config.json, an override that changes the model's shapes or architecture, or
 tokenizer that does not fit the embedding is a one-line `IncompatibleCheckpointError`
 (a ValueError). A missing workdir, config.json or checkpoint is a FileNotFoundError
 (`StepNotFoundError` for a step that is not on disk, listing the available ones).
+The params read are verified against the checksums recorded at save time: without
+`step` a damaged newest step falls back to the newest intact one with one warning; a
+damaged `step`, or no intact step, is a `CheckpointDamagedError` (docs/robustness.md).
 """
 from __future__ import annotations
 
@@ -148,7 +151,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
 
   Args:
     workdir: the run directory (holds config.json and checkpoints/).
-    step: the checkpoint step; default the latest.
+    step: the checkpoint step; default the newest intact one.
     overrides: `--config.<field>=<value>` strings applied to the run's config
       (e.g. data.eval_batch_size, data.eval_paths, model.dtype). Overrides of model
       fields other than RUNTIME_MODEL_FIELDS are refused (they change the shapes or the
@@ -166,6 +169,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
     StepNotFoundError: `step` is not on disk (the message lists the available steps).
     IncompatibleCheckpointError: checkpoint of another architecture, vocabulary or shape
       than the config; a shape- or architecture-changing override.
+      CheckpointDamagedError (a subclass): `step` is damaged, or no step is intact.
     ValueError: a malformed or unknown override, a mesh that does not fit the devices.
   """
   workdir = os.path.abspath(workdir)
@@ -194,38 +198,41 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
         f"{', '.join('model.' + f for f in RUNTIME_MODEL_FIELDS)} may be overridden when "
         "restoring.")
 
-  meta = checkpoint.read_meta(ckpt_dir, step, context=f"restoring {workdir}")
-  step = int(meta["step"])
-  signature = meta.get("signature") or {}
-  theirs = signature.get("model")
-  if theirs is not None:
-    diff = _model_diff(_normal(theirs), _normal(dataclasses.asdict(trained_as)),
-                       skip=RUNTIME_MODEL_FIELDS, names=("in the checkpoint", "in config.json"))
-    if diff:
-      raise IncompatibleCheckpointError(
-          f"checkpoint {ckpt_dir} step {step} was written by another model than "
-          f"{config_path} describes ({diff[0]}).")
+  mesh = _mesh(mesh_shape, devices)
+  rules = _rules(config)
+  model = Transformer(model_config)
+  abstract, shardings = abstract_params(model, mesh, rules)
 
+  def check_signature(step: int, meta: dict) -> None:
+    """Refuses a step written by another model than config.json describes."""
+    signature = meta.get("signature") or {}
+    theirs = signature.get("model")
+    if theirs is not None:
+      diff = _model_diff(_normal(theirs), _normal(dataclasses.asdict(trained_as)),
+                         skip=RUNTIME_MODEL_FIELDS, names=("in the checkpoint", "in config.json"))
+      if diff:
+        raise IncompatibleCheckpointError(
+            f"checkpoint {ckpt_dir} step {step} was written by another model than "
+            f"{config_path} describes ({diff[0]}).")
+    if "param_shapes" in signature:
+      what = checkpoint.shape_mismatch(signature["param_shapes"],
+                                       checkpoint.param_shapes(abstract))
+      if what:
+        raise IncompatibleCheckpointError(
+            f"checkpoint {ckpt_dir} step {step} does not fit the model of {config_path} "
+            f"({what}).")
+
+  # Verified as a resume verifies: without `step`, a damaged newest step falls back to
+  # the newest intact one (one warning); a damaged `step` is an error.
+  params, step = checkpoint.restore_params_and_step(
+      ckpt_dir, abstract, shardings, step, context=f"restoring {workdir}",
+      check_meta=check_signature)
   tokenizer = run_tokenizer(config)
   try:
     tokenizer_lib.check_vocab_size(tokenizer.vocab_size, model_config.vocab_size,
                                    what=f"checkpoint in {workdir}")
   except ValueError as e:
     raise IncompatibleCheckpointError(str(e)) from None
-
-  mesh = _mesh(mesh_shape, devices)
-  rules = _rules(config)
-  model = Transformer(model_config)
-  abstract, shardings = abstract_params(model, mesh, rules)
-  if "param_shapes" in signature:
-    what = checkpoint.shape_mismatch(signature["param_shapes"],
-                                     checkpoint.param_shapes(abstract))
-    if what:
-      raise IncompatibleCheckpointError(
-          f"checkpoint {ckpt_dir} step {step} does not fit the model of {config_path} "
-          f"({what}).")
-  params = checkpoint.restore_params(ckpt_dir, abstract, shardings, step,
-                                     context=f"restoring {workdir}")
   return Restored(config=config, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=step, workdir=workdir, rules=rules,
                   source=os.path.join(ckpt_dir, str(step)))
@@ -234,8 +241,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
 def _hf_extra_ids(directory: str, default: int = tokenizer_lib.DEFAULT_EXTRA_IDS) -> int:
   path = os.path.join(directory, HF_TOKENIZER_CONFIG)
   if os.path.isfile(path):
-    with open(path, encoding="utf-8") as f:
-      value = json.load(f).get("extra_ids")
+    value = hf_t5.read_json(path).get("extra_ids")  # names the file if it is malformed
     if isinstance(value, int) and value >= 0:
       return value
   return default

@@ -17,8 +17,8 @@ A run started again with the same command on the same workdir resumes from the n
 intact checkpoint: same parameters, optimizer state, RNG, data position and partial
 logging window, so the resumed run sees exactly the batches of an uninterrupted one
 (bit-identical on CPU) and writes the same metrics.jsonl lines.
-SIGTERM (preemption) saves a checkpoint at the next step boundary and raises
-`Preempted` (lm.main exits with EXIT_PREEMPTED = 75: "resume later"). A non-finite loss
+SIGTERM (preemption) or Ctrl-C saves a checkpoint at the next step boundary and raises
+`Preempted` (lm.main exits with 75, "resume later", or 130 after Ctrl-C). A non-finite loss
 or gradient norm raises `NonFiniteError` before anything non-finite is saved.
 See docs/robustness.md.
 """
@@ -58,12 +58,13 @@ CONFIG_FILE = config_lib.CONFIG_FILE
 
 
 class Preempted(Exception):
-  """SIGTERM stopped the run after a checkpoint was saved at `step` (resume later)."""
+  """SIGTERM or Ctrl-C (`signum`) stopped the run after a checkpoint was saved at `step`."""
 
-  def __init__(self, step: int):
-    super().__init__(f"preempted (SIGTERM) at step {step}; checkpoint saved, run the same "
-                     "command again to resume")
-    self.step = step
+  def __init__(self, step: int, signum: int = signal.SIGTERM):
+    what = "interrupted (SIGINT, Ctrl-C)" if signum == signal.SIGINT else "preempted (SIGTERM)"
+    super().__init__(f"{what} at step {step}; checkpoint saved, run the same command again "
+                     "to resume")
+    self.step, self.signum = step, signum
 
 
 class NonFiniteError(ValueError):
@@ -91,26 +92,29 @@ def _check_finite(values: Mapping[str, float], step: int, last_saved: int | None
 
 
 class Preemption:
-  """Turns SIGTERM into a flag the loop checks at step boundaries (agreed by all hosts)."""
+  """SIGTERM / Ctrl-C -> a flag checked at step boundaries by all hosts (`signum`: the first)."""
 
   def __init__(self):
-    self.requested = False
-    self._previous = None
+    self.requested, self.signum, self._previous = False, signal.SIGTERM, {}
 
   def __enter__(self):
-    try:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-    except ValueError:  # not the main thread (e.g. a notebook worker): no handler
-      self._previous = None
+    for signum in (signal.SIGTERM, signal.SIGINT):
+      with contextlib.suppress(ValueError):  # not the main thread (a notebook worker): none
+        self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
   def _handle(self, signum, frame):  # pylint: disable=unused-argument
-    logging.warning("SIGTERM received: saving a checkpoint at the next step, then exiting.")
+    logging.warning("%s received: saving a checkpoint at the next step, then exiting.",
+                    signal.Signals(signum).name)
+    if signum == signal.SIGINT:  # a second Ctrl-C raises KeyboardInterrupt: stop, no save
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+    self.signum = self.signum if self.requested else signum
     self.requested = True
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for signum, previous in self._previous.items():
+      if previous is not None:
+        signal.signal(signum, previous)
 
   def should_stop(self) -> bool:
     """True on every process once any process was asked to stop."""
@@ -581,7 +585,6 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
                        extra={"log_window": window.to_json()}):
             last_saved = step
         if stop:
-          logging.warning("stopped at step %d after SIGTERM; checkpoint saved.", step)
           preempted = True
           break
     except BaseException:
@@ -593,5 +596,5 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
       writer.close()
       iterator.close()
   if preempted:
-    raise Preempted(step)
+    raise Preempted(step, preemption.signum)
   return last

@@ -1,5 +1,9 @@
 """Checkpoint round trips, resharding, keep-K / best, foreign and incompatible directories."""
 
+import logging
+import os
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -287,6 +291,46 @@ def test_async_save_failure_is_raised_at_the_next_step_and_close_does_not_hang(t
   assert checkpoint.CheckpointManager(tmp_path).all_steps() == [1]
 
 
+_DISK_FULL_AT_THE_SECOND_SAVE = """
+import resource, signal, sys, time
+import jax
+from lm import checkpoint
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+state = {"w": jax.random.normal(jax.random.key(0), (512, 512))}  # 1 MiB
+ckpt = checkpoint.CheckpointManager(sys.argv[1], every_steps=1, async_save=True)
+ckpt.save(1, state)
+ckpt.wait()
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))  # "disk full"
+ckpt.save(2, state)
+for step in range(3, 600):  # the training loop's per-step check
+  time.sleep(0.05)
+  try:
+    ckpt.raise_if_save_failed()
+  except checkpoint.CheckpointSaveError as e:
+    ckpt.close(after_error=True)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def test_a_real_write_failure_in_an_async_save_is_one_line_at_the_next_check(tmp_path):
+  """A real OS write error in orbax's background save (RLIMIT_FSIZE makes every write
+  past 64 KiB fail, as a full disk does): raised at the next per-step check as one
+  CheckpointSaveError line naming the OS error, the last line of stderr, with none of
+  orbax's own error tracebacks (six of them for one array before)."""
+  import subprocess
+  import sys
+  proc = subprocess.run([sys.executable, "-c", _DISK_FULL_AT_THE_SECOND_SAVE, str(tmp_path)],
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
+  assert lines[-1].startswith("error: an asynchronous checkpoint save in ")
+  assert "File too large (errno 27)" in lines[-1]
+  assert checkpoint.checkpoint_steps(tmp_path) == [1]
+
+
 def test_close_after_an_error_does_not_wait_forever_on_a_stuck_save(tmp_path, caplog):
   import threading
   import time
@@ -300,3 +344,72 @@ def test_close_after_an_error_does_not_wait_forever_on_a_stuck_save(tmp_path, ca
   assert time.time() - start < 5 and "gave up waiting" in caplog.text
   stuck.set()
   real_wait()
+
+
+def test_a_failed_restore_attempt_leaves_no_library_noise(tmp_path, capfd, caplog, monkeypatch):
+  """One unreadable array of many: orbax abandons the other reads, and each then reported
+  "RuntimeError: Event loop is closed" with a traceback on stderr (hundreds for a real
+  state), burying the one warning. Only the warning remains."""
+  import sys
+  seen = []  # what Python would print as "Exception ignored ..." tracebacks
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(repr(u.exc_value)))
+  n = 120
+  state = {f"a{i:03d}": jax.random.normal(jax.random.key(i), (128, 128)) for i in range(n)}
+  ckpt = checkpoint.CheckpointManager(tmp_path, every_steps=1, async_save=False)
+  ckpt.save(1, state)
+  ckpt.save(2, state)
+  ckpt.close()
+  data = tmp_path / "2" / "state" / "ocdbt.process_0" / "d"
+  for f in sorted(data.iterdir(), key=lambda p: p.stat().st_size)[1::2]:
+    f.write_bytes(f.read_bytes()[: f.stat().st_size // 3])
+  capfd.readouterr()
+  ckpt = checkpoint.CheckpointManager(tmp_path)
+  with caplog.at_level("WARNING"):
+    restored, _ = ckpt.restore_or_none(jax.eval_shape(lambda: state))
+    time.sleep(1.0)  # the abandoned reads finish after the restore has fallen back
+  ckpt.close()
+  _assert_tree_equal(restored, state)
+  err = capfd.readouterr().err
+  assert "Event loop is closed" not in err and "Traceback" not in err, err[:3000]
+  assert not seen, (len(seen), seen[:3])
+  warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+  assert len(warnings) == 1 and "resuming from step 1" in warnings[0], warnings
+
+
+def test_the_noise_filter_drops_only_late_read_callbacks(monkeypatch):
+  import sys
+  from lm.checkpoint import integrity
+
+  seen = []
+  monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+
+  def unraisable(error):
+    sys.unraisablehook(type("U", (), {"exc_type": type(error), "exc_value": error,
+                                      "exc_traceback": None, "err_msg": None,
+                                      "object": None})())
+
+  with integrity.quiet_failed_reads():
+    pass
+  assert not isinstance(sys.unraisablehook, integrity.LateReadCallbacks)
+  with pytest.raises(OSError):
+    with integrity.quiet_failed_reads():
+      raise OSError("a failed restore")
+  unraisable(RuntimeError("Event loop is closed"))  # an abandoned read, after the error
+  other = ValueError("something else")
+  unraisable(other)
+  assert seen == [other] and sys.unraisablehook.dropped == 1
+
+
+def test_abandoned_orbax_tasks_are_not_logged_at_exit(caplog):
+  from lm.checkpoint import integrity
+  integrity.drop_late_callbacks()
+  asyncio_logger = logging.getLogger("asyncio")
+  with caplog.at_level("ERROR", logger="asyncio"):
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                         "async_serialize_from_host() defined at /x/orbax/checkpoint/y.py:1>>")
+    asyncio_logger.error("_GatheringFuture exception was never retrieved\nfuture: <"
+                         "_GatheringFuture finished exception=ValueError('Error writing "
+                         "/w/checkpoints/4.orbax-checkpoint-tmp/state')>")
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<"
+                         "mine() defined at /x/lm/z.py:1>>")
+  assert [r.getMessage().count("lm/z.py") for r in caplog.records] == [1]

@@ -254,3 +254,35 @@ def test_export_rejects_params_that_do_not_fit(tmp_path):
   wrong = dict(params, decoder=dict(params["decoder"], final_norm={"scale": np.ones(13, np.float32)}))
   with pytest.raises(hf_t5.HFConversionError, match="decoder/final_norm/scale"):
     hf_t5.lm_to_hf(config, wrong)
+
+
+@pytest.mark.parametrize("name", [hf_t5.WEIGHTS_NAME, hf_t5.CONFIG_NAME, hf_t5.INDEX_NAME])
+def test_truncated_files_are_one_error_naming_the_file(tmp_path, name):
+  """An interrupted download: a truncated model.safetensors, config.json or shard index is a
+  ValueError (lm's exit 2) naming the file, not a safetensors / JSON traceback."""
+  import shutil
+  directory = tmp_path / "hf"
+  shutil.copytree(os.path.join(GOLDEN, "t5_1_1"), directory)
+  if name == hf_t5.INDEX_NAME:  # the sharded layout
+    tensors = load_file(str(directory / hf_t5.WEIGHTS_NAME))
+    (directory / hf_t5.WEIGHTS_NAME).unlink()
+    names = sorted(tensors)
+    save_file({k: tensors[k] for k in names[:5]}, str(directory / "a.safetensors"))
+    save_file({k: tensors[k] for k in names[5:]}, str(directory / "b.safetensors"))
+    (directory / name).write_text(json.dumps(
+        {"weight_map": {k: "a.safetensors" if i < 5 else "b.safetensors"
+                        for i, k in enumerate(names)}}))
+    hf_t5.load_hf_t5(directory)  # intact: loads
+  path = directory / name
+  path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+  with pytest.raises(hf_t5.HFConversionError) as e:
+    hf_t5.load_hf_t5(directory)
+  message = str(e.value)
+  assert str(path) in message and "truncated" in message and "\n" not in message, message
+  assert isinstance(e.value, ValueError)
+  if name == hf_t5.INDEX_NAME:  # and a truncated shard
+    shard = directory / "b.safetensors"
+    (directory / name).write_text(json.dumps({"weight_map": {k: "b.safetensors" for k in names}}))
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(hf_t5.HFConversionError, match=f"{shard} is not a readable safetensors"):
+      hf_t5.load_hf_t5(directory)

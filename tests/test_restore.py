@@ -1,5 +1,6 @@
 """lm.restore: a run's params onto any mesh, its tokenizer, HF directories, and bad inputs."""
 import json
+import logging
 import os
 import shutil
 
@@ -8,7 +9,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from lm import restore
+from lm import checkpoint, restore
 from lm.data import tokenizer as tokenizer_lib
 from eval_runs import SPM_TEXT, copy_run, fake_run
 
@@ -209,3 +210,107 @@ def test_config_json_of_an_older_run_is_migrated(tmp_path):
   r = restore.load_run(workdir)
   assert r.model_config == want and r.architecture == "prefix_lm"
   assert (r.config.model.family, r.config.model.size) == ("cpu", "tiny")
+
+
+# -- every loader verifies what it reads (lm.decode, lm.evaluate, ckpt.init_from) --------
+
+def _damage(workdir, step, how):
+  """Damages checkpoint `step` of a run: a recorded params checksum that no longer
+  matches (the read succeeds, the values are wrong), 8 bytes overwritten in a tensor file,
+  or the state's manifest.ocdbt removed."""
+  step_dir = os.path.join(workdir, "checkpoints", str(step))
+  if how == "checksum":
+    path = os.path.join(step_dir, "meta", "metadata")
+    with open(path, encoding="utf-8") as f:
+      meta = json.load(f)
+    name = sorted(k for k in meta["checksums"] if k.startswith("params/"))[0]
+    meta["checksums"][name] = [c ^ 1 for c in meta["checksums"][name]]
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump(meta, f)
+  elif how == "tensor_bytes":
+    data = os.path.join(step_dir, "state", "ocdbt.process_0", "d")
+    path = max((os.path.join(data, n) for n in os.listdir(data)), key=os.path.getsize)
+    with open(path, "r+b") as f:
+      f.seek(os.path.getsize(path) // 2)
+      f.write(b"\xff\x00" * 4)
+  else:
+    assert how == "manifest"
+    os.remove(os.path.join(step_dir, "state", "manifest.ocdbt"))
+  return step_dir
+
+
+def _warnings(caplog):
+  return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("how", ["checksum", "tensor_bytes", "manifest"])
+def test_damaged_newest_step_falls_back_to_the_newest_intact_one(run, tmp_path, caplog, how):
+  """A loader without a step uses the newest intact step, says so once, and changes nothing."""
+  workdir = copy_run(run, str(tmp_path / "run"))
+  step_dir = _damage(workdir, 4, how)
+  with caplog.at_level(logging.WARNING):
+    r = restore.load_run(workdir)
+  assert r.step == 2 and r.source.endswith(os.path.join("checkpoints", "2"))
+  _assert_trees_equal(r.params, _saved_params(workdir, 2))
+  warnings = _warnings(caplog)
+  assert len(warnings) == 1, warnings  # no library noise (orbax's read-only notices) either
+  assert step_dir in warnings[0] and "using step 2, the newest intact" in warnings[0]
+  assert "tensorstore_spec" not in warnings[0] and "\n" not in warnings[0]
+  if how == "manifest":
+    assert "state/manifest.ocdbt" in warnings[0]
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]  # untouched
+
+
+def test_damaged_named_step_or_no_intact_step_is_one_error(run, tmp_path):
+  workdir = copy_run(run, str(tmp_path / "run"))
+  step4 = _damage(workdir, 4, "checksum")
+  with pytest.raises(checkpoint.CheckpointDamagedError) as e:
+    restore.load_run(workdir, step=4)
+  message = str(e.value)
+  assert step4 in message and "differ from the checksums" in message and "\n" not in message
+  assert "other steps on disk: [2]" in message
+  step2 = _damage(workdir, 2, "manifest")
+  for step in (None, 2):
+    with pytest.raises(checkpoint.CheckpointDamagedError) as e:
+      restore.load_run(workdir, step=step)
+    assert step2 in str(e.value) and "\n" not in str(e.value)
+  assert "intact steps: none" in str(pytest.raises(
+      checkpoint.CheckpointDamagedError, restore.load_run, workdir).value)
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+
+
+def test_decode_and_evaluate_exit_2_with_one_line_on_a_damaged_step(run, tmp_path, capsys):
+  from lm import decode, evaluate
+  workdir = copy_run(run, str(tmp_path / "run"))
+  step_dir = _damage(workdir, 4, "checksum")
+  prompts = tmp_path / "prompts.txt"
+  prompts.write_text("a b c\n", encoding="utf-8")
+  capsys.readouterr()
+  assert decode.main([f"--workdir={workdir}", "--step=4", f"--input={prompts}"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("lm.decode: error: ") and err.count("\n") == 1 and step_dir in err, err
+  assert evaluate.run([f"--workdir={workdir}", "--step=4"]) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and err.count("\n") == 1 and step_dir in err, err
+
+
+def test_init_from_verifies_the_base_run(run, tmp_path, caplog):
+  """ckpt.init_from (lm.train.init_params_from) reads a base run as the loaders do."""
+  from lm import config as config_lib
+  from lm import train
+  from lm.model.transformer import Transformer
+  workdir = copy_run(run, str(tmp_path / "run"))
+  step_dir = _damage(workdir, 4, "tensor_bytes")
+  model_config = config_lib.model_config(
+      config_lib.load_config_json(os.path.join(workdir, "config.json")))
+  abstract, shardings = restore.abstract_params(
+      Transformer(model_config), restore.load_run(run).mesh)
+  with caplog.at_level(logging.WARNING):
+    params = train.init_params_from(workdir, model_config, abstract, shardings)
+  _assert_trees_equal(params, _saved_params(workdir, 2))
+  warnings = _warnings(caplog)
+  assert len(warnings) == 1 and step_dir in warnings[0] and "ckpt.init_from" in warnings[0]
+  _damage(workdir, 2, "checksum")
+  with pytest.raises(checkpoint.CheckpointDamagedError, match="ckpt.init_from: .*intact steps: "
+                     "none"):
+    train.init_params_from(workdir, model_config, abstract, shardings)

@@ -1,7 +1,8 @@
 """Resume with dropout ON: the restored RNG and step must reproduce the dropout masks.
 
-Every other end-to-end resume test runs with dropout 0, where the train state's RNG never
-influences the result, so a broken RNG restore would pass them. Here dropout is 0.3:
+With dropout 0 the train state's RNG never influences the result, so a broken RNG restore
+would pass a resume test; the fast suite's resume test (tests/test_train.py, SIGTERM at step
+3) runs with dropout on, and this slow one shows why that has teeth. Dropout is 0.3:
   1. 4 steps + resume to 8 == 8 steps in one run (identical logged losses);
   2. the same resume with the restored RNG replaced by another key (what a broken
      restore would do) gives different losses after the resume (teeth), and the same

@@ -260,7 +260,8 @@ def test_exit_codes_agree_between_main_and_the_launchers():
   assert main.EXIT_PREEMPTED == local.EXIT_PREEMPTED == 75
   with open(os.path.join(REPO, "launch", "slurm.sh"), encoding="utf-8") as f:
     assert f"EXIT_PREEMPTED={main.EXIT_PREEMPTED}" in f.read()
-  assert len({0, 1, main.EXIT_BAD_INPUT, main.EXIT_DIVERGED, main.EXIT_PREEMPTED}) == 5
+  assert len({0, 1, main.EXIT_BAD_INPUT, main.EXIT_DIVERGED, main.EXIT_PREEMPTED,
+              main.EXIT_INTERRUPTED}) == 6
 
 
 # -- item m and exits through lm.main ----------------------------------------------------
@@ -304,3 +305,103 @@ def test_errors_raised_inside_orbax_are_recognised_for_the_one_line_form():
   with pytest.raises(RuntimeError) as outside:
     raise RuntimeError("a bug in lm")
   assert not main._is_checkpoint_io_error(outside.value)  # pylint: disable=protected-access
+
+
+# -- Ctrl-C (SIGINT) is a stop with a checkpoint, as SIGTERM ---------------------------------
+
+def test_ctrl_c_saves_a_checkpoint_and_stops_like_sigterm(tmp_path, monkeypatch):
+  """A real SIGINT during step 3: no KeyboardInterrupt; the loop saves step 3 and raises
+  Preempted naming Ctrl-C (lm.main: exit 130); the handlers are put back afterwards."""
+  from lm import checkpoint, train
+  real = train.Preemption.should_stop
+  calls = []
+
+  def should_stop(self):
+    calls.append(1)
+    if len(calls) == 3:
+      os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in the terminal sends
+    return real(self)
+
+  monkeypatch.setattr(train.Preemption, "should_stop", should_stop)
+  before = signal.getsignal(signal.SIGINT)
+  workdir = str(tmp_path / "run")
+  with pytest.raises(train.Preempted) as e:
+    train.train_and_evaluate(_config(steps=8), workdir)
+  assert e.value.step == 3 and e.value.signum == signal.SIGINT
+  assert "interrupted (SIGINT, Ctrl-C) at step 3; checkpoint saved" in str(e.value)
+  assert checkpoint.checkpoint_steps(os.path.join(workdir, "checkpoints")) == [2, 3]
+  assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_a_second_ctrl_c_stops_at_once():
+  from lm import train
+  with train.Preemption() as preemption:
+    signal.raise_signal(signal.SIGINT)
+    assert preemption.requested and preemption.signum == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+      signal.raise_signal(signal.SIGINT)
+  with train.Preemption() as preemption:  # SIGTERM first: the exit stays "preempted"
+    signal.raise_signal(signal.SIGTERM)
+    signal.raise_signal(signal.SIGINT)
+    assert preemption.signum == signal.SIGTERM
+
+
+@pytest.mark.slow
+def test_main_exits_130_after_saving_on_ctrl_c(tmp_path):
+  from lm import main
+  workdir = str(tmp_path / "run")
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "lm.main", "--config=configs/t5.py:runlocal",
+       "--config.train.num_steps=100000", "--config.ckpt.every_steps=100000",
+       f"--workdir={workdir}"], cwd=REPO,
+      env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"},
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  metrics = os.path.join(workdir, "metrics.jsonl")
+  deadline = time.time() + 300
+  while proc.poll() is None and time.time() < deadline and not (
+      os.path.exists(metrics) and os.path.getsize(metrics) > 0):  # the loop is running
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=300)
+  assert proc.returncode == main.EXIT_INTERRUPTED == 130, err[-3000:]
+  assert "KeyboardInterrupt" not in err and "Traceback" not in err, err[-3000:]
+  assert err.strip().splitlines()[-1].startswith("interrupted (SIGINT, Ctrl-C) at step ")
+  assert len(os.listdir(os.path.join(workdir, "checkpoints"))) == 1
+
+
+_DISK_FULL_DRIVER = """
+import resource, signal, sys
+from lm import checkpoint, main
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+real_save = checkpoint.CheckpointManager.save
+def save(self, step, *args, **kwargs):
+  if step == 4:  # the second save: every write past 64 KiB fails from now on, as on a full disk
+    self.wait()  # (once the first save is complete)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))
+  return real_save(self, step, *args, **kwargs)
+checkpoint.CheckpointManager.save = save
+sys.argv = ["lm.main"] + sys.argv[1:]
+main.run()
+"""
+
+
+@pytest.mark.slow
+def test_disk_full_at_a_save_stops_the_run_with_one_last_error_line(tmp_path):
+  """A real OS write failure in the second (async) save of lm.main: the run stops before
+  it would save again, the `error:` line is the last line of output, no tracebacks."""
+  workdir = tmp_path / "run"
+  out = subprocess.run(
+      [sys.executable, "-c", _DISK_FULL_DRIVER, "--config=configs/t5.py:runlocal",
+       "--config.train.num_steps=12", "--config.train.log_every=1",
+       "--config.train.eval_every=0", "--config.ckpt.every_steps=2", f"--workdir={workdir}"],
+      cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900,
+      env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"})
+  text = out.stdout
+  assert out.returncode == 2, text[-3000:]
+  assert "Traceback" not in text and "Event loop is closed" not in text, text[-3000:]
+  last = text.strip().splitlines()[-1]  # stdout and stderr together, in order
+  assert last.startswith("error: an asynchronous checkpoint save in ") and "errno 27" in last
+  steps = [m["step"] for m in _metrics(str(workdir)) if "loss" in m]
+  assert 4 <= steps[-1] <= 6, steps  # stopped before the next save would start
+  from lm import checkpoint
+  assert checkpoint.checkpoint_steps(str(workdir / "checkpoints")) == [2]

@@ -32,22 +32,25 @@ def _comparable(workdir):
 def test_preempted_and_resumed_run_logs_exactly_like_an_uninterrupted_one(tmp_path,
                                                                           monkeypatch):
   """SIGTERM at step 3 (mid logging window), a stray line of a killed run, resume to 8:
-  the same metrics.jsonl lines (losses, evals, windows) as one run of 8 steps."""
+  the same metrics.jsonl lines (losses, evals, windows) as one run of 8 steps. Dropout is
+  on, so the restored RNG must reproduce the masks (tests/test_resume_dropout.py has the
+  slow test that a wrong RNG would change the losses)."""
   from lm import train
   whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
-  train.train_and_evaluate(_config(steps=8), whole)
+  dropout = {"model.dropout_rate": 0.3}
+  train.train_and_evaluate(_config(steps=8, **dropout), whole)
   calls = []
   monkeypatch.setattr(train.Preemption, "should_stop",
                       lambda self: calls.append(1) or len(calls) >= 3)
   with pytest.raises(train.Preempted) as e:
-    train.train_and_evaluate(_config(steps=8), split)
+    train.train_and_evaluate(_config(steps=8, **dropout), split)
   assert e.value.step == 3
   assert sorted(os.listdir(os.path.join(split, "checkpoints"))) == ["2", "3"]
   assert [m["step"] for m in _metrics(split)] == [2]  # no partial window logged at 3
   monkeypatch.undo()
   with open(os.path.join(split, "metrics.jsonl"), "a", encoding="utf-8") as f:
     f.write('{"step": 4, "loss": 0.0}\n{"step": 6, "lo')  # a killed run's lines after step 3
-  train.train_and_evaluate(_config(steps=8), split)
+  train.train_and_evaluate(_config(steps=8, **dropout), split)
   assert [m["step"] for m in _metrics(split)] == [2, 4, 4, 6, 8, 8]  # train + eval lines
   assert _comparable(split) == _comparable(whole)
   with open(os.path.join(split, "config.json"), encoding="utf-8") as f:
@@ -267,13 +270,29 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   with pytest.raises(checkpoint.IncompatibleCheckpointError, match="emb_dim=64"):
     train.init_params_from(hf_dir, wider, abstract_w.params, None)
 
-  # Fine-tuning-style start from another run's workdir and from the HF directory.
+  # Fine-tuning-style start from another run's workdir and from the HF directory, checked
+  # by effect: the first logged loss of each is the loss of ITS SOURCE's params on the
+  # first batch (eval_step, no dropout in runlocal), not of fresh ones (the base run's own
+  # first loss: the same config from scratch).
+  from lm import metrics as metrics_lib, restore
+  from lm.data import pipeline as pipeline_lib
   base = str(tmp_path / "base")
-  train.train_and_evaluate(_config(steps=2), base)
-  for source in (base, hf_dir):
-    out = train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": source}),
-                                   str(tmp_path / f"ft_{os.path.basename(source)}"))
-    assert np.isfinite(out["loss"])
+  train.train_and_evaluate(_config(steps=2, **{"train.log_every": 1}), base)
+  scratch = _train_losses(base)[1]
+  run = train.build_run(_config(steps=2))
+  it = pipeline_lib.DataPipeline(run.data_spec).train_iterator()
+  first = partitioning.make_global_batch(next(it), run.mesh)
+  it.close()
+  for source, source_params in ((base, restore.load_run(base).params), (hf_dir, params)):
+    ft = str(tmp_path / f"ft_{os.path.basename(source)}")
+    train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": source,
+                                                 "train.log_every": 1}), ft)
+    with run.axis_rules():
+      placed = jax.device_put(source_params, run.state_shardings.params)
+      want = metrics_lib.compute(jax.device_get(run.eval_step(placed, first)))["loss"]
+    got = _train_losses(ft)[1]
+    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=source)
+    assert abs(got - scratch) > 1e-3 * abs(scratch), (source, got, scratch)
 
 
 def test_multi_host_environment_detection():

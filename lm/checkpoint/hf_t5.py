@@ -442,20 +442,53 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]) -> tuple[dict
 # ---------------------------------------------------------------------------------------
 # I/O.
 
-def read_safetensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
-  """All tensors of a save_pretrained directory as NumPy arrays (single file or sharded)."""
+def read_json(path: str) -> dict[str, Any]:
+  """A JSON object file (config.json, the shard index); HFConversionError naming the file
+  when it is not one (e.g. truncated by an interrupted download)."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      value = json.load(f)
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise HFConversionError(f"{path} is not valid JSON ({e}); is it truncated (an interrupted "
+                            "download or copy)? Download or save it again.") from None
+  if not isinstance(value, dict):
+    raise HFConversionError(f"{path} holds a JSON {type(value).__name__}, not an object; is it "
+                            "a transformers save_pretrained file?")
+  return value
+
+
+def _load_safetensors(path: str) -> dict[str, np.ndarray]:
+  """One safetensors file; HFConversionError naming it when it cannot be read."""
   from safetensors.numpy import load_file
+  try:
+    return dict(load_file(path))
+  except OSError:
+    raise
+  except Exception as e:  # noqa: BLE001 - safetensors' SafetensorError is no ValueError
+    raise HFConversionError(
+        f"{path} is not a readable safetensors file ({type(e).__name__}: {e}); is it "
+        "truncated (an interrupted download or copy)? Download or save it again.") from None
+
+
+def read_safetensors(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+  """All tensors of a save_pretrained directory as NumPy arrays (single file or sharded).
+
+  Raises:
+    FileNotFoundError: no weights file (or a shard the index names is missing).
+    HFConversionError: a file that cannot be read (truncated, not safetensors / JSON).
+  """
   directory = os.fspath(directory)
   single = os.path.join(directory, WEIGHTS_NAME)
   index = os.path.join(directory, INDEX_NAME)
   if os.path.exists(single):
-    return dict(load_file(single))
+    return _load_safetensors(single)
   if os.path.exists(index):
-    with open(index) as f:
-      weight_map = json.load(f)["weight_map"]
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+      raise HFConversionError(f"{index} has no 'weight_map' object.")
     tensors: dict[str, np.ndarray] = {}
     for shard in sorted(set(weight_map.values())):
-      loaded = load_file(os.path.join(directory, shard))
+      loaded = _load_safetensors(os.path.join(directory, shard))
       tensors.update({k: v for k, v in loaded.items() if weight_map.get(k) == shard})
     missing = set(weight_map) - set(tensors)
     if missing:
@@ -473,9 +506,12 @@ def load_hf_t5(directory: str | os.PathLike, **overrides) -> tuple[TransformerCo
     **overrides: TransformerConfig fields (``scan_layers=True``, ``dtype="bfloat16"``, ...).
   Returns:
     (TransformerConfig, plain nested dict of float32 numpy params); see ``hf_to_lm``.
+  Raises:
+    FileNotFoundError: no config.json or weights.
+    HFConversionError (a ValueError): a truncated or malformed config.json or weights
+      file (the message names it), or a checkpoint lm cannot represent.
   """
-  with open(os.path.join(os.fspath(directory), CONFIG_NAME)) as f:
-    hf_config = json.load(f)
+  hf_config = read_json(os.path.join(os.fspath(directory), CONFIG_NAME))
   return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
 
 
@@ -519,7 +555,7 @@ def main(argv=None) -> None:
 
 
 __all__ = ["HFConversionError", "config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf",
-           "read_safetensors", "load_hf_t5", "save_hf_t5", "HF_TO_LM_ACTIVATION", "LM_TO_HF_ACTIVATION"]
+           "read_safetensors", "read_json", "load_hf_t5", "save_hf_t5", "HF_TO_LM_ACTIVATION", "LM_TO_HF_ACTIVATION"]
 
 if __name__ == "__main__":
   main()

@@ -31,12 +31,15 @@ damaged: `restore_or_none` then falls back to the newest intact older step with 
 warning and moves the damaged directory aside to `<step>.damaged` (kept for inspection,
 never deleted), so training continues and later saves can reuse the step number. When no
 step is intact, `CheckpointDamagedError` names the step directory and the steps tried.
+The verification and the fallback are integrity.py's, shared with the read-only loaders
+of loading.py (`restore_params`: lm.decode, lm.evaluate, ckpt.init_from).
 """
 from __future__ import annotations
 
 import base64
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -48,24 +51,11 @@ from jax.experimental import multihost_utils
 from etils import epath
 from orbax.checkpoint import checkpoint_managers as ocp_managers
 
-from lm.checkpoint.signature import param_shapes, shape_mismatch, state_checksums
-
-class IncompatibleCheckpointError(ValueError):
-  """The directory holds a checkpoint that cannot be restored into this run."""
-
-
-class CheckpointDamagedError(IncompatibleCheckpointError):
-  """A step directory cannot be read back intact (and no older step could be used).
-
-  Attributes:
-    step_dir: the damaged step directory (str).
-    intact_steps: steps verified intact (empty when none was).
-  """
-
-  def __init__(self, message: str, step_dir: str = "", intact_steps: tuple[int, ...] = ()):
-    super().__init__(message)
-    self.step_dir = step_dir
-    self.intact_steps = tuple(intact_steps)
+from lm.checkpoint.integrity import (CheckpointDamagedError, IncompatibleCheckpointError,
+                                     describe_damaged, drop_late_callbacks, newest_intact,
+                                     read_step_meta, restore_or_damaged, short_reason,
+                                     verify_checksums)
+from lm.checkpoint.signature import shape_mismatch, state_checksums
 
 
 class CheckpointSaveError(OSError):
@@ -102,16 +92,58 @@ def _decode_data_state(data_state: Any) -> Any:
   return data_state
 
 
-def _abstract_target(abstract_state: Any, shardings: Any | None) -> Any:
+def abstract_target(abstract_state: Any, shardings: Any | None) -> Any:
+  """`abstract_state` with `shardings` attached (the restore target), or as it is."""
   if shardings is None:
     return abstract_state
   return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                       abstract_state, shardings)
 
 
-def _handlers() -> dict[str, ocp.CheckpointHandler]:
+def item_handlers() -> dict[str, ocp.CheckpointHandler]:
+  """The orbax handlers of a step's three items (state, data, meta)."""
   return {"state": ocp.PyTreeCheckpointHandler(), "data": ocp.JsonCheckpointHandler(),
           "meta": ocp.JsonCheckpointHandler()}
+
+
+def _save_reason(e: BaseException) -> str:
+  """A failed save's cause in a few words: the OS error tensorstore reports at the end of
+  its message ("No space left on device [os_error_code='28']"), else `short_reason`."""
+  found = re.search(r"([^:]+) \[os_error_code='(\d+)'\]", str(e))
+  if found:
+    return f"{found.group(1).strip()} (errno {found.group(2)}) writing the checkpoint files"
+  return short_reason(e)
+
+
+class _FailedSaveLog(logging.Filter):
+  """Catches the errors orbax's save threads log while an async save is pending.
+
+  A failed write (disk full) is logged by several orbax threads, each with a traceback
+  ("_SignalingThread.run() raised an exception", "Failed to run ... Commit operations",
+  "Save Finalize thread failed", "Checkpointer failed: ... Skipping finalization"), and
+  the finalize thread may swallow it and skip the step. The manager raises the first one
+  as one CheckpointSaveError line at the next step instead, so these records are dropped.
+  Installed on the "absl" logger (orbax logs through absl) while the manager is open;
+  it only acts while `pending` (a save started and not yet seen committed).
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.pending = False
+    self.error: BaseException | None = None
+    self._logger = logging.getLogger("absl")
+    self._logger.addFilter(self)
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if not self.pending or record.levelno < logging.ERROR or "orbax" not in record.pathname:
+      return True
+    if self.error is None:
+      self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
+                    OSError(record.getMessage()))
+    return False
+
+  def remove(self) -> None:
+    self._logger.removeFilter(self)
 
 
 class CheckpointManager:
@@ -154,7 +186,15 @@ class CheckpointManager:
         preservation_policy=ocp_managers.AnyPreservationPolicy(policies),
         enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_handlers=_handlers())
+                                          item_handlers=item_handlers())
+    # The newest async save not yet seen committed, and the error orbax's finalize thread
+    # logged for a failed one (orbax logs it and skips the step instead of raising).
+    self._unconfirmed: int | None = None
+    self._save_failed = False
+    self._failed_saves = _FailedSaveLog()
+    # A failed async write abandons the save's other writes, and each reports "Event loop
+    # is closed" when it finishes, before the failure reaches the loop: drop those (only).
+    drop_late_callbacks()
 
   # -- queries -------------------------------------------------------------------------
   def latest_step(self) -> int | None:
@@ -194,6 +234,11 @@ class CheckpointManager:
     """
     if not force and not self.should_save(step):
       return False
+    if self._unconfirmed is not None:  # orbax would wait for it too: see how it ended first
+      try:
+        self._manager.wait_until_finished()
+      except Exception as e:  # noqa: BLE001 - raised as CheckpointSaveError just below
+        self._failed_saves.error = self._failed_saves.error or e
     self.raise_if_save_failed()
     if step in self._manager.all_steps():
       return False  # already saved (e.g. final save right after a periodic one)
@@ -206,7 +251,11 @@ class CheckpointManager:
         meta=ocp.args.JsonSave(meta))
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
     try:
-      return self._manager.save(step, args=args, metrics=metrics, force=True)
+      started = self._manager.save(step, args=args, metrics=metrics, force=True)
+      if started:
+        self._unconfirmed = int(step)
+        self._failed_saves.pending = True
+      return started
     except OSError as e:
       raise CheckpointSaveError(f"saving checkpoint step {step} in {self.directory} failed: "
                                 f"{e}") from None
@@ -217,12 +266,33 @@ class CheckpointManager:
       self._manager.check_for_errors()
       if self._finished_with_error():
         self._manager.wait_until_finished()  # re-raises the background save's error
+      error = self._failed_saves.error or self._uncommitted_error()
+      if error is not None:
+        raise error
     except Exception as e:  # noqa: BLE001 - orbax re-raises whatever the writer raised
+      self._unconfirmed = None
+      self._save_failed = True
       raise CheckpointSaveError(
           f"an asynchronous checkpoint save in {self.directory} failed "
-          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); the run "
+          f"({_save_reason(e)}); the run "
           "stopped so that no more work is lost; fix the cause (disk full? permissions?) "
           "and start the same command again to resume from the last complete step.") from None
+
+  def _uncommitted_error(self) -> Exception | None:
+    """An error when the newest async save has finished without committing its step.
+
+    orbax's finalize thread catches a failed write, logs it and skips the step (the
+    temporary directory is never renamed), so neither check_for_errors nor the thread
+    reports it; the missing step directory does.
+    """
+    step = self._unconfirmed
+    if step is None or self._manager.is_saving_in_progress():
+      return None
+    self._unconfirmed = None
+    if self.step_dir(step).exists():
+      self._failed_saves.pending = False
+      return None
+    return OSError(f"step {step} was not committed")
 
   def _finished_with_error(self) -> bool:
     """True when orbax's background save thread has ended with an exception."""
@@ -247,16 +317,24 @@ class CheckpointManager:
       timeout_s: see `after_error`.
     """
     if not after_error:
-      self._manager.wait_until_finished()
-      self._manager.close()
+      try:
+        self._manager.wait_until_finished()
+        self.raise_if_save_failed()  # e.g. the final save failed: never exit as if saved
+        self._manager.close()
+      finally:
+        self._failed_saves.remove()
       return
 
-    def close_quietly():
+    def close_quietly():  # orbax's logged save errors stay filtered: the run's error is out
       try:
         self._manager.wait_until_finished()
         self._manager.close()
-      except Exception:  # noqa: BLE001 - an error is already on its way out
-        logging.exception("closing the checkpoint manager after an error also failed")
+      except Exception as e:  # noqa: BLE001 - an error is already on its way out
+        if not self._save_failed:  # else it is the failed save's error, reported already
+          logging.warning("closing the checkpoint manager after an error also failed (%s)",
+                          short_reason(e))
+      finally:
+        self._failed_saves.remove()
 
     closer = threading.Thread(target=close_quietly, name="lm-ckpt-close", daemon=True)
     closer.start()
@@ -267,19 +345,7 @@ class CheckpointManager:
 
   # -- restoring -----------------------------------------------------------------------
   def _read_meta(self, step: int) -> dict:
-    try:
-      restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-      meta = restored.meta
-    except Exception as e:  # noqa: BLE001 - any failure here means "damaged or not ours"
-      raise CheckpointDamagedError(
-          f"checkpoint step directory {self.step_dir(step)} has no readable 'meta' item "
-          f"({type(e).__name__}): it is damaged or was not written by lm",
-          str(self.step_dir(step))) from None
-    if not isinstance(meta, dict) or "signature" not in meta:
-      raise CheckpointDamagedError(
-          f"checkpoint step directory {self.step_dir(step)} has no lm signature in its "
-          "'meta' item: it is damaged or was not written by lm", str(self.step_dir(step)))
-    return meta
+    return read_step_meta(self._manager, step, str(self.step_dir(step)))
 
   def check_compatible(self, step: int, meta: dict | None = None) -> None:
     """Raises IncompatibleCheckpointError if `step` was written by a different model."""
@@ -311,27 +377,14 @@ class CheckpointManager:
     """Restores `step` and checks its checksums; CheckpointDamagedError if it cannot."""
     meta = self._read_meta(step)
     self.check_compatible(step, meta)
-    target = _abstract_target(abstract_state, shardings)
+    target = abstract_target(abstract_state, shardings)
     args = ocp.args.Composite(
         state=ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target)),
         data=ocp.args.JsonRestore())
     where = str(self.step_dir(step))
-    try:
-      restored = self._manager.restore(step, args=args)
-    except Exception as e:  # noqa: BLE001 - tensorstore / orbax / json errors alike
-      first = str(e).splitlines()[0][:200] if str(e) else ""
-      raise CheckpointDamagedError(
-          f"checkpoint step directory {where} cannot be read ({type(e).__name__}: {first})",
-          where) from None
-    expected = meta.get("checksums")
-    if expected is not None:
-      got = state_checksums(restored.state)
-      bad = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-      if bad:
-        raise CheckpointDamagedError(
-            f"checkpoint step directory {where} is damaged: {len(bad)} array(s) differ from "
-            f"the checksums recorded when it was saved (first: {bad[0]})", where)
+    restored = restore_or_damaged(self._manager, step, args, where)
+    verify_checksums(meta, restored.state, where)
     data = restored.data or {}
     return restored.state, _decode_data_state(data.get("data_state")), dict(
         data.get("extra") or {})
@@ -384,28 +437,17 @@ class CheckpointManager:
     steps = self.all_steps()
     if not steps:
       return None
-    damaged: list[tuple[int, CheckpointDamagedError]] = []
-    for step in reversed(steps):
-      try:
-        state, data_state, self.restored_extra = self._restore_verified(
-            step, abstract_state, shardings)
-      except CheckpointDamagedError as e:
-        logging.warning("%s", e)
-        damaged.append((step, e))
-        continue
-      if damaged:
-        logging.warning(
-            "resuming from step %d, the newest intact checkpoint; damaged step(s) %s moved "
-            "aside to <step>.damaged in %s (kept, not deleted).", step,
-            [d for d, _ in damaged], self.directory)
-        self._move_aside([d for d, _ in damaged])
-      logging.info("restored checkpoint %s step %d", self.directory, step)
-      return state, data_state
-    newest, error = damaged[0]
-    raise CheckpointDamagedError(
-        f"{error}; no intact checkpoint step to fall back to (tried {sorted(steps)}), "
-        "intact steps: none. Nothing was moved or deleted; restore the directory from a "
-        "copy, or point --workdir at a new directory to start over.", error.step_dir, ())
+    step, (state, data_state, self.restored_extra), damaged = newest_intact(
+        steps, lambda s: self._restore_verified(s, abstract_state, shardings),
+        remedy="restore the directory from a copy, or point --workdir at a new directory "
+        "to start over")
+    if damaged:
+      logging.warning("%s; resuming from step %d, the newest intact checkpoint; the damaged "
+                      "step(s) were moved aside to <step>.damaged in %s (kept, not deleted).",
+                      describe_damaged(damaged), step, self.directory)
+      self._move_aside([d for d, _ in damaged])
+    logging.info("restored checkpoint %s step %d", self.directory, step)
+    return state, data_state
 
   def _move_aside(self, steps: list[int]) -> None:
     if jax.process_index() == 0:
@@ -417,106 +459,3 @@ class CheckpointManager:
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("lm_checkpoint_move_aside")
     self._manager.reload()
-
-
-def _read_only_manager(directory: str | epath.Path) -> ocp.CheckpointManager:
-  return ocp.CheckpointManager(epath.Path(directory), item_handlers=_handlers(),
-                               options=ocp.CheckpointManagerOptions(read_only=True,
-                                                                    create=False))
-
-
-class StepNotFoundError(FileNotFoundError):
-  """The requested checkpoint step is not on disk (the message lists the ones that are)."""
-
-
-def _resolve_step(manager: ocp.CheckpointManager, directory, step: int | None,
-                  context: str) -> int:
-  steps = sorted(manager.all_steps())
-  if not steps:
-    raise FileNotFoundError(f"{context}: no checkpoint in {directory}")
-  if step is None:
-    return steps[-1]
-  if step not in steps:
-    raise StepNotFoundError(f"{context}: no checkpoint of step {step} in {directory}; "
-                            f"available steps: {', '.join(map(str, steps))}")
-  return int(step)
-
-
-def checkpoint_steps(directory: str | epath.Path) -> list[int]:
-  """Fully written steps in a checkpoint directory, ascending ([] if none or no directory)."""
-  if not epath.Path(directory).is_dir():
-    return []
-  manager = _read_only_manager(directory)
-  try:
-    return sorted(manager.all_steps())
-  finally:
-    manager.close()
-
-
-def read_meta(directory: str | epath.Path, step: int | None = None, *,
-              context: str = "checkpoint") -> dict[str, Any]:
-  """The `meta` item of a step (default the latest): {"step", "signature", "checksums"}.
-
-  `context` starts the error messages (the command or setting at fault).
-
-  Raises:
-    FileNotFoundError: no checkpoint there (StepNotFoundError: not that step).
-    IncompatibleCheckpointError: the step has no readable lm meta item.
-  """
-  manager = _read_only_manager(directory)
-  try:
-    step = _resolve_step(manager, directory, step, context)
-    try:
-      meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-    except Exception as e:  # noqa: BLE001 - any failure here means "not ours"
-      raise IncompatibleCheckpointError(
-          f"{context}: {directory} step {step} is not an lm checkpoint (no readable 'meta' "
-          f"item: {type(e).__name__}).") from None
-    if not isinstance(meta, dict) or "signature" not in meta:
-      raise IncompatibleCheckpointError(f"{context}: {directory} step {step} has no lm "
-                                        "signature.")
-    return {**meta, "step": step}
-  finally:
-    manager.close()
-
-
-def restore_params(directory: str | epath.Path, abstract_params: Any,
-                   shardings: Any | None = None, step: int | None = None, *,
-                   context: str = "ckpt.init_from") -> Any:
-  """Loads only the params of a run's checkpoint (config.ckpt.init_from, evaluation).
-
-  The optimizer state is not read.
-
-  Args:
-    directory: the run's checkpoint directory (<workdir>/checkpoints).
-    abstract_params: target params structure (e.g. abstract_state.params).
-    shardings: NamedShardings for the params, or None.
-    step: which step; default the latest.
-    context: what the error messages start with (the setting or command at fault).
-
-  Returns:
-    The params tree, placed on `shardings`.
-
-  Raises:
-    FileNotFoundError: no checkpoint there (StepNotFoundError: not that step, listing
-      the available ones).
-    IncompatibleCheckpointError: the shapes differ from `abstract_params`.
-  """
-  manager = _read_only_manager(directory)
-  try:
-    step = _resolve_step(manager, directory, step, context)
-    on_disk = manager.item_metadata(step)["state"]
-    tree = getattr(on_disk, "tree", on_disk)
-    if not isinstance(tree, Mapping) or "params" not in tree:
-      raise IncompatibleCheckpointError(f"{context}: {directory} step {step} has no params.")
-    what = shape_mismatch(param_shapes(tree["params"]), param_shapes(abstract_params))
-    if what:
-      raise IncompatibleCheckpointError(
-          f"{context}: {directory} step {step} params differ from this model ({what}).")
-    target = {"params": _abstract_target(abstract_params, shardings)}
-    args = ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-        partial_restore=True))
-    return manager.restore(step, args=args).state["params"]
-  finally:
-    manager.close()
