@@ -112,10 +112,20 @@ class Preemption:
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
 
-  def should_stop(self) -> bool:
-    """True on every process once any process was asked to stop."""
+  def should_stop(self, step: int = 0, every: int = 1) -> bool:
+    """True on every process once any process was asked to stop.
+
+    One process answers at every step. Several processes agree only at the steps that are
+    multiples of ``every`` (the loop passes ``train.log_every``, where it fetches the
+    metrics anyway): the agreement is an all-gather that blocks each host until its queued
+    steps have run, so asking it every step would stall the dispatch of every step. All
+    processes run the same steps, so they stop at the same one, at most ``every`` - 1
+    steps after the signal.
+    """
     if jax.process_count() == 1:
       return self.requested
+    if step % max(every, 1):
+      return False
     flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
     return bool(np.asarray(flags).any())
 
@@ -551,7 +561,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
         pending.append(m)
         step += 1
         ckpt.raise_if_save_failed()
-        stop = preemption.should_stop()
+        stop = preemption.should_stop(step, loop.log_every)
         log_now = step % loop.log_every == 0 or step == num_steps
         force = step == num_steps or stop
         save_now = force or ckpt.should_save(step)
