@@ -202,9 +202,25 @@ class RunBuild:
   def init_state(self):
     """A new train state from `rng`, placed on `state_shardings` (call inside axis_rules())."""
     d = self.data_spec
-    return jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
-                   out_shardings=self.state_shardings)(self.rng, dummy_batch(
-                       d.architecture, d.inputs_length, d.targets_length))
+    return self.lower_init().compile()(
+        self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length))
+
+  def lower_init(self, platforms: tuple[str, ...] | None = None):
+    """The initialisation, one jit with the state's out_shardings, lowered (for `platforms`,
+    default the devices'). On GPUs each parameter's threefry is lowered to JAX's GPU kernel
+    instead of unrolled HLO (`jax_threefry_gpu_kernel_lowering`): the same numbers, and a
+    program XLA compiles in a fraction of the time (docs/speed.md); other platforms'
+    programs are unchanged."""
+    d = self.data_spec
+    init = jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
+                   out_shardings=self.state_shardings)
+    previous = jax.config.jax_threefry_gpu_kernel_lowering
+    jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+    try:
+      return init.trace(self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length)
+                        ).lower(lowering_platforms=platforms)
+    finally:
+      jax.config.update("jax_threefry_gpu_kernel_lowering", previous)
 
   def lower_train_step(self):
     """The train step lowered for abstract inputs (`.compile()` it for XLA's analyses)."""

@@ -381,3 +381,16 @@ def test_preemption_is_agreed_across_processes_only_at_log_steps(monkeypatch):
   assert gathered == [1, 1]
   p.requested = False
   assert not p.should_stop(15, every=5) and gathered == [1, 1, 0]
+
+
+def test_init_lowers_threefry_to_the_gpu_kernel_and_leaves_other_platforms_alone():
+  """The init program for a GPU calls JAX's threefry kernel (not the unrolled rounds XLA
+  takes a minute to compile); the CPU's program has none; the global flag is restored."""
+  import jax
+  from lm import train
+  run = train.build_run(_config(steps=1))
+  with run.axis_rules():
+    cuda = run.lower_init(("cuda",)).as_text()
+    cpu = run.lower_init(("cpu",)).as_text()
+  assert "cu_threefry2x32" in cuda and "cu_threefry2x32" not in cpu
+  assert not jax.config.jax_threefry_gpu_kernel_lowering
