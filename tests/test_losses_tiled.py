@@ -101,3 +101,46 @@ def test_bad_shapes_and_chunk_are_clear_errors():
     losses.tiled_cross_entropy(h, k.T, y, w, chunk=4)
   with pytest.raises(ValueError, match="chunk must be a positive int"):
     losses.tiled_cross_entropy(h, k, y, w, chunk=0)
+
+
+@pytest.mark.parametrize("mask_type,tied", [("causal", False), ("encoder_decoder", True)])
+def test_train_loss_tiled_equals_whole_logits(mask_type, tied):
+  """lm.steps' loss with config.loss.tiled_chunk_tokens: the same sums (loss, z-loss,
+  accuracy) and parameter gradients as the whole logits, untied and tied (scaled) logits."""
+  import os
+  import sys
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "model"))
+  from model_helpers import random_params, tiny  # pylint: disable=import-outside-toplevel
+  from lm import steps  # pylint: disable=import-outside-toplevel
+  from lm.model.transformer import Transformer  # pylint: disable=import-outside-toplevel
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  model = Transformer(tiny(mask_type=mask_type, tie_embeddings=tied))
+  rng = np.random.default_rng(5)
+  batch = {"decoder_input_tokens": rng.integers(1, 32, (2, 7)),
+           "decoder_target_tokens": rng.integers(1, 32, (2, 7))}
+  if mask_type == "encoder_decoder":
+    batch["encoder_input_tokens"] = rng.integers(1, 32, (2, 6))
+  batch = {k: jnp.asarray(v, jnp.int32) for k, v in batch.items()}
+  batch["decoder_target_tokens"] = batch["decoder_target_tokens"].at[1, -2:].set(0)  # padding
+  params = nn.unbox(random_params(model, batch))
+
+  def run(chunk):
+    return jax.grad(steps._loss_sums, has_aux=True)(  # pylint: disable=protected-access
+        params, batch, None, model=model, label_smoothing=0.1, z_loss=1e-3,
+        tiled_chunk_tokens=chunk)
+  g_tiled, s_tiled = run(3)
+  g_whole, s_whole = run(0)
+  for k in s_whole:
+    np.testing.assert_allclose(s_tiled[k], s_whole[k], rtol=2e-5, atol=1e-5, err_msg=k)
+  for a, b in zip(jax.tree.leaves(g_tiled), jax.tree.leaves(g_whole)):
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_config_switch_reaches_the_steps():
+  from configs import gpt3, t5  # pylint: disable=import-outside-toplevel
+  from lm import config as config_lib  # pylint: disable=import-outside-toplevel
+  assert config_lib.train_step_kwargs(t5.get_config("size=tiny"))["tiled_chunk_tokens"] == 0
+  assert config_lib.train_step_kwargs(gpt3.get_config("size=125m"))["tiled_chunk_tokens"] == 0
+  big = gpt3.get_config("size=1_3b")
+  assert config_lib.train_step_kwargs(big)["tiled_chunk_tokens"] == 2048
+  assert config_lib.eval_step_kwargs(big)["tiled_chunk_tokens"] == 2048
