@@ -5,7 +5,7 @@
     python benchmarks/gpu_speed.py speed --config t5:size=base,batch=128,inputs_length=512 \\
         --set model.attention_impl=cudnn --json $OUT/base_cudnn.json
 
-``--config MODULE:ARG`` is ``configs/MODULE.py``'s ``get_config(ARG)`` (t5 or gpt3); ``--set
+``--config MODULE:ARG`` is ``get_config(ARG)`` of configs/t5.py or configs/gpt3.py; ``--set
 FIELD=VALUE`` (repeatable) overrides a config field as lm.main's ``--config.FIELD=VALUE``
 does (``lm.config.apply_overrides``).
 
@@ -57,7 +57,7 @@ CONFIG_MODULES = ("t5", "gpt3")
 
 
 def load_config(spec: str, overrides):
-  """``MODULE:ARG`` (configs/MODULE.py) with ``FIELD=VALUE`` overrides applied."""
+  """``MODULE:ARG`` (the config module t5 or gpt3) with ``FIELD=VALUE`` overrides applied."""
   module, _, arg = spec.partition(":")
   if module not in CONFIG_MODULES:
     raise ValueError(f"--config must be MODULE:ARG with MODULE one of {CONFIG_MODULES}, got "

@@ -41,6 +41,10 @@ compile), and the overrides that select the one with the best estimated throughp
 
 Exit status: 0 when the plan fits (or the search found a fitting batch), 1 when it does
 not fit, 2 on bad input (one line on stderr).
+
+Why this module is long: the plan, the batch search and the per-policy memory table share
+one compile-and-measure path and one console format; the targets themselves are in
+lm/targets.py.
 """
 from __future__ import annotations
 

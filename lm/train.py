@@ -21,6 +21,11 @@ SIGTERM (preemption) saves a checkpoint at the next step boundary and raises
 `Preempted` (lm.main exits with EXIT_PREEMPTED = 75: "resume later"). A non-finite loss
 or gradient norm raises `NonFiniteError` before anything non-finite is saved.
 See docs/robustness.md.
+
+Why this module is long: it is the one module with a run's side effects (building the run,
+restoring or initialising it, the loop with its logging, evaluations, checkpoints and
+preemption); each part is small, and splitting them would spread one run's order of events
+over several files.
 """
 from __future__ import annotations
 
