@@ -4,7 +4,7 @@
 #   OUT=/tmp/gpu_check bash benchmarks/gpu_check.sh        # from the repository root
 #
 # 0. A probe that times each phase of T5.1.1-small's first steps (stops the check if it fails).
-# 1. bench_train.py: the real train step of T5.1.1 small (batch 128, 512/114,
+# 1. bench_train.py: the real train step of T5.1.1 small, then base (batch 128, 512/114,
 #    bfloat16 activations) beside Hugging Face T5 on the same GPU (its own process,
 #    bfloat16 autocast, transformers' Adafactor), alternating rounds (benchmarks/fair.py).
 # 2. lm.main: T5.1.1-small trained with the real input pipeline (embedded corpus, span
@@ -14,7 +14,8 @@
 # 3. bench_data.py on the GPU host's CPUs: what one core of that host feeds.
 #
 # Each stage has its own time limit and log in $OUT; after the probe a failed stage does not
-# stop the next.
+# stop the next. The limits add up to about 15 minutes: run benchmarks/gpu_speed.sh (lm
+# alone, 8 minutes) first and this one when there is time left.
 # Needs jax with CUDA, flax, optax, orbax-checkpoint, grain, ml_collections, sentencepiece
 # (and torch + transformers for the comparison); XLA_PYTHON_CLIENT_PREALLOCATE=false lets
 # the HF worker share the GPU with the lm process.
@@ -88,6 +89,12 @@ fi
 stage bench_train 210 $PY benchmarks/bench_train.py --archs encoder_decoder --sizes small \
   --batch 128 --inputs_length 512 --steps 10 --warmup 3 --rounds 3 --compare_hf \
   --json "$OUT/bench_train_gpu.json"
+
+# T5.1.1-base beside HF T5, same settings (both models' batch-128 activations on one card:
+# an H200's 139 GiB; on an 80 GiB card HF or lm may run out of memory).
+stage bench_train_base 240 $PY benchmarks/bench_train.py --archs encoder_decoder --sizes base \
+  --batch 128 --inputs_length 512 --steps 10 --warmup 3 --rounds 3 --compare_hf \
+  --json "$OUT/bench_train_base_gpu.json"
 
 rm -rf /tmp/lm_gpu_run
 stage train_small 200 $PY -m lm.main --config=configs/t5.py:size=small,batch=128,steps=300 \

@@ -261,7 +261,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loss = ml_collections.ConfigDict(dict(
       z_loss=1e-4, label_smoothing=0.0,
       normalization="num_target_tokens",  # | constant (T5 fine-tuning: 233472) | none
-      normalizing_constant=233472.0))
+      normalizing_constant=233472.0,
+      # > 0: the output projection, loss and accuracy in chunks of this many tokens
+      # (lm.losses.tiled_cross_entropy): no float32 [B, L, V] logits; 0: the whole logits.
+      tiled_chunk_tokens=0))
 
   # --- partitioning ----------------------------------------------------------------------
   config.mesh = ml_collections.ConfigDict(dict(shape=(-1, 1, 1)))  # (data, fsdp, tensor)

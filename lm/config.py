@@ -162,12 +162,20 @@ def train_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing),
               normalization=str(config.loss.normalization),
               normalizing_constant=float(config.loss.normalizing_constant),
-              num_microbatches=int(config.optim.grad_accum_steps))
+              num_microbatches=int(config.optim.grad_accum_steps),
+              tiled_chunk_tokens=_tiled_chunk_tokens(config))
 
 
 def eval_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Keyword arguments of `lm.steps.eval_step` (same loss settings as training)."""
-  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing))
+  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing),
+              tiled_chunk_tokens=_tiled_chunk_tokens(config))
+
+
+def _tiled_chunk_tokens(config: ml_collections.ConfigDict) -> int:
+  """config.loss.tiled_chunk_tokens (0 = the loss on the whole logits; a config written
+  before the field existed has it off)."""
+  return int(config.loss.get("tiled_chunk_tokens", 0))
 
 
 # --- the model section ------------------------------------------------------------------

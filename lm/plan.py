@@ -31,12 +31,20 @@ tokens/s per chip and the MFU (lm's matmul FLOPs / step time / peak) it implies 
 bounds. The compiler's own `optimal_seconds` is shown
 only when it is positive. Nothing here is a measurement.
 
+`--remat_policies=none,minimal,full`: the plan again with each remat policy, and a table
+(JSON: `remat_policies`) of their activation memory (lm's), XLA's temporaries and total per
+device, whether each fits and its step-time estimate.
+
 `--search`: for each rematerialisation policy and mesh layout, the largest global batch
 that fits (doubling, then bisection in steps of the batch shards; each probe is a
 compile), and the overrides that select the one with the best estimated throughput.
 
 Exit status: 0 when the plan fits (or the search found a fitting batch), 1 when it does
 not fit, 2 on bad input (one line on stderr).
+
+Why this module is long: the plan, the batch search and the per-policy memory table share
+one compile-and-measure path and one console format; the targets themselves are in
+lm/targets.py.
 """
 from __future__ import annotations
 
@@ -314,6 +322,41 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
   return result
 
 
+def remat_policy_memory(config: ml_collections.ConfigDict, target: Target,
+                        policies: Sequence[str]) -> list[dict[str, Any]]:
+  """The plan of `config` once per remat policy: memory per device for each.
+
+  Returns:
+    [{"remat_policy", "activations" (lm's analytic bytes), "xla_temp", "xla_total" (bytes,
+    None without a compiler or when the compile ran out of memory), "fits", "excess_bytes",
+    "step_seconds" (the estimate), "compile_seconds"}], in the order given.
+  """
+  rows = []
+  for policy in policies:
+    p = plan(_with(config, **{"model.remat_policy": policy}), target)
+    mem = (p["xla"] or {}).get("memory") or {}
+    rows.append({"remat_policy": policy, "activations": p["analytic"]["activations"],
+                 "xla_temp": mem.get("temp"), "xla_total": mem.get("total"),
+                 "fits": p["fits"], "excess_bytes": p["excess_bytes"],
+                 "step_seconds": (p.get("estimate") or {}).get("seconds"),
+                 "compile_seconds": p["compile_seconds"]})
+  return rows
+
+
+def format_remat_policies(rows: Sequence[dict[str, Any]]) -> str:
+  """The console table of `remat_policy_memory`."""
+  lines = ["memory per device by remat policy (GiB)",
+           f"  {'remat':18s} {'activations':>11s} {'XLA temp':>9s} {'XLA total':>9s}  fits"
+           f"  {'step ESTIMATE':>13s}"]
+  for r in rows:
+    fits = "-" if r["fits"] is None else "yes" if r["fits"] else "NO"
+    step = r["step_seconds"]
+    step = f"{step * 1e3:.1f} ms" if step is not None and np.isfinite(step) else "-"
+    lines.append(f"  {r['remat_policy']:18s} {_gib(r['activations']):>11s} "
+                 f"{_gib(r['xla_temp']):>9s} {_gib(r['xla_total']):>9s}  {fits:4s}  {step:>13s}")
+  return "\n".join(lines)
+
+
 def _gib(x) -> str:
   if x is None or not np.isfinite(x):
     return "-"
@@ -541,7 +584,10 @@ def main(argv=None) -> int:
                      "(e.g. to keep headroom).", flag_values=fv)
   flags.DEFINE_bool("search", False, "Search the largest batch per remat policy and mesh.",
                     flag_values=fv)
-  flags.DEFINE_string("search_policies", "none,dots_saveable,full",
+  flags.DEFINE_string("remat_policies", None, "Also plan with each of these remat policies "
+                      "(comma-separated, e.g. none,minimal,full) and compare their memory; "
+                      "the JSON's remat_policies.", flag_values=fv)
+  flags.DEFINE_string("search_policies", "none,minimal,dots_saveable,full",
                       "Remat policies --search tries.", flag_values=fv)
   flags.DEFINE_string("search_meshes", None, "Mesh shapes --search tries, ';'-separated "
                       "(default: all-fsdp, all-data, fsdp x tensor 4).", flag_values=fv)
@@ -586,6 +632,10 @@ def main(argv=None) -> int:
       out = plan(config, target)
       print(format_plan(out))
       status = 0 if out["fits"] is not False else 1
+      if fv.remat_policies:
+        out["remat_policies"] = remat_policy_memory(
+            config, target, [p for p in fv.remat_policies.split(",") if p])
+        print(format_remat_policies(out["remat_policies"]))
   except (PlanError, ValueError) as e:
     print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
     return 2

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import optax
 
 from lm import losses
+from lm.model.transformer import logits_kernel
 
 
 @flax.struct.dataclass
@@ -100,20 +101,31 @@ def _count_tokens(batch: Mapping[str, Any]) -> jax.Array:
 
 
 def _loss_sums(params: Any, batch: Mapping[str, Any], dropout_rng: jax.Array | None, *,
-               model: nn.Module, label_smoothing: float, z_loss: float):
+               model: nn.Module, label_smoothing: float, z_loss: float,
+               tiled_chunk_tokens: int = 0):
   """Forward pass; returns (loss_sum, sums) with float32 scalar sums that add over
-  microbatches: loss, z_loss, weight (target tokens), correct, tokens."""
+  microbatches: loss, z_loss, weight (target tokens), correct, tokens. With
+  `tiled_chunk_tokens` > 0 the output projection, loss and accuracy run that many tokens at
+  a time (`losses.tiled_cross_entropy`: the same sums and gradients, no [B, L, V] logits)."""
   enable_dropout = dropout_rng is not None
-  logits = model.apply({"params": params}, batch, enable_dropout=enable_dropout,
-                       rngs={"dropout": dropout_rng} if enable_dropout else None)
+  rngs = {"dropout": dropout_rng} if enable_dropout else None
+  method = "final_hidden" if tiled_chunk_tokens else None
+  out = model.apply({"params": params}, batch, enable_dropout=enable_dropout, rngs=rngs,
+                    method=method)
   targets, weights = _targets_and_weights(batch)
-  if logits.shape[:2] != targets.shape:
+  if out.shape[:2] != targets.shape:
     raise ValueError(f"decoder_target_tokens has shape {targets.shape} but the model's logits "
-                     f"cover {logits.shape[:2]} (batch, length); give decoder_input_tokens and "
+                     f"cover {out.shape[:2]} (batch, length); give decoder_input_tokens and "
                      "decoder_target_tokens the same shape.")
-  loss_sum, z_sum, weight_sum = losses.weighted_cross_entropy(
-      logits, targets, weights, label_smoothing=label_smoothing, z_loss=z_loss)
-  correct, _ = losses.weighted_accuracy(logits, targets, weights)
+  if tiled_chunk_tokens:
+    kernel, scale = logits_kernel(params, model.config)
+    loss_sum, z_sum, weight_sum, correct = losses.tiled_cross_entropy(
+        out, kernel, targets, weights, chunk=int(tiled_chunk_tokens), logits_scale=scale,
+        label_smoothing=label_smoothing, z_loss=z_loss)
+  else:
+    loss_sum, z_sum, weight_sum = losses.weighted_cross_entropy(
+        out, targets, weights, label_smoothing=label_smoothing, z_loss=z_loss)
+    correct, _ = losses.weighted_accuracy(out, targets, weights)
   sums = {"loss": loss_sum, "z_loss": z_sum, "weight": weight_sum, "correct": correct,
           "tokens": _count_tokens(batch)}
   return loss_sum, sums
@@ -153,7 +165,8 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
                tx: optax.GradientTransformation, schedule: Callable[[Any], Any] | None = None,
                z_loss: float = 0.0, label_smoothing: float = 0.0,
                normalization: str = "num_target_tokens", normalizing_constant: float = 1.0,
-               num_microbatches: int = 1, dropout: bool = True) -> tuple[TrainState, dict]:
+               num_microbatches: int = 1, dropout: bool = True,
+               tiled_chunk_tokens: int = 0) -> tuple[TrainState, dict]:
   """One optimizer update on `batch` (optionally accumulated over microbatches).
 
   The gradient is d(loss_sum)/dparams summed over microbatches, then divided by the
@@ -170,6 +183,8 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
     normalization, normalizing_constant: "num_target_tokens" | "constant" | "none".
     num_microbatches: k = optim.grad_accum_steps; B must be divisible by k.
     dropout: False disables dropout even if the model config has a rate.
+    tiled_chunk_tokens: > 0: the loss by `losses.tiled_cross_entropy` in chunks of this
+      many tokens (config.loss.tiled_chunk_tokens); 0: on the whole logits.
 
   Returns:
     (new TrainState with step + 1, metrics {name: (sum, weight)}).
@@ -183,7 +198,7 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
     rng = jax.random.fold_in(step_rng, index) if dropout else None
     grad_fn = jax.grad(_loss_sums, has_aux=True)
     return grad_fn(params, mbatch, rng, model=model, label_smoothing=label_smoothing,
-                   z_loss=z_loss)
+                   z_loss=z_loss, tiled_chunk_tokens=tiled_chunk_tokens)
 
   if num_microbatches == 1:
     grads, sums = grad_and_metrics(state.params, batch, 0)
@@ -216,13 +231,14 @@ def train_step(state: TrainState, batch: Mapping[str, jax.Array], *, model: nn.M
 
 
 def eval_step(params: Any, batch: Mapping[str, jax.Array], *, model: nn.Module,
-              z_loss: float = 0.0, label_smoothing: float = 0.0) -> dict:
+              z_loss: float = 0.0, label_smoothing: float = 0.0,
+              tiled_chunk_tokens: int = 0) -> dict:
   """Loss / accuracy of `params` on `batch` without dropout.
 
   Returns:
     metrics {name: (sum, weight)}: loss, cross_entropy, z_loss, accuracy, target_tokens,
     tokens (see the module docstring).
   """
-  _, sums = _loss_sums(params, batch, None, model=model,
-                       label_smoothing=label_smoothing, z_loss=z_loss)
+  _, sums = _loss_sums(params, batch, None, model=model, label_smoothing=label_smoothing,
+                       z_loss=z_loss, tiled_chunk_tokens=tiled_chunk_tokens)
   return _metrics_from_sums(sums)

@@ -21,6 +21,11 @@ SIGTERM (preemption) or Ctrl-C saves a checkpoint at the next step boundary and 
 `Preempted` (lm.main exits with 75, "resume later", or 130 after Ctrl-C). A non-finite loss
 or gradient norm raises `NonFiniteError` before anything non-finite is saved.
 See docs/robustness.md.
+
+Why this module is long: it is the one module with a run's side effects (building the run,
+restoring or initialising it, the loop with its logging, evaluations, checkpoints and
+preemption); each part is small, and splitting them would spread one run's order of events
+over several files.
 """
 from __future__ import annotations
 
@@ -116,10 +121,20 @@ class Preemption:
       if previous is not None:
         signal.signal(signum, previous)
 
-  def should_stop(self) -> bool:
-    """True on every process once any process was asked to stop."""
+  def should_stop(self, step: int = 0, every: int = 1) -> bool:
+    """True on every process once any process was asked to stop.
+
+    One process answers at every step. Several processes agree only at the steps that are
+    multiples of ``every`` (the loop passes ``train.log_every``, where it fetches the
+    metrics anyway): the agreement is an all-gather that blocks each host until its queued
+    steps have run, so asking it every step would stall the dispatch of every step. All
+    processes run the same steps, so they stop at the same one, at most ``every`` - 1
+    steps after the signal.
+    """
     if jax.process_count() == 1:
       return self.requested
+    if step % max(every, 1):
+      return False
     flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
     return bool(np.asarray(flags).any())
 
@@ -196,9 +211,25 @@ class RunBuild:
   def init_state(self):
     """A new train state from `rng`, placed on `state_shardings` (call inside axis_rules())."""
     d = self.data_spec
-    return jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
-                   out_shardings=self.state_shardings)(self.rng, dummy_batch(
-                       d.architecture, d.inputs_length, d.targets_length))
+    return self.lower_init().compile()(
+        self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length))
+
+  def lower_init(self, platforms: tuple[str, ...] | None = None):
+    """The initialisation, one jit with the state's out_shardings, lowered (for `platforms`,
+    default the devices'). On GPUs each parameter's threefry is lowered to JAX's GPU kernel
+    instead of unrolled HLO (`jax_threefry_gpu_kernel_lowering`): the same numbers, and a
+    program XLA compiles in a fraction of the time (docs/speed.md); other platforms'
+    programs are unchanged."""
+    d = self.data_spec
+    init = jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
+                   out_shardings=self.state_shardings)
+    previous = jax.config.jax_threefry_gpu_kernel_lowering
+    jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+    try:
+      return init.trace(self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length)
+                        ).lower(lowering_platforms=platforms)
+    finally:
+      jax.config.update("jax_threefry_gpu_kernel_lowering", previous)
 
   def lower_train_step(self):
     """The train step lowered for abstract inputs (`.compile()` it for XLA's analyses)."""
@@ -555,7 +586,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
         pending.append(m)
         step += 1
         ckpt.raise_if_save_failed()
-        stop = preemption.should_stop()
+        stop = preemption.should_stop(step, loop.log_every)
         log_now = step % loop.log_every == 0 or step == num_steps
         force = step == num_steps or stop
         save_now = force or ckpt.should_save(step)

@@ -187,6 +187,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     errors.append(f"config.loss.label_smoothing must be in [0, 1), got {lc.label_smoothing}.")
   if lc.z_loss < 0:
     errors.append(f"config.loss.z_loss must be >= 0, got {lc.z_loss}.")
+  chunk = lc.get("tiled_chunk_tokens", 0)
+  if not (isinstance(chunk, int) and chunk >= 0):
+    errors.append(f"config.loss.tiled_chunk_tokens must be an int >= 0 (0 = off), got {chunk!r}.")
 
   # mesh and rules
   errors += _mesh_shape_errors(config.mesh.shape, num_devices)

@@ -41,7 +41,7 @@ def test_preempted_and_resumed_run_logs_exactly_like_an_uninterrupted_one(tmp_pa
   train.train_and_evaluate(_config(steps=8, **dropout), whole)
   calls = []
   monkeypatch.setattr(train.Preemption, "should_stop",
-                      lambda self: calls.append(1) or len(calls) >= 3)
+                      lambda self, *_: calls.append(1) or len(calls) >= 3)
   with pytest.raises(train.Preempted) as e:
     train.train_and_evaluate(_config(steps=8, **dropout), split)
   assert e.value.step == 3
@@ -376,3 +376,40 @@ def test_a_failed_init_from_closes_the_iterator_and_writes_no_config(tmp_path, m
   assert closed == [1]
   assert not (workdir / "config.json").exists()
   assert not (workdir / "lock").exists()
+
+
+def test_preemption_is_agreed_across_processes_only_at_log_steps(monkeypatch):
+  """Several processes: no all-gather between multiples of `every`; at one, any process's
+  flag stops all. One process: its own flag at every step, no collective."""
+  import jax
+  from jax.experimental import multihost_utils
+  from lm import train
+  gathered = []
+
+  def allgather(x):
+    gathered.append(int(x[0]))
+    return np.stack([x, np.array([0], np.int32)])  # the other process was not signalled
+
+  monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
+  p = train.Preemption()
+  p.requested = True
+  monkeypatch.setattr(jax, "process_count", lambda: 1)
+  assert p.should_stop(3, every=5) and not gathered
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  assert [p.should_stop(s, every=5) for s in range(1, 11)] == [False] * 4 + [True] + [False] * 4 + [True]
+  assert gathered == [1, 1]
+  p.requested = False
+  assert not p.should_stop(15, every=5) and gathered == [1, 1, 0]
+
+
+def test_init_lowers_threefry_to_the_gpu_kernel_and_leaves_other_platforms_alone():
+  """The init program for a GPU calls JAX's threefry kernel (not the unrolled rounds XLA
+  takes a minute to compile); the CPU's program has none; the global flag is restored."""
+  import jax
+  from lm import train
+  run = train.build_run(_config(steps=1))
+  with run.axis_rules():
+    cuda = run.lower_init(("cuda",)).as_text()
+    cpu = run.lower_init(("cpu",)).as_text()
+  assert "cu_threefry2x32" in cuda and "cu_threefry2x32" not in cpu
+  assert not jax.config.jax_threefry_gpu_kernel_lowering

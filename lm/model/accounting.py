@@ -39,6 +39,11 @@ with remat_policy "none" (everything autodiff saves):
   logits:          3 * 4*V per output token       float32 logits, softmax and gradient
 plus float32 masks (4*S per token and attention) and, transiently, the float32 gradients
 of one attention layer's scores and probabilities (2 * 4*N*L*S).
+The named policies keep each layer's input and the ``checkpoint_name`` tags they list,
+and hold one layer's activations while it is recomputed: "minimal" the q, k, v and out
+projections and the attention output (a*(2*D + 4*NH) per token and self-attention layer,
+a*(D + 2*NH) more with cross-attention), "minimal_with_mlp" also the MLP's input products
+(a*F*(M == 3 ? 2 : 1)), "minimal_offloaded" on the device what "full" keeps (the names wait in host memory).
 "dots_saveable" keeps only the matmul outputs (q, k, v, scores, context, output projection,
 MLP matrices) and each layer's input; "dots_with_no_batch_dims_saveable" the projections
 with weights only (no attention scores or context); "full" / "nothing_saveable" each
@@ -150,6 +155,7 @@ def flops_per_token(config: TransformerConfig, inputs_length: int, targets_lengt
 LOGITS_COPIES = 3
 _DOTS_POLICIES = ("dots_saveable", "dots_with_no_batch_dims_saveable")
 _RECOMPUTE_POLICIES = ("full", "nothing_saveable")
+_NAMED_POLICIES = ("minimal", "minimal_with_mlp", "minimal_offloaded")
 
 
 def _layer_activation_elements(config: TransformerConfig, length: int, keys: int,
@@ -160,6 +166,15 @@ def _layer_activation_elements(config: TransformerConfig, length: int, keys: int
   nh, f = n * config.resolved_head_dim, config.mlp_dim
   gated = config.mlp_activation in ("gated_gelu", "swiglu")
   cross = cross_keys > 0
+  if policy in _NAMED_POLICIES:     # the checkpoint_name tags each policy saves
+    rep = 2 * d                      # layer input, attention out projection
+    split = 4 * nh                   # q, k, v, attention output
+    if cross:
+      rep += d                       # cross-attention out projection
+      split += 2 * nh                # cross q and attention output (k, v per encoder token)
+    if policy == "minimal_with_mlp":
+      split += f * (2 if gated else 1)  # the MLP's input products (mlp_wi)
+    return rep, split, 0.0
   if policy in _DOTS_POLICIES:
     rep = 3 * d                      # layer input, attention output and MLP output projections
     split = 3 * nh + f * (2 if gated else 1)
@@ -208,8 +223,11 @@ def activation_bytes(config: TransformerConfig, inputs_length: int, targets_leng
     rep, split, f32 = _layer_activation_elements(config, length, length, cross_keys, "none")
     one_layer = length * (a * (rep + split / t) + 4 * f32 / t)
     cross_kv = a * 2 * config.num_heads * config.resolved_head_dim * cross_keys / t
-    if policy in _RECOMPUTE_POLICIES:
+    if policy in _RECOMPUTE_POLICIES or policy == "minimal_offloaded":  # the rest on the host
       return length * a * config.emb_dim * num_layers + one_layer + cross_kv
+    if policy in _NAMED_POLICIES:  # the saved names per layer, one layer recomputed at a time
+      rep, split, _ = _layer_activation_elements(config, length, length, cross_keys, policy)
+      return num_layers * (length * a * (rep + split / t) + cross_kv) + one_layer
     if policy in _DOTS_POLICIES:
       rep, split, f32 = _layer_activation_elements(config, length, length, cross_keys, policy)
       one_layer = length * (a * (rep + split / t) + 4 * f32 / t)

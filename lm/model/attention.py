@@ -29,12 +29,18 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from lm.model import fast_grads, position
 from lm.model.fast_grads import dense
 from lm.model.layers import param_with_axes
 
 CACHE_MODES = (None, "prefill", "step")
+REMAT_NAMES = ("query_proj", "key_proj", "value_proj", "attention_out", "out_proj")
+"""``jax.ad_checkpoint.checkpoint_name`` tags of ``MultiHeadAttention``'s activations: the
+q/k/v projections [B, L or S, N, H], the attention output [B, L, N, H] (the out
+projection's input) and the out projection [B, L, D]; remat policies save them by name
+(config.REMAT_POLICIES)."""
 
 
 def _as_biases(bias) -> tuple:
@@ -172,6 +178,7 @@ class MultiHeadAttention(nn.Module):
     def project(name, x, init):
       kernel = param_with_axes(self, name, init, (d, n, h), ("embed", "heads", "kv"))
       y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N, H]
+      y = checkpoint_name(y, f"{name}_proj")
       return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
 
     query = project("query", inputs_q, query_init)
@@ -203,10 +210,11 @@ class MultiHeadAttention(nn.Module):
       out = dot_product_attention(query, key, value, bias, dropout_rate=self.dropout_rate,
                                   dropout_rng=dropout_rng, deterministic=deterministic,
                                   dtype=self.dtype)
+    out = checkpoint_name(out, "attention_out")
     out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
-    y = dense(out, out_kernel.astype(self.dtype), num_contract=2)  # [B, L, D]
-    return nn.with_logical_constraint(y, ("batch", "length", "embed"))
+    y = checkpoint_name(dense(out, out_kernel.astype(self.dtype), num_contract=2), "out_proj")
+    return nn.with_logical_constraint(y, ("batch", "length", "embed"))  # [B, L, D]
 
   def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):
     """Writes new keys/values into the cache; returns the keys/values to attend over.

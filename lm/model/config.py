@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from lm.architecture import LAYOUTS
 from lm.model import position
+from lm.model.attention import REMAT_NAMES as ATTENTION_REMAT_NAMES
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 
 MASK_TYPES = LAYOUTS  # named in lm/architecture.py
@@ -25,6 +26,20 @@ REMAT_POLICIES = {
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
     "everything_saveable": jax.checkpoint_policies.everything_saveable,
+    # Named policies (the checkpoint_name tags of attention.REMAT_NAMES and
+    # layers.MLP_REMAT_NAMES): save these activations, recompute the rest of the layer.
+    # "minimal" keeps the q/k/v/out projections and the attention output (MaxText's
+    # "minimal"): the backward recomputes the norms, the attention core and the MLP.
+    "minimal": jax.checkpoint_policies.save_only_these_names(*ATTENTION_REMAT_NAMES),
+    # ... and the MLP's input products: only norms, the attention core and elementwise
+    # ops are recomputed.
+    "minimal_with_mlp": jax.checkpoint_policies.save_only_these_names(
+        *ATTENTION_REMAT_NAMES, "mlp_wi"),
+    # "minimal"'s activations kept in the host's pinned memory instead of the device's
+    # (GPUs and TPUs; the transfers overlap the layers' compute).
+    "minimal_offloaded": jax.checkpoint_policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=(), names_which_can_be_offloaded=ATTENTION_REMAT_NAMES,
+        offload_src="device", offload_dst="pinned_host"),
 }
 
 
@@ -54,7 +69,8 @@ class TransformerConfig:
     tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
     embedding_init_stddev: token embedding init std (T5: 1.0; GPT: 0.02).
     dtype: activation dtype "bfloat16" or "float32" (params and logits are float32).
-    remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", ...).
+    remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", "minimal", ...;
+      docs/planning.md compares their memory).
     scan_layers: nn.scan over layers (params get a leading "layers" axis).
   """
   vocab_size: int = 32128

@@ -16,6 +16,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from lm.model.fast_grads import dense, gated_gelu
 
@@ -25,6 +26,11 @@ wo(gelu(wi_0 x) * wi_1 x) (T5.1.1 GEGLU); ``swiglu``: wo(silu(wi_0 x) * wi_1 x)
 (PaLM/LLaMA). gelu is flax's default tanh approximation, as in t5x."""
 
 NORM_TYPES = ("rmsnorm", "layernorm")
+
+MLP_REMAT_NAMES = ("mlp_in", "mlp_wi", "mlp_hidden", "mlp_out")
+"""``checkpoint_name`` tags of ``MlpBlock``: its input [B, L, D], the input products
+[B, L, F] (``wi``; ``wi_0`` and ``wi_1`` of the gated forms, both named ``mlp_wi``), the
+hidden activation [B, L, F] (before dropout) and its output [B, L, D]."""
 
 # Initializers of docs/t5_reference.md §3.3.
 mlp_kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
@@ -150,11 +156,11 @@ class MlpBlock(nn.Module):
     """dtype[B, L, D] -> dtype[B, L, D]."""
     d = x.shape[-1]
     f = self.mlp_dim
-    x = jnp.asarray(x, self.dtype)
+    x = checkpoint_name(jnp.asarray(x, self.dtype), "mlp_in")
 
     def dense_in(name):
       kernel = param_with_axes(self, name, mlp_kernel_init, (d, f), ("embed", "mlp"))
-      return dense(x, kernel.astype(self.dtype))
+      return checkpoint_name(dense(x, kernel.astype(self.dtype)), "mlp_wi")
 
     if self.activation in ("relu", "gelu"):
       h = dense_in("wi")
@@ -167,7 +173,7 @@ class MlpBlock(nn.Module):
         h = nn.silu(gate) * dense_in("wi_1")
     else:
       raise ValueError(f"unknown mlp_activation {self.activation!r}; expected one of {MLP_ACTIVATIONS}")
-    h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+    h = nn.with_logical_constraint(checkpoint_name(h, "mlp_hidden"), ("batch", "length", "mlp"))
     h = broadcast_dropout(h, self.dropout_rate, deterministic, self)
     wo = param_with_axes(self, "wo", mlp_kernel_init, (f, d), ("mlp", "embed"))
-    return dense(h, wo.astype(self.dtype))
+    return checkpoint_name(dense(h, wo.astype(self.dtype)), "mlp_out")

@@ -437,6 +437,10 @@ class Transformer(nn.Module):
         encoder_segment_ids for the cross-attention mask (encoder-decoder).
       enable_dropout: apply dropout.
     """
+    return self._logits(self._decoder_output(encoded, batch, enable_dropout, mode, max_length))
+
+  def _decoder_output(self, encoded, batch, enable_dropout, mode=None, max_length=None):
+    """The decoder stack's output dtype[B, Lt, D] (``decode``'s arguments)."""
     cfg = self.config
     tokens, seg, pos, dca = self._decoder_features(batch)
     enc_seg = None
@@ -449,12 +453,18 @@ class Transformer(nn.Module):
     y = self.decoder(self.token_embedder(tokens), segment_ids=seg, positions=pos,
                      decoder_causal_attention=dca, encoded=encoded, encoder_segment_ids=enc_seg,
                      deterministic=not enable_dropout, mode=mode, max_length=max_length)
-    return self._logits(y)
+    return y
 
   def __call__(self, batch: Mapping[str, Any], enable_dropout: bool = False):
     """Full forward pass (training / scoring) -> float32[B, Lt, V] logits."""
     encoded = self.encode(batch, enable_dropout) if self.config.is_encoder_decoder else None
     return self.decode(encoded, batch, enable_dropout)
+
+  def final_hidden(self, batch: Mapping[str, Any], enable_dropout: bool = False):
+    """``__call__`` without the output projection -> dtype[B, Lt, D], the decoder stack's
+    output; ``logits_kernel`` gives the projection (lm.losses.tiled_cross_entropy)."""
+    encoded = self.encode(batch, enable_dropout) if self.config.is_encoder_decoder else None
+    return self._decoder_output(encoded, batch, enable_dropout)
 
   def prefill(self, batch: Mapping[str, Any], max_decode_length: int):
     """Fills the cache from a prefix (use with mutable=["cache"]); see module docstring.
@@ -480,6 +490,16 @@ class Transformer(nn.Module):
     y = self.decoder(self.token_embedder(tokens), segment_ids=None, positions=decoder_positions,
                      mode="step")
     return self._logits(y)
+
+
+def logits_kernel(params: Mapping[str, Any], config: TransformerConfig):
+  """The output projection of ``params`` as (kernel [D, V], logits scale): logits are
+  ``scale * final_hidden @ kernel``. Untied: ``logits_dense/kernel``, scale 1; tied: the
+  embedding transposed, scale emb_dim**-0.5 with ``tied_logits_scale``."""
+  if config.tie_embeddings:
+    scale = config.emb_dim ** -0.5 if config.tied_logits_scale else 1.0
+    return jnp.transpose(params["token_embedder"]["embedding"]), scale
+  return params["logits_dense"]["kernel"], 1.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -540,4 +560,4 @@ def unscanned_to_scan(params):
 
 
 __all__ = ["TransformerConfig", "Transformer", "TransformerLayer", "Stack", "LogitsDense",
-           "scan_to_unscanned", "unscanned_to_scan"]
+           "logits_kernel", "scan_to_unscanned", "unscanned_to_scan"]

@@ -159,7 +159,15 @@ def test_activation_bytes_hand_derived_dots_saveable_bf16_over_two_tensor_shards
     ("dots_with_no_batch_dims_saveable", 7008.0),
     # each layer's input, Lx*a*D per layer, plus one layer's "none" activations:
     # encoder 5*4*8*2 + 1920 = 2240; decoder 4*4*8*3 + 2112 + 240 = 2736; + 160 -> 5136
-    ("full", 5136.0), ("nothing_saveable", 5136.0)])
+    ("full", 5136.0), ("nothing_saveable", 5136.0),
+    # the named tags, a = 4: encoder per token 2D + 4NH = 40 -> 5 * 4 * 40 = 800, x2, plus
+    # one layer recomputed 1920 -> 3520; decoder 2D + D + 4NH + 2NH = 60 -> 4 * 4 * 60 = 960,
+    # + k, v of the encoded sequence 240, x3 = 3600, plus one layer 2112 -> 5712; + 160
+    ("minimal", 9392.0),
+    # ... and the two gated MLP products, 2F = 20 per token: + 5*4*20*2 + 4*4*20*3 = 1760
+    ("minimal_with_mlp", 11152.0),
+    # offloaded to the host: on the device what "full" keeps
+    ("minimal_offloaded", 5136.0)])
 def test_activation_bytes_hand_derived_remat_policies(policy, layers):
   got = accounting.activation_bytes(_ACT.replace(remat_policy=policy), 5, 4)
   assert got["layers"] == layers

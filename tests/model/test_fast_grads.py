@@ -106,3 +106,16 @@ def test_bucket_sums_are_the_same_in_both_forms():
     got = jax.jit(form, static_argnums=2)(d_bias, buckets, 6)
     assert got.shape == (4, 6)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=form.__name__)
+
+
+def test_sum_to_shape_adds_slices_on_the_cpu_only():
+  """The batch sum of a [1, N, L, S] bias gradient: B slices added on the CPU, one reduce on
+  GPUs and TPUs (lowered for each platform from this CPU); the CPU value is the sum."""
+  x = np.random.default_rng(4).normal(size=(4, 3, 5, 6)).astype(np.float32)
+  traced = jax.jit(fast_grads._sum_to_shape, static_argnums=1).trace(  # pylint: disable=protected-access
+      jnp.asarray(x), (1, 3, 5, 6))
+  for platform, want in (("cpu", 0), ("tpu", 1), ("cuda", 1)):
+    text = traced.lower(lowering_platforms=(platform,)).as_text()
+    assert sum("stablehlo.reduce" in line for line in text.splitlines()) == want, platform
+  got = jax.jit(fast_grads._sum_to_shape, static_argnums=1)(jnp.asarray(x), (1, 3, 5, 6))  # pylint: disable=protected-access
+  np.testing.assert_allclose(got, x.sum(0, keepdims=True), rtol=1e-6, atol=1e-6)
