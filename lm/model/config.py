@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from lm.architecture import LAYOUTS
 from lm.model import position
+from lm.model.attention import ATTENTION_IMPLS
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 
 MASK_TYPES = LAYOUTS  # named in lm/architecture.py
@@ -26,6 +27,10 @@ REMAT_POLICIES = {
     "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
     "everything_saveable": jax.checkpoint_policies.everything_saveable,
 }
+# Fields that choose how the model is computed, not what: they change no parameter or
+# result beyond floating-point rounding, so checkpoint signatures and the config goldens
+# leave them out (a run may resume on another platform with another kernel).
+EXECUTION_FIELDS = ("attention_impl",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +61,11 @@ class TransformerConfig:
     dtype: activation dtype "bfloat16" or "float32" (params and logits are float32).
     remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", ...).
     scan_layers: nn.scan over layers (params get a leading "layers" axis).
+    attention_impl: which kernel computes attention: "xla" (fast_grads.attend, the
+      reference and the CPU path), "cudnn", "pallas" (TPU) or "auto" (the fused kernel the
+      platform and the call support, else "xla"; attention.choose_kernel). It chooses how,
+      not what, the model computes: no parameter depends on it and checkpoint signatures
+      leave it out (EXECUTION_FIELDS).
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -81,6 +91,7 @@ class TransformerConfig:
   dtype: str = "bfloat16"
   remat_policy: str = "none"
   scan_layers: bool = False
+  attention_impl: str = "auto"
 
   def __post_init__(self):
     def check(ok, msg):
@@ -108,6 +119,8 @@ class TransformerConfig:
     check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}; expected one of {tuple(DTYPES)}")
     check(self.remat_policy in REMAT_POLICIES,
           f"unknown remat_policy {self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
+    check(self.attention_impl in ATTENTION_IMPLS,
+          f"unknown attention_impl {self.attention_impl!r}; expected one of {ATTENTION_IMPLS}")
     check(0.0 <= self.dropout_rate < 1.0, f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
     if self.mask_type == "encoder_decoder":
       check(self.num_encoder_layers > 0, "mask_type='encoder_decoder' needs num_encoder_layers > 0")
@@ -149,4 +162,5 @@ class TransformerConfig:
     return dataclasses.replace(self, **overrides)
 
 
-__all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES"]
+__all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
+           "ATTENTION_IMPLS", "EXECUTION_FIELDS"]
