@@ -40,7 +40,9 @@ def _t5_bias(table, q_pos, k_pos, bidirectional):
   return fast_grads.lookup_buckets(table, buckets)
 
 
-@pytest.mark.parametrize("encoding,bidirectional", [("t5", True), ("t5", False), ("alibi", True)])
+@pytest.mark.parametrize("encoding,bidirectional", [
+    ("t5", True), pytest.param("t5", False, marks=pytest.mark.slow),
+    pytest.param("alibi", True, marks=pytest.mark.slow)])
 def test_arange_bias_equals_the_per_row_bias_on_packed_rows(encoding, bidirectional):
   seg, pos = _packed()
   mask = (masks.make_fully_visible_mask(seg) if bidirectional
