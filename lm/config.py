@@ -40,6 +40,7 @@ from lm import architecture as architecture_lib
 from lm import optim
 from lm.data import pipeline
 from lm.model import presets
+from lm.model.config import EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
 
 
@@ -356,7 +357,12 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
       raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(raw, dict) or "model" not in raw or "data" not in raw:
     raise ValueError(f"{path} is not an lm run config (no 'model' and 'data' sections).")
-  return ml_collections.ConfigDict(_tuples(migrate(raw, path)))
+  raw = migrate(raw, path)
+  # Execution fields added since the run was written (attention_impl) take their defaults,
+  # so `--config.model.attention_impl=...` can set them on an old run's config.
+  defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
+  raw["model"] = {**{k: defaults[k] for k in EXECUTION_FIELDS}, **raw["model"]}
+  return ml_collections.ConfigDict(_tuples(raw))
 
 
 # The words a boolean value may be written as (here and in configs/common.py's `parse_arg`).

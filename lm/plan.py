@@ -42,12 +42,15 @@ compile), and the overrides that select the one with the best estimated throughp
 Exit status: 0 when the plan fits (or the search found a fitting batch), 1 when it does
 not fit, 2 on bad input (one line on stderr).
 
-Why this module is long: the plan, the batch search and the per-policy memory table share
-one compile-and-measure path and one console format; the targets themselves are in
+Why this module is long: it is the whole `lm.plan` command: the plan of one compile (lm's
+accounting, XLA's memory, cost and program beside it, the roofline), the batch search and
+the per-policy memory table that repeat it, its console table and flags; the target names
+and meshes are already in
 lm/targets.py.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
@@ -214,14 +217,24 @@ def hbm_traffic_lower_bound(mem: dict[str, float]) -> float:
   return mem["argument"] + mem["output"] + 2 * mem["temp"]
 
 
+def _program_text(compiled) -> str:
+  try:
+    return compiled.as_text()
+  except Exception:  # pylint: disable=broad-except  # not every backend prints its program
+    return ""
+
+
 def windowed_einsum_loops(compiled) -> int:
   """The number of all-gather + matmul loops XLA:TPU made (0 elsewhere); the compiled cost
   analysis counts one iteration of each."""
-  try:
-    text = compiled.as_text()
-  except Exception:  # pylint: disable=broad-except  # not every backend prints its program
-    return 0
-  return len(re.findall(r"condition=%?[\w.]*windowed_dot_general_cond", text))
+  return len(re.findall(r"condition=%?[\w.]*windowed_dot_general_cond", _program_text(compiled)))
+
+
+def custom_calls(compiled) -> dict[str, int]:
+  """{custom-call target: count} in the compiled program: whether a fused kernel is in it
+  ("tpu_custom_call": a Pallas kernel on TPU; "__cudnn$fmha...": cuDNN attention)."""
+  return dict(sorted(collections.Counter(
+      re.findall(r'custom_call_target="([^"]+)"', _program_text(compiled))).items()))
 
 
 def step_time_estimate(flops_per_device: float, bytes_per_device: float,
@@ -268,7 +281,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
       "memory_per_device": target.memory_bytes,
       "model": {"preset": config_lib.preset_name(config), "params": accounting.count_params(mc),
                 "mask_type": mc.mask_type, "dtype": mc.dtype, "scan_layers": mc.scan_layers,
-                "remat_policy": mc.remat_policy},
+                "remat_policy": mc.remat_policy, "attention_impl": mc.attention_impl},
       "batch_size": int(d.batch_size), "inputs_length": int(d.inputs_length),
       "targets_length": int(d.targets_length), "grad_accum_steps": int(config.optim.grad_accum_steps),
       "mesh": dict(run.mesh.shape), "optimizer": config.optim.name,
@@ -296,7 +309,8 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
     mem, cost = xla_memory(compiled), xla_cost(compiled)
     whole = hlo_cost(config, mesh.axis_names)
     result["xla"] = {"memory": mem, "cost": cost, "hlo": whole,
-                     "windowed_einsum_loops": windowed_einsum_loops(compiled)}
+                     "windowed_einsum_loops": windowed_einsum_loops(compiled),
+                     "custom_calls": custom_calls(compiled)}
     per_device_flops = whole["flops"] / target.num_devices
     bytes_accessed = hbm_traffic_lower_bound(mem)
     result["flops"]["xla"] = whole["flops"]
@@ -398,6 +412,9 @@ def format_plan(p: dict[str, Any]) -> str:
     excess = p["excess_bytes"]
     by = f" by {_gib(excess)} GiB" if excess is not None and np.isfinite(excess) else ""
     lines.append(f"fits: NO, does not fit{by}")
+  if p["xla"]:
+    calls = ", ".join(f"{k} x{v}" for k, v in p["xla"].get("custom_calls", {}).items())
+    lines.append(f"attention_impl={m.get('attention_impl')}; custom calls: {calls or 'none'}")
   f = p["flops"]
   xla_f = f.get("xla")
   lines.append(f"training FLOPs per step: analytic {f['analytic']:.4g} (matmuls, 3x forward)"

@@ -43,6 +43,7 @@ from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5
 from lm.data import features
 from lm.data import tokenizer as tokenizer_lib
+from lm.model.config import EXECUTION_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
 
 CONFIG_FILE = config_lib.CONFIG_FILE  # written by lm/train.py
@@ -51,8 +52,9 @@ HF_SPM_FILE = "spiece.model"         # transformers' T5Tokenizer file name
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # TransformerConfig fields that change neither the parameters nor what the model computes
-# from them up to numerics: an override of these is allowed when restoring.
-RUNTIME_MODEL_FIELDS = ("dtype", "remat_policy", "dropout_rate")
+# from them up to numerics: an override of these is allowed when restoring. (The execution
+# fields, attention_impl, are not in checkpoint signatures at all.)
+RUNTIME_MODEL_FIELDS = ("dtype", "remat_policy", "dropout_rate") + EXECUTION_FIELDS
 
 __all__ = ["Restored", "load_run", "load_hf", "RunNotFoundError", "StepNotFoundError",
            "IncompatibleCheckpointError", "abstract_params", "RUNTIME_MODEL_FIELDS"]

@@ -265,7 +265,8 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     num_devices = mesh.size
   validate_lib.validate(config, num_devices=num_devices)
   model_config = config_lib.model_config(config)
-  model = Transformer(model_config)
+  # One example per row (data.pack=False) lets cuDNN express padding by sequence lengths.
+  model = Transformer(model_config, packed_rows=bool(config.data.pack))
   spec = config_lib.data_spec(config)
   schedule = optim.make_schedule(config_lib.schedule_config(config))
   tx = optim.make_optimizer(config_lib.optim_config(config), schedule)

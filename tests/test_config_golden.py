@@ -21,7 +21,10 @@ from lm.model import presets
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = json.loads((REPO / "tests/testdata/config_golden.json").read_text())
-DEFAULTS = GOLDEN["transformer_config_defaults"]
+# Fields added after the golden was written that choose how, not what, the model computes
+# (lm.model.config.EXECUTION_FIELDS), at their defaults.
+ADDED = {"attention_impl": "auto"}
+DEFAULTS = {**GOLDEN["transformer_config_defaults"], **ADDED}
 
 # The old preset names as size-table rows + architecture (+ overrides).
 OLD_PRESETS = {

@@ -2,6 +2,8 @@
 TPU plans."""
 import json
 
+import jax
+import numpy as np
 import pytest
 
 from configs import t5
@@ -251,6 +253,37 @@ def test_search_brackets_the_largest_batch():
   assert r["largest_fit"] and r["first_fail"] == r["largest_fit"] + r["batch_step"]
   assert r["probes"][r["largest_fit"]] and not r["probes"][r["first_fail"]]
   assert f"--config.data.batch_size={r['largest_fit']}" in result["overrides"]
+
+
+@pytest.mark.slow
+@pytest.mark.tpu_compile
+@needs_libtpu
+@pytest.mark.parametrize("arch,position,mesh,calls", [
+    # flash for the encoder, the decoder (T5 bias) and cross-attention: forward, dkv and dq.
+    ("encoder_decoder", "t5_relative", (1, 4, 1), 9),
+    # splash for a causal stack without a bias, batch and heads sharded (shard_map).
+    ("causal", "rope", (1, 2, 2), 3),
+])
+def test_pallas_attention_is_in_the_compiled_tpu_program(arch, position, mesh, calls):
+  # The tiny model scanned, 128-token rows (the kernels' block); ~2 min each under load.
+  config = _tpu_config(f"runlocal,inputs_length=128,arch={arch}", mesh)
+  config.data.targets_length = 128
+  config.model.attention_impl = "pallas"
+  config.model.position_encoding = position
+  p = plan.plan(config, plan.resolve_target("v5p-8"))
+  assert p["model"]["attention_impl"] == "pallas"
+  assert p["xla"]["custom_calls"].get("tpu_custom_call") == calls, p["xla"]["custom_calls"]
+
+
+def test_custom_calls_are_counted_from_the_compiled_program():
+  class Compiled:
+    def as_text(self):
+      return ('%a = f32[2] custom-call(%x), custom_call_target="tpu_custom_call"\n'
+              '%b = f32[2] custom-call(%a), custom_call_target="tpu_custom_call", x=1\n'
+              '%c = f32[2] custom-call(%b), custom_call_target="Sharding"\n')
+  assert plan.custom_calls(Compiled()) == {"Sharding": 1, "tpu_custom_call": 2}
+  compiled = jax.jit(lambda x: x * 2).lower(np.ones(3, np.float32)).compile()
+  assert plan.custom_calls(compiled) == {}
 
 
 def test_plan_table_rows_render_an_analytic_plan():

@@ -86,8 +86,10 @@ def test_tokenizer_is_the_runs(run, tmp_path):
 
 def test_runtime_overrides_are_allowed(run):
   r = restore.load_run(run, overrides=["--config.model.dtype=float32",
+                                                 "--config.model.attention_impl=xla",
                                                  "--config.data.eval_batch_size=8"])
   assert r.model_config.dtype == "float32" and r.config.data.eval_batch_size == 8
+  assert r.model_config.attention_impl == "xla"
 
 
 def test_missing_workdir_config_or_checkpoint(run, tmp_path):

@@ -25,6 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm.keypaths import named_leaves
+# Model fields that choose how, not what, the model computes: left out of the signature,
+# so a checkpoint resumes under another attention kernel, and checkpoints written before
+# such a field existed keep their hash.
+from lm.model.config import EXECUTION_FIELDS
 
 FORMAT = "lm.checkpoint/1"
 
@@ -105,7 +109,7 @@ def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
 
   Args:
     model_config: the model's hyperparameters (config.model.to_dict() or
-      dataclasses.asdict(TransformerConfig)).
+      dataclasses.asdict(TransformerConfig)); EXECUTION_FIELDS are dropped.
     abstract_state: the (abstract) TrainState; its params' shapes are recorded.
     tokenizer_sha256: `tokenizer_hash` of the run's tokenizer, so a tokenizer file
       replaced at the same path (other token ids) is refused on resume; None = unchecked.
@@ -114,7 +118,8 @@ def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
     JSON-able dict: model config, its hash, the params' shapes (and the tokenizer hash).
   """
   params = abstract_state.params if hasattr(abstract_state, "params") else abstract_state["params"]
-  model_config = json.loads(json.dumps(dict(model_config), sort_keys=True, default=str))
+  model_config = {k: v for k, v in dict(model_config).items() if k not in EXECUTION_FIELDS}
+  model_config = json.loads(json.dumps(model_config, sort_keys=True, default=str))
   signature = {"format": FORMAT, "model": model_config,
                "model_hash": config_hash(model_config), "param_shapes": param_shapes(params)}
   if tokenizer_sha256 is not None:

@@ -153,6 +153,48 @@ def rename_packed(row: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   return out
 
 
+def contract_violations(row: Mapping[str, np.ndarray]) -> list[str]:
+  """What in one padded or packed row breaks the packing contract (empty: nothing).
+
+  The model relies on it (lm/model/transformer.py builds the relative position biases from
+  ``arange`` for whole rows, and masks pairs across segments by segment id):
+    * segment ids are 1, 2, ..., k, each one contiguous run, in order, then 0 padding only;
+    * positions restart at 0 in every segment and count up by one (0 on padding);
+    * encoder-decoder rows pair their segments: the encoder and the decoder hold the same
+      ids (a decoder segment without its encoder segment would attend to nothing of its
+      own; tests/data/test_packing.py pins what the model then does).
+
+  Args:
+    row: one row's features, 1-D arrays with ``{stack}_segment_ids`` / ``{stack}_positions``.
+  Returns:
+    One sentence per violation, naming the stack.
+  """
+  problems = []
+  ids = {}
+  for stack in STACKS:
+    if f"{stack}_segment_ids" not in row:
+      continue
+    seg = np.asarray(row[f"{stack}_segment_ids"])
+    pos = np.asarray(row[f"{stack}_positions"])
+    real = int(np.count_nonzero(seg))
+    k = int(seg.max(initial=0))
+    runs = seg[np.r_[True, seg[1:] != seg[:-1]]]
+    runs = runs[runs != 0]
+    if np.any(seg[real:] != 0) or not np.array_equal(runs, np.arange(1, k + 1)):
+      problems.append(f"{stack} segment ids are not 1..k in contiguous runs followed by "
+                      f"padding: {seg.tolist()}")
+    starts = np.r_[True, seg[1:] != seg[:-1]]
+    expected = np.arange(len(seg)) - np.maximum.accumulate(np.where(starts, np.arange(len(seg)), 0))
+    expected = np.where(seg != 0, expected, 0)
+    if not np.array_equal(pos, expected):
+      problems.append(f"{stack} positions do not restart at 0 in every segment: {pos.tolist()}")
+    ids[stack] = set(seg[seg != 0].tolist())
+  if len(ids) == 2 and ids["encoder"] != ids["decoder"]:
+    problems.append(f"encoder segments {sorted(ids['encoder'])} and decoder segments "
+                    f"{sorted(ids['decoder'])} are not paired")
+  return problems
+
+
 def packing_efficiency(batch: Mapping[str, np.ndarray]) -> float:
   """Share of non-padding positions over all stacks' rows (1.0 = no padding).
 

@@ -20,18 +20,24 @@ cache (with [B, S, N, H], XLA:CPU transposed every layer's whole cache at every 
                    R * Bc rows (beam search: rows c * R + r share cache row c), so the
                    encoder's keys are never copied per beam.
 
+Which kernel computes ``softmax(Q K^T + bias) V`` (``TransformerConfig.attention_impl``:
+"xla", "cudnn", "pallas", "auto") is decided by one function, ``choose_kernel``, from the
+platform and the call; the kernels are in kernels.py and docs/speed.md has the rules.
+
 Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from lm.model import fast_grads, position
+from lm.model import fast_grads, kernels, position
 from lm.model.fast_grads import dense
 from lm.model.layers import param_with_axes
 
@@ -41,6 +47,108 @@ REMAT_NAMES = ("query_proj", "key_proj", "value_proj", "attention_out", "out_pro
 q/k/v projections [B, L or S, N, H], the attention output [B, L, N, H] (the out
 projection's input) and the out projection [B, L, D]; remat policies save them by name
 (config.REMAT_POLICIES)."""
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "pallas")
+# What choose_kernel returns: the XLA path (fast_grads.attend) or a fused kernel.
+KERNELS = ("xla", "cudnn", "pallas_flash", "pallas_splash")
+
+
+@flax.struct.dataclass
+class AttentionMask:
+  """Which queries may attend to which keys, in the two forms the kernels take.
+
+  The XLA path adds ``bias``; the fused kernels rebuild the same mask from the segment
+  ids, ``causal`` and ``decoder_causal_attention`` (never from ``bias``).
+
+  Attributes:
+    bias: float32 [B or 1, 1, L, S], 0 where allowed and -1e10 elsewhere
+      (``masks.mask_to_bias``).
+    q_segment_ids: int32[B, L] (0 = padding), or None (a decode step).
+    kv_segment_ids: int32[B, S], or None.
+    decoder_causal_attention: int32[B, L] prefix-LM flags, or None.
+    causal: static; keys after the query are masked.
+    packed: static; rows may hold several segments (False: one segment, then padding).
+    name: static; the stack and kind, for the log ("encoder self-attention", ...).
+  """
+  bias: Any
+  q_segment_ids: Any = None
+  kv_segment_ids: Any = None
+  decoder_causal_attention: Any = None
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+  packed: bool = flax.struct.field(pytree_node=False, default=True)
+  name: str = flax.struct.field(pytree_node=False, default="attention")
+
+
+def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, mask,
+                  has_position_bias: bool, dropout: bool, cache: bool) -> tuple[str, str]:
+  """The kernel that runs one attention call, and why: the one owner of that choice.
+
+  Args:
+    impl: ``TransformerConfig.attention_impl`` ("auto", "xla", "cudnn", "pallas").
+    platform: "cpu", "gpu" or "tpu" (the backend being compiled for).
+    query_shape: (B, L, N, H); key_shape: (B, S, N, H).
+    dtype: the activations' dtype.
+    mask: the call's AttentionMask, or None (a bare bias: only XLA can serve it).
+    has_position_bias: a position bias is added to the logits.
+    dropout: attention-probability dropout is active.
+    cache: a KV-cache call (prefill or decode step).
+  Returns:
+    (one of KERNELS, the reason in words).
+  """
+  if impl not in ATTENTION_IMPLS:
+    raise ValueError(f"unknown attention_impl {impl!r}; expected one of {ATTENTION_IMPLS}")
+  if impl == "xla":
+    return "xla", "attention_impl='xla'"
+  want = impl if impl != "auto" else {"gpu": "cudnn", "tpu": "pallas"}.get(platform)
+  if want is None:
+    return "xla", f"platform {platform}: no fused kernel (XLA is lm's {platform} path)"
+  need = {"cudnn": "gpu", "pallas": "tpu"}[want]
+  if platform != need:
+    return "xla", f"{want} needs a {need.upper()}, compiling for {platform}"
+  if dropout:
+    return "xla", "attention-probability dropout (the fused kernels have none)"
+  if cache:
+    return "xla", "KV-cache call (prefill or decode step)"
+  if mask is None or mask.q_segment_ids is None or mask.kv_segment_ids is None:
+    return "xla", "no segment ids to build the mask from"
+  (_, l, _, h), s = query_shape, key_shape[1]
+  if want == "cudnn":
+    if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+      return "xla", f"{jnp.dtype(dtype).name} activations (cuDNN attention takes bfloat16/float16)"
+    if h % 8 or h > 128:
+      return "xla", f"head_dim {h} (cuDNN needs a multiple of 8, at most 128)"
+    if has_position_bias and (l % 2 or s % 2):
+      return "xla", f"odd length (L={l}, S={s}) with a bias (cuDNN's bias gradient needs even)"
+    if mask.packed:
+      return "xla", ("packed rows (cuDNN's segment offsets are not public in jax 0.10.2; "
+                     "set data.pack=False for one example per row)")
+    if mask.decoder_causal_attention is not None:
+      return "xla", "prefix-LM mask (neither causal nor sequence lengths express it)"
+    return "cudnn", "cuDNN fused attention (lengths, is_causal, [1, N, L, S] bias)"
+  if l % kernels.PALLAS_BLOCK or s % kernels.PALLAS_BLOCK:
+    return "xla", f"length not a multiple of {kernels.PALLAS_BLOCK} (L={l}, S={s})"
+  if mask.causal and not has_position_bias and mask.decoder_causal_attention is None:
+    return "pallas_splash", "Pallas splash attention (causal, segment ids)"
+  return "pallas_flash", "Pallas flash attention (ab bias, segment ids)"
+
+
+def compile_platform() -> str:
+  """"cpu", "gpu" or "tpu": the platform of the mesh being traced under (``jax.set_mesh``,
+  as lm's steps and ``lm.plan``'s TPU compiles from a CPU host run), else the default
+  backend."""
+  mesh = jax.sharding.get_abstract_mesh()
+  device = None if mesh is None or mesh.empty else mesh.abstract_device
+  platform = device.platform if device is not None else jax.default_backend()
+  return "gpu" if platform in ("cuda", "rocm") else platform
+
+
+_LOGGED: set = set()
+
+
+def _log_choice(name: str, kernel: str, reason: str) -> None:
+  """Logs once per process which kernel a stack's attention runs, and why."""
+  if (name, kernel, reason) not in _LOGGED:
+    _LOGGED.add((name, kernel, reason))
+    logging.info("attention: %s runs %s (%s)", name, kernel, reason)
 
 
 def _as_biases(bias) -> tuple:
@@ -48,23 +156,32 @@ def _as_biases(bias) -> tuple:
   return () if bias is None else tuple(bias) if isinstance(bias, (tuple, list)) else (bias,)
 
 
-def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float = 0.0,
-                          dropout_rng=None, deterministic: bool = True, dtype=jnp.float32):
+def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask | None = None,
+                          impl: str = "xla", dropout_rate: float = 0.0, dropout_rng=None,
+                          deterministic: bool = True, dtype=jnp.float32, cache: bool = False,
+                          platform: str | None = None, interpret: bool = False):
   """``softmax(Q K^T + bias) V`` with float32 logits and softmax, no logit scaling.
 
   Attention-weight dropout shares its mask over the query axis (t5x broadcast_dropout).
-  The gradient is hand-written (``fast_grads.attend``), not traced through the softmax.
+  On the XLA path the gradient is hand-written (``fast_grads.attend``); the fused kernels
+  (``impl``, ``choose_kernel``) bring their own.
 
   Args:
     query: [B, L, N, H].
     key: [B, S, N, H].
     value: [B, S, N, H].
-    bias: optional float32 broadcastable to [B, N, L, S] (0 = keep, -1e10 = masked,
-      plus position biases), or a tuple of such arrays, all added to the logits (kept
-      apart so a [B, 1, L, S] mask and a [1, N, L, S] position bias never materialise
-      their [B, N, L, S] sum outside the fused softmax).
+    bias: optional float32 broadcastable to [B, N, L, S] (position biases, or with no
+      ``mask`` also the mask's 0 / -1e10), or a tuple of such arrays, all added to the
+      logits (kept apart so a [B, 1, L, S] mask and a [1, N, L, S] position bias never
+      materialise their [B, N, L, S] sum outside the fused softmax).
+    mask: the mask as an ``AttentionMask`` (its ``bias`` is added before ``bias``);
+      without one only the XLA path can serve the call.
+    impl: ``TransformerConfig.attention_impl``.
     dropout_rate, dropout_rng, deterministic: attention-weight dropout.
     dtype: dtype of the weights fed to the value einsum and of the result.
+    cache: a KV-cache prefill (the XLA path serves it).
+    platform: the backend compiled for (default: ``compile_platform()``).
+    interpret: run Pallas kernels in the interpreter (tests on the CPU, with platform="tpu").
   Returns:
     dtype[B, L, N, H].
   """
@@ -77,7 +194,9 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
   if query.shape[0] != key.shape[0] or query.shape[2:] != key.shape[2:]:
     raise ValueError(f"attention needs queries {query.shape} with the batch, heads and head_dim "
                      f"of the keys {key.shape}")
-  biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
+  position_biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
+  biases = position_biases if mask is None else (
+      (jnp.asarray(mask.bias, jnp.float32),) + position_biases)
   logits_shape = (query.shape[0], query.shape[2], query.shape[1], key.shape[1])
   for b in biases:
     if b.ndim != 4 or any(n not in (1, full) for n, full in zip(b.shape, logits_shape)):
@@ -85,12 +204,40 @@ def dot_product_attention(query, key, value, bias=None, *, dropout_rate: float =
                        f"[B, N, L, S] = {logits_shape}")
   if not 0.0 <= dropout_rate < 1.0:
     raise ValueError(f"attention dropout_rate must be in [0, 1), got {dropout_rate}")
+  dropout = not deterministic and dropout_rate > 0.0
+  kernel, reason = choose_kernel(
+      impl, platform=platform or compile_platform(), query_shape=query.shape,
+      key_shape=key.shape, dtype=query.dtype, mask=mask,
+      has_position_bias=bool(position_biases), dropout=dropout, cache=cache)
+  _log_choice(mask.name if mask is not None else "attention", kernel, reason)
+  if kernel != "xla":
+    return _fused(kernel, query, key, value, mask, position_biases, dtype, interpret)
   scale = None
-  if not deterministic and dropout_rate > 0.0:
+  if dropout:
     b, s, n, _ = key.shape
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, (b, n, 1, s))
     scale = jnp.where(keep, 1.0 / (1.0 - dropout_rate), 0.0).astype(jnp.float32)
   return fast_grads.attend(query, key, value, biases, scale, jnp.dtype(dtype))
+
+
+def _sum_biases(biases):
+  """One float32 bias from several (None if there are none)."""
+  total = None
+  for b in biases:
+    total = b if total is None else total + b
+  return total
+
+
+def _fused(kernel, query, key, value, mask, position_biases, dtype, interpret):
+  """Runs a fused kernel that ``choose_kernel`` picked (kernels.py)."""
+  position_bias = _sum_biases(position_biases)
+  if kernel == "cudnn":
+    return kernels.cudnn_attention(query, key, value, mask, position_bias, dtype=dtype)
+  ab = position_bias
+  if mask.decoder_causal_attention is not None:  # the prefix-LM mask rides in the bias
+    ab = mask.bias if ab is None else ab + mask.bias
+  return kernels.pallas_attention(query, key, value, mask, ab, kernel=kernel.split("_")[1],
+                                  interpret=interpret, dtype=dtype)
 
 
 def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32):
@@ -135,6 +282,7 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: attention-weight dropout.
     use_rope: rotate queries and keys by their positions (self-attention only).
     dtype: activation dtype.
+    attention_impl: one of ATTENTION_IMPLS (``dot_product_attention``'s ``impl``).
   """
   num_heads: int
   head_dim: int
@@ -142,9 +290,11 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0
   use_rope: bool = False
   dtype: Any = jnp.float32
+  attention_impl: str = "xla"
 
   @nn.compact
-  def __call__(self, inputs_q, inputs_kv, bias, *, q_positions=None, kv_positions=None,
+  def __call__(self, inputs_q, inputs_kv, bias, *, mask: AttentionMask | None = None,
+               q_positions=None, kv_positions=None,
                deterministic: bool = True, cache_mode: str | None = None,
                cache_index=None, max_length: int | None = None):
     """Attends ``inputs_q`` to ``inputs_kv``.
@@ -153,7 +303,9 @@ class MultiHeadAttention(nn.Module):
       inputs_q: dtype[B, L, D].
       inputs_kv: dtype[B, S, D]; ignored (may be None) for a cross-attention "step".
       bias: float32 broadcastable to [B, N, L, S_total], where S_total is S without a
-        cache, max_length for a self-attention step, S_enc for cross-attention.
+        cache, max_length for a self-attention step, S_enc for cross-attention (the
+        position bias, or a tuple of biases; the mask's too when ``mask`` is None).
+      mask: the AttentionMask over those S_total keys, or None.
       q_positions, kv_positions: int32[B or 1, L] / [B or 1, S] (RoPE only).
       deterministic: disables dropout.
       cache_mode: None (no cache), "prefill" (compute, store the keys/values, attend
@@ -202,14 +354,17 @@ class MultiHeadAttention(nn.Module):
                                       cache_mode, cache_index, max_length, inputs_q.shape[0])
 
     if cache_mode == "step":
-      out = cached_attention(query, key, value, _as_biases(bias), dtype=self.dtype)
+      mask_bias = () if mask is None else (mask.bias,)
+      out = cached_attention(query, key, value, mask_bias + _as_biases(bias), dtype=self.dtype)
     else:
       dropout_rng = None
       if not deterministic and self.dropout_rate > 0.0:
         dropout_rng = self.make_rng("dropout")
-      out = dot_product_attention(query, key, value, bias, dropout_rate=self.dropout_rate,
-                                  dropout_rng=dropout_rng, deterministic=deterministic,
-                                  dtype=self.dtype)
+      out = dot_product_attention(
+          query, key, value, bias, mask=mask,
+          impl=self.attention_impl, cache=cache_mode is not None,
+          dropout_rate=self.dropout_rate, dropout_rng=dropout_rng, deterministic=deterministic,
+          dtype=self.dtype)
     out = checkpoint_name(out, "attention_out")
     out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))

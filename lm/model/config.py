@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from lm.architecture import LAYOUTS
 from lm.model import position
 from lm.model.attention import REMAT_NAMES as ATTENTION_REMAT_NAMES
+from lm.model.attention import ATTENTION_IMPLS
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 
 MASK_TYPES = LAYOUTS  # named in lm/architecture.py
@@ -41,6 +42,10 @@ REMAT_POLICIES = {
         names_which_can_be_saved=(), names_which_can_be_offloaded=ATTENTION_REMAT_NAMES,
         offload_src="device", offload_dst="pinned_host"),
 }
+# Fields that choose how the model is computed, not what: they change no parameter or
+# result beyond floating-point rounding, so checkpoint signatures and the config goldens
+# leave them out (a run may resume on another platform with another kernel).
+EXECUTION_FIELDS = ("attention_impl",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,11 @@ class TransformerConfig:
     remat_policy: one of REMAT_POLICIES ("none", "full", "dots_saveable", "minimal", ...;
       docs/planning.md compares their memory).
     scan_layers: nn.scan over layers (params get a leading "layers" axis).
+    attention_impl: which kernel computes attention: "xla" (fast_grads.attend, the
+      reference and the CPU path), "cudnn", "pallas" (TPU) or "auto" (the fused kernel the
+      platform and the call support, else "xla"; attention.choose_kernel). It chooses how,
+      not what, the model computes: no parameter depends on it and checkpoint signatures
+      leave it out (EXECUTION_FIELDS).
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -97,6 +107,7 @@ class TransformerConfig:
   dtype: str = "bfloat16"
   remat_policy: str = "none"
   scan_layers: bool = False
+  attention_impl: str = "auto"
 
   def __post_init__(self):
     def check(ok, msg):
@@ -124,6 +135,8 @@ class TransformerConfig:
     check(self.dtype in DTYPES, f"unknown dtype {self.dtype!r}; expected one of {tuple(DTYPES)}")
     check(self.remat_policy in REMAT_POLICIES,
           f"unknown remat_policy {self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
+    check(self.attention_impl in ATTENTION_IMPLS,
+          f"unknown attention_impl {self.attention_impl!r}; expected one of {ATTENTION_IMPLS}")
     check(0.0 <= self.dropout_rate < 1.0, f"dropout_rate must be in [0, 1), got {self.dropout_rate}")
     if self.mask_type == "encoder_decoder":
       check(self.num_encoder_layers > 0, "mask_type='encoder_decoder' needs num_encoder_layers > 0")
@@ -165,4 +178,5 @@ class TransformerConfig:
     return dataclasses.replace(self, **overrides)
 
 
-__all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES"]
+__all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
+           "ATTENTION_IMPLS", "EXECUTION_FIELDS"]

@@ -12,8 +12,11 @@ model uses is chosen by ``TransformerConfig.position_encoding``:
 - ``"learned"`` / ``"sinusoidal"``: absolute embeddings added to the token embeddings.
 - ``"none"``: nothing (causal masking alone carries order information).
 
-All relative encodings are computed from the per-segment ``*_positions`` features, so a
-packed example sees exactly the encodings it would see alone.
+The functions take positions of shape [B or 1, L]. For a full pass the Transformer gives
+the relative biases (T5, ALiBi) ``arange`` positions, [1, L], and so one [1, N, L, L] bias
+for all rows: a packed example still sees exactly the encodings it would see alone, since
+positions restart at 0 in every segment and pairs across segments are masked. Decoding
+(prefill, steps) and the absolute encodings use the per-segment ``*_positions`` features.
 """
 from __future__ import annotations
 

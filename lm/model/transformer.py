@@ -74,7 +74,7 @@ import jax.numpy as jnp
 
 from lm.model import masks as masks_lib
 from lm.model import position
-from lm.model.attention import MultiHeadAttention
+from lm.model.attention import AttentionMask, MultiHeadAttention
 from lm.model.config import REMAT_POLICIES, TransformerConfig
 from lm.model.fast_grads import dense
 from lm.model.layers import (Embed, MlpBlock, broadcast_dropout, make_norm, mlp_kernel_init,
@@ -107,14 +107,15 @@ class TransformerLayer(nn.Module):
   max_length: int | None = None
 
   @nn.compact
-  def __call__(self, x, self_bias, encoded, cross_bias, rope_positions, cache_index):
+  def __call__(self, x, self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index):
     """One layer.
 
     Args:
       x: dtype[B, L, D].
-      self_bias: tuple of float32 biases broadcastable to [B, N, L, S] (mask + position).
+      self_mask: the self-attention AttentionMask.
+      self_bias: tuple of float32 position biases broadcastable to [B, N, L, S] (maybe empty).
       encoded: dtype[B, S_enc, D] encoder output, or None.
-      cross_bias: float32 [B, 1, L, S_enc] cross-attention mask bias, or None.
+      cross_mask: the cross-attention AttentionMask ([B, 1, L, S_enc] bias), or None.
       rope_positions: int32[B or 1, L] positions for RoPE, or None.
       cache_index: int32[] first cache slot of this step ("step" only), else None.
     Returns:
@@ -135,18 +136,20 @@ class TransformerLayer(nn.Module):
 
     def attention(name, kind, use_rope):
       return MultiHeadAttention(num_heads=cfg.num_heads, head_dim=cfg.resolved_head_dim, kind=kind,
-                                dropout_rate=rate, use_rope=use_rope, dtype=dtype, name=name)
+                                dropout_rate=rate, use_rope=use_rope, dtype=dtype,
+                                attention_impl=cfg.attention_impl, name=name)
 
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
     self_mode = None if self.encoder_pass else self.cache_mode
     x = sublayer(x, "pre_self_attention_layer_norm", lambda h: self_attention(
-        h, h, self_bias, q_positions=rope_positions, kv_positions=rope_positions,
+        h, h, self_bias, mask=self_mask, q_positions=rope_positions, kv_positions=rope_positions,
         deterministic=deterministic, cache_mode=self_mode, cache_index=cache_index,
         max_length=self.max_length))
     if self.has_cross_attention and not self.encoder_pass:
       cross = attention("encoder_decoder_attention", "cross", False)
       x = sublayer(x, "pre_cross_attention_layer_norm", lambda h: cross(
-          h, encoded, cross_bias, deterministic=deterministic, cache_mode=self.cache_mode))
+          h, encoded, None, mask=cross_mask, deterministic=deterministic,
+          cache_mode=self.cache_mode))
     mlp = MlpBlock(mlp_dim=cfg.mlp_dim, activation=cfg.mlp_activation, dropout_rate=rate,
                    dtype=dtype, name="mlp")
     x = sublayer(x, "pre_mlp_layer_norm", lambda h: mlp(h, deterministic=deterministic))
@@ -154,10 +157,15 @@ class TransformerLayer(nn.Module):
 
 
 class Stack(nn.Module):
-  """A stack of layers with its position encoding and final norm (encoder or decoder)."""
+  """A stack of layers with its position encoding and final norm (encoder or decoder).
+
+  ``packed``: rows may hold several segments (``AttentionMask.packed``; False lets cuDNN
+  express padding by sequence lengths).
+  """
   config: TransformerConfig
   num_layers: int
   has_cross_attention: bool
+  packed: bool = True
 
   @nn.compact
   def __call__(self, x, *, segment_ids, positions=None, decoder_causal_attention=None,
@@ -187,20 +195,32 @@ class Stack(nn.Module):
     if self.has_cross_attention and not encoder_pass and cache_mode != "step" and (
         encoded is None or encoder_segment_ids is None):
       raise ValueError("the decoder of an encoder-decoder needs encoded and encoder_segment_ids")
+    name = "encoder" if encoder_pass else "decoder"
     if cache_mode == "step":
       self_mask, q_positions, k_positions, cross_bias, cache_index = self._step_masks(x, positions)
+      self_mask = AttentionMask(bias=masks_lib.mask_to_bias(self_mask), causal=True,
+                                name=f"{name} self-attention")
+      cross_mask = None if cross_bias is None else AttentionMask(
+          bias=cross_bias, name=f"{name} cross-attention")
     else:
-      self_mask, q_positions, cross_bias = self._masks(
+      bool_mask, q_positions, cross_bias = self._masks(
           x, segment_ids, positions, decoder_causal_attention, encoder_segment_ids, encoder_pass)
       k_positions = q_positions
       if cache_mode == "prefill":
         self._start_cache(segment_ids, q_positions, encoder_segment_ids, max_length)
+      self_mask = AttentionMask(
+          bias=masks_lib.mask_to_bias(bool_mask), q_segment_ids=segment_ids,
+          kv_segment_ids=segment_ids, decoder_causal_attention=decoder_causal_attention,
+          causal=not encoder_pass, packed=self.packed, name=f"{name} self-attention")
+      cross_mask = None if cross_bias is None else AttentionMask(
+          bias=cross_bias, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
+          packed=self.packed, name=f"{name} cross-attention")
 
-    x, self_bias, rope_positions = self._position_encoding(x, self_mask, q_positions, k_positions,
-                                                           bidirectional=encoder_pass)
+    x, self_bias, rope_positions = self._position_encoding(
+        x, q_positions, k_positions, bidirectional=encoder_pass, full_pass=cache_mode is None)
     x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-    x = self._layers(x, (self_bias, encoded, cross_bias, rope_positions, cache_index),
+    x = self._layers(x, (self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index),
                      deterministic=deterministic, encoder_pass=encoder_pass,
                      cache_mode=cache_mode, max_length=max_length)
     if cfg.norm_position == "pre":
@@ -290,22 +310,31 @@ class Stack(nn.Module):
       cross_bias = masks_lib.mask_to_bias(enc_valid[:, None, None, :])
     return self_mask, positions, pos_var.value, cross_bias, cache_index
 
-  def _position_encoding(self, x, self_mask, q_positions, k_positions, *, bidirectional):
+  def _position_encoding(self, x, q_positions, k_positions, *, bidirectional, full_pass):
     """The configured position encoding, as a logit bias, an added embedding or RoPE.
 
+    A full pass (no cache) builds the relative biases (T5, ALiBi) from ``arange`` as one
+    [1, N, L, L] table shared by the rows: exact for packed rows, because positions restart
+    at 0 in every segment (so within a segment key - query positions equal the index
+    offset) and pairs across segments are masked (the packing invariant tested in
+    tests/data/test_packing.py). Prefill and decode steps keep per-row positions.
+
     Returns:
-      (x with any absolute embedding added, tuple of self-attention biases: the mask bias
-      and any relative bias, int32 RoPE positions or None).
+      (x with any absolute embedding added, tuple of self-attention position biases
+      (maybe empty), int32 RoPE positions or None).
     """
     cfg = self.config
     pe = cfg.position_encoding
-    self_bias = (masks_lib.mask_to_bias(self_mask),)
+    self_bias = ()
+    rel_q, rel_k = q_positions, k_positions
+    if full_pass and pe in ("t5_relative", "alibi"):
+      rel_q = rel_k = jnp.arange(x.shape[1], dtype=jnp.int32)[None]
     if pe == "t5_relative":
       relpos = position.RelativePositionBias(num_heads=cfg.num_heads, num_buckets=cfg.relative_num_buckets,
                                              max_distance=cfg.relative_max_distance, name="relpos_bias")
-      self_bias += (relpos(q_positions, k_positions, bidirectional=bidirectional),)
+      self_bias += (relpos(rel_q, rel_k, bidirectional=bidirectional),)
     elif pe == "alibi":
-      self_bias += (position.alibi_bias(q_positions, k_positions, cfg.num_heads),)
+      self_bias += (position.alibi_bias(rel_q, rel_k, cfg.num_heads),)
     elif pe == "learned":
       x = x + position.LearnedPositionEmbedding(cfg.max_length, cfg.emb_dim, name="pos_embedder")(
           q_positions).astype(x.dtype)
@@ -366,17 +395,25 @@ def _batch_array(batch: Mapping[str, Any], key: str, required: bool = True):
 
 
 class Transformer(nn.Module):
-  """The T5-family Transformer; see the module docstring for params and methods."""
+  """The T5-family Transformer; see the module docstring for params and methods.
+
+  ``packed_rows``: batches may pack several examples per row (the default, always
+  correct); False promises one example per row followed by padding (``data.pack=False``),
+  which lets cuDNN express padding by sequence lengths (a row that breaks the promise gets
+  NaN outputs on that path, never silently wrong ones).
+  """
   config: TransformerConfig
+  packed_rows: bool = True
 
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
                                 dtype=cfg.activation_dtype, name="token_embedder")
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
-                         name="decoder")
+                         packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
-      self.encoder = Stack(cfg, cfg.num_encoder_layers, has_cross_attention=False, name="encoder")
+      self.encoder = Stack(cfg, cfg.num_encoder_layers, has_cross_attention=False,
+                           packed=self.packed_rows, name="encoder")
     if not cfg.tie_embeddings:
       self.logits_dense = LogitsDense(cfg.vocab_size, name="logits_dense")
 

@@ -126,3 +126,46 @@ def test_packing_efficiency_counts_every_stack_and_needs_segment_ids():
   assert packing.packing_efficiency(batch) == pytest.approx(6 / 10)
   with pytest.raises(ValueError, match="needs \\*_segment_ids"):
     packing.packing_efficiency({"decoder_target_tokens": np.ones((1, 4))})
+
+
+# --- the contract the model relies on (packing.contract_violations) --------------------
+
+def _random_examples(arch, count, rng):
+  return [converters.convert({"inputs": rng.integers(3, 50, rng.integers(1, 9)).astype(np.int32),
+                              "targets": rng.integers(3, 50, rng.integers(1, 6)).astype(np.int32)},
+                             arch) for _ in range(count)]
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "prefix_lm", "causal"])
+def test_every_packer_keeps_the_contract(arch):
+  """Positions restart at 0 per segment, segments run 1..k then padding, and encoder and
+  decoder segments pair: for the reference packer, grain's packer (the pipeline's), the
+  vectorised first-fit packer and padding alike."""
+  from lm.data import blocks
+  rng = np.random.default_rng(1)
+  exs = _random_examples(arch, 60, rng)
+  lengths = packing.feature_lengths(arch, 10, 6)
+  dense = blocks.first_fit_pack(exs, lengths)
+  rows = (packing.pack_examples(exs, lengths) + _grain_pack(exs, lengths, bins=3)
+          + [{k: v[i] for k, v in dense.items()} for i in range(len(dense["decoder_segment_ids"]))]
+          + [packing.pad_example(e, lengths) for e in exs])
+  assert any(r["decoder_segment_ids"].max() > 1 for r in rows)  # rows really are packed
+  for r in rows:
+    assert packing.contract_violations(r) == []
+
+
+def test_contract_violations_are_named():
+  good = packing.pack_examples([_encdec([5, 6], [8, 9]), _encdec([7], [7])],
+                               {"encoder": 6, "decoder": 6})[0]
+  assert packing.contract_violations(good) == []
+  cases = {
+      "decoder positions do not restart": dict(decoder_positions=np.array([0, 1, 2, 3, 4, 0])),
+      "encoder segment ids are not 1..k": dict(encoder_segment_ids=np.array([2, 2, 2, 1, 1, 0])),
+      "decoder segment ids are not 1..k": dict(decoder_segment_ids=np.array([1, 1, 0, 2, 2, 0]),
+                                               decoder_positions=np.array([0, 1, 0, 0, 1, 0])),
+      "are not paired": dict(encoder_segment_ids=np.array([1, 1, 1, 1, 1, 0]),
+                             encoder_positions=np.array([0, 1, 2, 3, 4, 0])),
+  }
+  for words, change in cases.items():
+    problems = packing.contract_violations({**good, **change})
+    assert len(problems) == 1 and words in problems[0], (words, problems)
