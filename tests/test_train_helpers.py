@@ -50,9 +50,9 @@ def test_starved_warning_only_above_the_threshold(caplog):
     assert not warn({}, 10)
     assert not warn({"data_wait_fraction": train.STARVED_FRACTION}, 10)
     assert not caplog.records
-    assert warn({"data_wait_fraction": 0.25}, 10)
+    assert warn({"data_wait_fraction": 0.9}, 10)
   assert len(caplog.records) == 1
-  assert "waited for batches 25% of the last 10 steps" in caplog.records[0].getMessage()
+  assert "waited for batches 90% of the last 10 steps" in caplog.records[0].getMessage()
 
 
 def test_preempted_carries_the_step_and_says_how_to_resume():
