@@ -219,6 +219,61 @@ def test_sampling_config_rejects_bad_values():
     decoding.DecodeConfig(method="beam", alpha=-0.5)
 
 
+def numpy_filter(logits, temperature=1.0, top_k=0, top_p=1.0):
+  """filter_logits' definition in float64: divide by the temperature; keep the top_k largest
+  (ties at the k-th value kept); of those, the most likely tokens until the mass of the ones
+  before reaches top_p, the mass taken under the tempered, top-k renormalised softmax."""
+  x = np.asarray(logits, np.float64) / temperature
+  keep = np.ones(x.shape, bool)
+  for r, row in enumerate(x):
+    if 0 < top_k < row.size:
+      keep[r] &= row >= np.sort(row)[::-1][top_k - 1]
+    if top_p < 1.0:
+      p = np.where(keep[r], np.exp(row - row.max()), 0.0)
+      p /= p.sum()
+      order = np.argsort(-row, kind="stable")
+      before = np.cumsum(p[order]) - p[order]
+      keep[r, order[before >= top_p]] = False
+  return np.where(keep, x, -np.inf)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [
+    (1.0, 0, 1.0), (0.7, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.5), (2.0, 0, 0.5),
+    (0.5, 0, 0.8), (1.0, 4, 0.6), (3.0, 5, 0.7), (1.0, 1, 0.9), (1.0, 8, 1.0)])
+def test_filter_logits_equals_its_definition(temperature, top_k, top_p):
+  """Temperature, top-k and top-p alone and together against the float64 definition, on
+  rows whose kept sets are not at a rounding boundary of top_p."""
+  rng = np.random.default_rng(11)
+  logits = (2.0 * rng.normal(size=(6, 8))).astype(np.float32)
+  want = numpy_filter(logits, temperature, top_k, top_p)
+  got = np.asarray(decoding.filter_logits(jnp.asarray(logits), decoding.SamplingConfig(
+      temperature=temperature, top_k=top_k, top_p=top_p)))
+  np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+  np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-6)
+
+
+def test_filter_logits_at_its_boundaries():
+  """Exact cases: uniform rows over 4 tokens have masses 1/4, 1/2, 3/4 with no rounding."""
+  flat = jnp.zeros((1, 4))
+  inf = -np.inf
+  # The set stops at the first token that reaches top_p: mass 1/2 is reached by 2 tokens.
+  np.testing.assert_array_equal(decoding.filter_logits(flat, decoding.SamplingConfig(top_p=0.5)),
+                                [[0, 0, inf, inf]])
+  np.testing.assert_array_equal(decoding.filter_logits(flat, decoding.SamplingConfig(top_p=0.51)),
+                                [[0, 0, 0, inf]])
+  # top_p = 1 keeps even tokens whose probability rounds to nothing next to 1.
+  tiny = jnp.asarray([[0.0, -40.0, -80.0]])
+  np.testing.assert_array_equal(decoding.filter_logits(tiny, decoding.SamplingConfig()), tiny)
+  # top_k = 0 and top_k >= V keep every token; ties at the k-th value are kept.
+  row = jnp.asarray([[3.0, 1.0, 1.0, 0.0]])
+  for k in (0, 4, 5):
+    np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=k)), row)
+  np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=2)),
+                                [[3, 1, 1, inf]])
+  np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=1)),
+                                [[3, inf, inf, inf]])
+
+
 # ---------------------------------------------------------------------------------------
 # The model.
 
@@ -405,3 +460,9 @@ def test_log_probs_and_first_argmax_by_value():
   np.testing.assert_array_equal(np.asarray(decoding.first_argmax(jnp.asarray(logits))),
                                 [np.argmax(logits[0]), 3, 36, np.argmax(logits[3])])
   assert int(decoding.first_argmax(jnp.full((1, 5), jnp.nan))[0]) == 4
+  # Leading axes of any number ([B, K, V] beam logits): the last axis is the vocabulary.
+  cube = logits.reshape(2, 2, 37)
+  np.testing.assert_array_equal(np.asarray(decoding.first_argmax(jnp.asarray(cube))),
+                                [[np.argmax(logits[0]), 3], [36, np.argmax(logits[3])]])
+  np.testing.assert_array_equal(np.asarray(decoding.log_probs(jnp.asarray(cube))),
+                                got.reshape(2, 2, 37))

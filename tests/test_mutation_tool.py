@@ -55,3 +55,30 @@ def test_parse_lines_reads_inclusive_ranges_and_refuses_bad_ones():
   for bad in ("65-", "a-3", "9-3", "0-2", ""):
     with pytest.raises(SystemExit, match="bad --lines"):
       mutation.parse_lines(bad)
+
+
+def test_function_lines_spans_named_top_level_definitions_and_refuses_unknown_names():
+  import pytest  # pylint: disable=g-import-not-at-top
+  source = ("import x\n"                  # 1
+            "@decorator\n"                # 2
+            "def f(a):\n"                 # 3
+            "  return a\n"                # 4
+            "class C:\n"                  # 5
+            "  def f(self):\n"            # 6
+            "    return 1\n"              # 7
+            "y = 2\n")                    # 8
+  assert mutation.function_lines(source, ["C", "f"]) == [(5, 7), (2, 4)]
+  with pytest.raises(SystemExit, match=r"no top-level function or class \['g'\]"):
+    mutation.function_lines(source, ["f", "g"])
+
+
+def test_every_module_has_existing_tests_and_its_named_functions():
+  repo = os.path.dirname(mutation.__file__) + "/.."
+  for module, tests in mutation.MODULE_TESTS.items():
+    assert os.path.isfile(os.path.join(repo, module)), module
+    for test in tests:
+      assert os.path.isfile(os.path.join(repo, test.split("::")[0])), (module, test)
+  for module, names in mutation.MODULE_FUNCTIONS.items():
+    assert module in mutation.MODULE_TESTS, module
+    with open(os.path.join(repo, module)) as f:
+      assert len(mutation.function_lines(f.read(), names)) == len(names)

@@ -122,3 +122,54 @@ def test_bits_per_byte_by_hand():
   assert len(text.encode("utf-8")) == 6
   assert score_lib.bits_per_byte(3 * math.log(2.0), 6) == pytest.approx(0.5)
   assert math.isnan(score_lib.bits_per_byte(1.0, 0))
+  assert math.isnan(score_lib.bits_per_byte(1.0, -6))
+  assert score_lib.bits_per_byte(math.log(2.0), 1) == pytest.approx(1.0)  # one byte, one bit
+
+
+def test_score_logits_without_weights_and_with_one_or_no_scored_token():
+  """Without loss weights the non-padding targets are scored; a row with one scored token
+  has its value as its mean, a row with none has mean 0; padding never counts as correct."""
+  logits = np.zeros((3, 3, 4), np.float32)
+  logits[0, 0, 2] = math.log(3.0)  # p(2) = 1/2 at row 0 position 0, elsewhere uniform
+  logits[2, 0, 3] = math.log(3.0)  # row 2 predicts 3 over its target 1 (p(1) = 1/6)
+  batch = {"decoder_target_tokens": np.array([[2, 3, 0], [0, 0, 0], [1, 0, 0]], np.int32)}
+  out = score_lib.score_logits(logits, batch)
+  ll = [math.log(0.5) + math.log(0.25), 0.0, math.log(1 / 6)]
+  np.testing.assert_allclose(out["log_likelihood"], ll, rtol=1e-6)
+  np.testing.assert_allclose(out["num_tokens"], [2, 0, 1])
+  np.testing.assert_allclose(out["mean_log_likelihood"], [ll[0] / 2, 0.0, ll[2]], rtol=1e-6)
+  np.testing.assert_allclose(out["num_correct"], [1, 0, 0])
+
+
+def test_segment_scores_by_hand():
+  """A packed row (segments 1, 2 and padding) beside an unpacked one: per-segment totals,
+  means and hits by hand; row values NaN only in the packed row."""
+  logits = np.zeros((3, 4, 4), np.float32)
+  logits[0, 1, 3] = math.log(3.0)  # p(3) = 1/2 at row 0 position 1
+  batch = {"decoder_target_tokens": np.array([[2, 3, 1, 0], [2, 2, 0, 0], [0, 0, 0, 0]], np.int32),
+           "decoder_segment_ids": np.array([[1, 1, 2, 0], [1, 1, 0, 0], [0, 0, 0, 0]], np.int32)}
+  out = score_lib.score_logits(logits, batch, max_segments=3)
+  q = math.log(0.25)
+  np.testing.assert_allclose(out["segment_log_likelihood"],
+                             [[q + math.log(0.5), q, 0], [2 * q, 0, 0], [0, 0, 0]], rtol=1e-6)
+  np.testing.assert_allclose(out["segment_num_tokens"], [[2, 1, 0], [2, 0, 0], [0, 0, 0]])
+  np.testing.assert_allclose(out["segment_mean_log_likelihood"],
+                             [[(q + math.log(0.5)) / 2, q, 0], [q, 0, 0], [0, 0, 0]], rtol=1e-6)
+  np.testing.assert_allclose(out["segment_num_correct"], [[1, 0, 0], [0, 0, 0], [0, 0, 0]])
+  assert np.isnan(out["log_likelihood"][0]) and np.isnan(out["num_tokens"][0])
+  # An unpacked row and an all-padding row are not packed: finite values.
+  np.testing.assert_allclose(out["log_likelihood"][1:], [2 * q, 0], rtol=1e-6)
+  np.testing.assert_allclose(out["num_tokens"][1:], [2, 0])
+  with pytest.raises(ValueError, match="max_segments needs"):
+    score_lib.score_logits(logits, {"decoder_target_tokens": batch["decoder_target_tokens"]},
+                           max_segments=2)
+
+
+def test_check_unpacked_refuses_packed_encoder_rows_and_accepts_unpacked_ones():
+  score_lib.check_unpacked({"decoder_segment_ids": np.array([[1, 1, 0]]),
+                            "encoder_segment_ids": np.array([[1, 0, 0]])})
+  score_lib.check_unpacked({"decoder_target_tokens": np.array([[3, 0]])})
+  score_lib.check_unpacked({"decoder_segment_ids": np.zeros((2, 3), np.int32)})  # all padding
+  with pytest.raises(ValueError, match=r"encoder_segment_ids > 1"):
+    score_lib.check_unpacked({"decoder_segment_ids": np.array([[1, 1]]),
+                              "encoder_segment_ids": np.array([[1, 2]])})

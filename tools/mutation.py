@@ -9,6 +9,8 @@
                                                      # only an earlier run's survivors
     python tools/mutation.py lm/losses.py --lines 60-75,104 --workdir /tmp/lm-lines
                                                      # only mutants on lines rewritten since
+    python tools/mutation.py lm/decoding.py --functions filter_logits,beam_search
+                                                     # only mutants inside these functions
 
 For each module, cosmic-ray (https://cosmic-ray.readthedocs.io) applies one mutation at
 a time (operator swaps, changed constants, removed branches, ...) and runs the module's
@@ -73,6 +75,33 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/data/converters.py": ["tests/data/test_converters.py", "tests/data/test_packing.py",
                               "tests/data/test_features.py"],
     "lm/data/packing.py": ["tests/data/test_packing.py", "tests/data/test_features.py"],
+    # The searches on constructed score tables come first in the file (most mutants die
+    # there); the model tests (prompt_batch, the cache glue, decode) after them.
+    "lm/decoding.py": ["tests/test_decoding_search.py"],
+    "lm/score.py": ["tests/test_score.py"],
+    "lm/plan.py": ["tests/test_plan.py"],
+    "lm/train.py": ["tests/test_train_helpers.py",
+                    "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
+    "lm/downstream/metrics.py": ["tests/downstream/test_downstream_metrics.py"],
+    "lm/downstream/task.py": ["tests/downstream/test_t5_tasks.py", "tests/downstream/test_mini.py"],
+    "lm/downstream/t5_tasks.py": ["tests/downstream/test_t5_tasks.py"],
+    "lm/downstream/mixtures.py": ["tests/downstream/test_mixtures.py",
+                                  "tests/downstream/test_best_results.py"],
+    "lm/downstream/sources.py": ["tests/downstream/test_downstream_sources.py"],
+    "lm/downstream/mini.py": ["tests/downstream/test_mini.py"],
+    "lm/downstream/mini_suite.py": ["tests/test_mini_suite.py"],
+    "lm/downstream/evaluation.py": ["tests/test_downstream_evaluation.py",
+                                    "tests/test_evaluate_task.py",
+                                    "tests/downstream/test_best_results.py"],
+    "lm/downstream/finetune_data.py": ["tests/test_finetune_data.py"],
+    "lm/downstream/finetune.py": ["tests/test_finetune.py"],
+}
+
+# Module -> the only top-level functions / classes mutated by default (the rest of the module
+# is I/O and orchestration that the fast tests do not reach; --functions or --lines override).
+MODULE_FUNCTIONS: dict[str, list[str]] = {
+    "lm/train.py": ["Preempted", "NonFiniteError", "_check_finite", "batch_shapes",
+                    "dummy_batch", "_static_metrics", "_warn_if_starved"],
 }
 
 
@@ -174,6 +203,22 @@ def parse_lines(spec: str) -> list[tuple[int, int]]:
     if ranges[-1][0] > ranges[-1][1] or ranges[-1][0] < 1:
       raise SystemExit(f"error: bad --lines range {part.strip()!r}; expected first <= last, >= 1")
   return ranges
+
+
+def function_lines(source: str, names: list[str]) -> list[tuple[int, int]]:
+  """The inclusive line ranges of the named top-level functions / classes of a module's
+  source (decorators included), in the order named; an unknown name is an error."""
+  import ast  # pylint: disable=g-import-not-at-top
+  spans = {}
+  for node in ast.parse(source).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+      spans[node.name] = (first, node.end_lineno)
+  unknown = [n for n in names if n not in spans]
+  if unknown:
+    raise SystemExit(f"error: no top-level function or class {unknown} in the module; "
+                     f"expected some of {sorted(spans)}")
+  return [spans[n] for n in names]
 
 
 def skip_mutants_outside(session: Path, lines: list[tuple[int, int]]) -> int:
@@ -373,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--lines", metavar="RANGES",
                       help="only mutants on these lines of the module, e.g. 65-73,104 (the "
                            "lines rewritten since an earlier run; one module only)")
+  parser.add_argument("--functions", metavar="NAMES",
+                      help="only mutants inside these top-level functions / classes, e.g. "
+                           "filter_logits,beam_search (one module only; default for a module "
+                           "in MODULE_FUNCTIONS: its list; 'all' for the whole module)")
   parser.add_argument("--retest", type=Path, metavar="EARLIER_WORKDIR",
                       help="run only the survivors of an earlier run (its --workdir) against "
                            "the current code and tests")
@@ -384,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--tests needs exactly one module")
   if args.lines and (len(modules) != 1 or args.retest):
     parser.error("--lines needs exactly one module and no --retest")
+  if args.functions and (len(modules) != 1 or args.retest or args.lines):
+    parser.error("--functions needs exactly one module and no --retest or --lines")
   lines = parse_lines(args.lines) if args.lines else None
   unknown = [m for m in modules if m not in MODULE_TESTS and not args.tests]
   if unknown:
@@ -399,9 +450,15 @@ def main(argv: list[str] | None = None) -> int:
                                         args.retest / slug, args.workdir / slug,
                                         args.timeout))
       continue
+    names = (args.functions.split(",") if args.functions
+             else None if lines else MODULE_FUNCTIONS.get(module))
+    module_lines = lines
+    if names and names != ["all"] and (REPO / module).is_file():
+      module_lines = function_lines((REPO / module).read_text(), [n.strip() for n in names])
+      print(f"{module}: mutating {', '.join(names)} only (lines {module_lines})", flush=True)
     summaries.append(run_module(module, args.tests or MODULE_TESTS[module],
                                 args.workdir / slug, args.timeout, args.list, args.quick,
-                                lines))
+                                module_lines))
   print("\n" + json.dumps(summaries, indent=1))
   return 0
 

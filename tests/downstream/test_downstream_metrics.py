@@ -124,6 +124,9 @@ def test_rouge_bootstrap_mid_is_seeded_and_near_the_mean():
   a = metrics.rouge(targets, preds)
   assert np.array_equal(np.random.get_state()[1], before)   # global generator untouched
   assert metrics.rouge(targets, preds) == a                  # deterministic
+  # The default seed is 0 (recorded results stay comparable); another seed resamples.
+  assert metrics.rouge(targets, preds, seed=0) == a
+  assert metrics.rouge(targets, preds, seed=1) != a
   scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"])
   for key in a:
     mean = 100 * np.mean([scorer.score(t, p)[key].fmeasure for t, p in zip(targets, preds)])

@@ -1,0 +1,62 @@
+"""lm.train's pure helpers (the rest of lm.train is tested by running it: tests/test_train.py)."""
+import logging
+import math
+
+import numpy as np
+import pytest
+
+from lm import train
+
+
+@pytest.mark.parametrize("arch,lengths", [
+    ("encoder_decoder", {"encoder": 7, "decoder": 5}),
+    ("prefix_lm", {"decoder": 12}),   # decoder-only: inputs + targets in one row
+])
+def test_batch_shapes_and_dummy_batch_are_the_training_features(arch, lengths):
+  stacks = list(lengths)
+  keys = {f"{s}_{f}" for s in stacks for f in ("segment_ids", "positions")}
+  keys |= {"decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"}
+  keys |= {"encoder_input_tokens"} if arch == "encoder_decoder" else {"decoder_causal_attention"}
+  for batch_size, kwargs in ((1, {}), (3, {"batch_size": 3})):
+    shapes = train.batch_shapes(arch, 7, 5, **kwargs)
+    zeros = train.dummy_batch(arch, 7, 5, **kwargs)
+    assert set(shapes) == set(zeros) == keys
+    for k in keys:
+      want = (batch_size, lengths[k.split("_")[0]])
+      dtype = np.float32 if k == "decoder_loss_weights" else np.int32
+      assert shapes[k].shape == zeros[k].shape == want, k
+      assert shapes[k].dtype == zeros[k].dtype == dtype, k
+      assert not zeros[k].any(), k
+
+
+def test_static_metrics_read_the_objective_and_the_lengths():
+  class Data:  # a DataSpec's fields that are read
+    objective_params = {"noise_density": 0.15, "mean_noise_span_length": 3.0}
+    inputs_length, targets_length = 512, 114
+  assert train._static_metrics(Data()) == {  # pylint: disable=protected-access
+      "noise_density": 0.15, "mean_noise_span_length": 3.0, "inputs_length": 512,
+      "targets_length": 114}
+
+  class Finetune:  # FinetuneSpec: no objective params
+    inputs_length, targets_length = 64, 8
+  got = train._static_metrics(Finetune())  # pylint: disable=protected-access
+  assert math.isnan(got["noise_density"]) and math.isnan(got["mean_noise_span_length"])
+  assert (got["inputs_length"], got["targets_length"]) == (64, 8)
+
+
+def test_starved_warning_only_above_the_threshold(caplog):
+  warn = train._warn_if_starved  # pylint: disable=protected-access
+  with caplog.at_level(logging.WARNING):
+    assert not warn({}, 10)
+    assert not warn({"data_wait_fraction": train.STARVED_FRACTION}, 10)
+    assert not caplog.records
+    assert warn({"data_wait_fraction": 0.9}, 10)
+  assert len(caplog.records) == 1
+  assert "waited for batches 90% of the last 10 steps" in caplog.records[0].getMessage()
+
+
+def test_preempted_carries_the_step_and_says_how_to_resume():
+  err = train.Preempted(42)
+  assert err.step == 42
+  assert "at step 42" in str(err) and "run the same command again to resume" in str(err)
+  assert issubclass(train.NonFiniteError, ValueError)
