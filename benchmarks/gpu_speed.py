@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import results  # noqa: E402  (benchmarks/)
 from bench_train import memory_per_device, random_batch  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import losses, metrics, partitioning, steps, train  # noqa: E402
+from lm import losses, metrics, partitioning, plan, steps, train  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
 CONFIG_MODULES = ("t5", "gpt3")
@@ -84,8 +84,32 @@ def loss_and_grads(run, params, local):
 
   with run.axis_rules():
     batch = partitioning.make_global_batch(local, run.mesh)
-    loss, grads = jax.jit(jax.value_and_grad(loss_fn))(params, batch)
-  return float(loss), jax.tree.map(lambda g: np.asarray(g, np.float64), jax.device_get(grads))
+    compiled = jax.jit(jax.value_and_grad(loss_fn)).lower(params, batch).compile()
+    loss, grads = compiled(params, batch)
+  return (float(loss), jax.tree.map(lambda g: np.asarray(g, np.float64), jax.device_get(grads)),
+          plan.custom_calls(compiled))
+
+
+FUSED_TARGETS = {"cudnn": ("cudnn", "fmha"), "pallas": ("tpu_custom_call",)}
+
+
+def fell_back(overrides, calls: dict[str, int]) -> str | None:
+  """Why a run asked for a fused attention kernel lacks it, or None.
+
+  Args:
+    overrides: the run's ``FIELD=VALUE`` overrides (``model.attention_impl=cudnn``, ...).
+    calls: {custom-call target: count} of its compiled program (``lm.plan.custom_calls``).
+  Returns:
+    None when no fused kernel was asked for or one is in the program; else one sentence.
+  """
+  impls = [o.partition("=")[2] for o in overrides if o.startswith("model.attention_impl=")]
+  want = impls[-1] if impls else None
+  if want not in FUSED_TARGETS:
+    return None
+  if any(t in target.lower() for target in calls for t in FUSED_TARGETS[want]):
+    return None
+  return (f"attention_impl={want} but no {want} kernel is in the compiled program (it fell "
+          f"back to xla: the log's 'attention:' lines say why)")
 
 
 def _relative(a, b) -> float:
@@ -110,12 +134,12 @@ def numerics(args) -> int:
   grads = {}
   for side, run in runs.items():
     t0 = time.perf_counter()
-    loss, g = loss_and_grads(run, state.params, local)
+    loss, g, calls = loss_and_grads(run, state.params, local)
     grads[side] = g
     out[side + "_result"] = {
         "loss": loss, "grad_norm": float(np.sqrt(sum(np.sum(x * x) for x in jax.tree.leaves(g)))),
         "bias_table_grad_norms": {k: float(np.linalg.norm(v)) for k, v in bias_tables(g).items()},
-        "seconds": time.perf_counter() - t0}
+        "custom_calls": calls, "seconds": time.perf_counter() - t0}
   a, b = out["a_result"], out["b_result"]
   checks = {
       "loss": abs(a["loss"] - b["loss"]) / max(abs(a["loss"]), 1e-30),
@@ -132,6 +156,9 @@ def numerics(args) -> int:
                for side in ("a", "b")
                for stack, norm in out[side + "_result"]["bias_table_grad_norms"].items()
                if not norm > 0]
+  problems += [f"{side}: {why}" for side in ("a", "b")  # else the gate compared xla with xla
+               if (why := fell_back(args.set + getattr(args, side),
+                                    out[side + "_result"]["custom_calls"]))]
   out.update(relative_differences=checks, tolerances={"loss": args.loss_rtol,
                                                        "grads": args.grad_rtol},
              agree=not problems, problems=problems)
@@ -184,6 +211,8 @@ def speed(args) -> int:
     t0 = time.perf_counter()
     compiled = run.train_step.lower(state, batch).compile()
     out["compile_s"] = time.perf_counter() - t0
+  out["custom_calls"] = plan.custom_calls(compiled)
+  out["fell_back"] = fell_back(args.set, out["custom_calls"])
   print(f"init {out['init_s']:.1f} s"
         + (f" (on the host: {out['host_init_s']:.1f} s)" if args.host_init else "")
         + f", compile {out['compile_s']:.1f} s", flush=True)
@@ -216,6 +245,8 @@ def speed(args) -> int:
         f"({peak_source}), peak memory "
         + (f"{gpu_peak / 2**30:.2f} GiB" if gpu_peak else f"- (XLA {static / 2**30:.2f} GiB)"),
         flush=True)
+  if out["fell_back"]:
+    print(f"warning: {out['fell_back']}", flush=True)
   if args.json:
     results.write_json(args.json, "gpu_speed/speed", out, args)
   return 0
@@ -238,13 +269,14 @@ def summary(args) -> int:
       rows.append({"stage": stage, **{k: r.get(k) for k in (
           "preset", "attention_impl", "batch", "inputs_length", "targets_length",
           "step_median_s", "tokens_per_s", "mfu", "peak_bytes_in_use", "init_s", "host_init_s",
-          "compile_s", "device_kind")}})
+          "compile_s", "device_kind", "fell_back")}})
   for r in rows:
     peak = r["peak_bytes_in_use"]
     print(f"{r['stage']:12s} {r['preset']:28s} {str(r['attention_impl']):6s} "
           f"{r['batch']:4d} x {r['inputs_length']}/{r['targets_length']}: "
           f"{r['step_median_s'] * 1e3:8.1f} ms  MFU {r['mfu']:6.1%}  peak "
-          + (f"{peak / 2**30:6.2f} GiB" if peak else "     -"))
+          + (f"{peak / 2**30:6.2f} GiB" if peak else "     -")
+          + (" (fell back to xla)" if r["fell_back"] else ""))
   if gate is not None:
     print(f"numerics: {'agree' if gate['agree'] else 'DISAGREE'} "
           f"{gate['relative_differences']}")

@@ -34,7 +34,10 @@ FUSED=${FUSED:-cudnn}
 GPT3_BATCH=${GPT3_BATCH:-2}
 LARGE_ACCUM=${LARGE_ACCUM:-4}
 BUDGET=${BUDGET:-480}
-COMMON=(--set model.scan_layers=True)
+# data.pack=False: the random batches hold one example per row, and cuDNN serves only rows
+# that sequence lengths describe (packed rows fall back to xla: docs/speed.md); both sides of
+# every A/B get it. A fused stage whose program lacks the kernel says "fell back" in its JSON.
+COMMON=(--set model.scan_layers=True --set data.pack=False)
 for s in ${EXTRA_SET:-}; do COMMON+=(--set "$s"); done
 
 stage() {  # stage NAME SECONDS COMMAND...: COMMAND under min(SECONDS, budget left), log $OUT/NAME.log

@@ -36,6 +36,20 @@ def test_the_shell_script_parses_and_names_existing_files():
     assert script in text and os.path.exists(os.path.join(ROOT, script))
 
 
+def test_a_fused_run_without_its_kernel_is_named():
+  cudnn = {"__cudnn$fmhaScaleBiasSoftmax": 2, "__cublas$gemm": 9}
+  assert gpu_speed.fell_back([], {}) is None  # nothing fused asked for
+  assert gpu_speed.fell_back(["model.attention_impl=xla"], {}) is None
+  assert gpu_speed.fell_back(["model.attention_impl=cudnn"], cudnn) is None
+  assert gpu_speed.fell_back(["model.attention_impl=pallas"], {"tpu_custom_call": 3}) is None
+  assert "no cudnn kernel" in gpu_speed.fell_back(["model.attention_impl=cudnn"],
+                                                   {"__cublas$gemm": 9})
+  assert "no pallas kernel" in gpu_speed.fell_back(["model.attention_impl=pallas"], cudnn)
+  # the last override wins, as in lm's config overrides
+  assert gpu_speed.fell_back(["model.attention_impl=cudnn", "model.attention_impl=xla"],
+                             {}) is None
+
+
 def test_bad_config_module_is_one_error_line(capsys):
   assert gpu_speed.main(["speed", "--config", "nope:size=tiny"]) == 2
   err = capsys.readouterr().err
@@ -62,6 +76,13 @@ def test_stages_write_their_json_and_the_gate_can_fail(tmp_path):
                          str(tmp_path / "differ.json.txt")]) == 1
   differ = _read(tmp_path / "differ.json.txt")["results"]
   assert not differ["agree"] and differ["problems"]
+  if sides:  # cuDNN asked for on the CPU: equal numbers, but the gate names the fallback
+    assert gpu_speed.main(["numerics", *common, "--b", "model.attention_impl=cudnn", "--json",
+                           str(tmp_path / "fallback.json.txt")]) == 1
+    fallback = _read(tmp_path / "fallback.json.txt")["results"]
+    assert fallback["relative_differences"]["loss"] == 0.0
+    assert fallback["problems"] == [fallback["problems"][0]] and "b: attention_impl=cudnn" in \
+        fallback["problems"][0]
 
   speed_set = [x for s in sides for x in ("--set", s)]
   assert gpu_speed.main(["speed", *common, *speed_set, "--steps", "2", "--warmup", "1",
