@@ -87,6 +87,6 @@ speed small 40 t5:size=small,batch=128,inputs_length=512 --set model.attention_i
 speed large 50 t5:size=large,batch=128,inputs_length=512 --set model.attention_impl=$FUSED \
   --set optim.grad_accum_steps=$LARGE_ACCUM
 stage profile_base 50 env XLA_FLAGS=--xla_gpu_enable_command_buffer= $PY benchmarks/profile_step.py \
-  --config size=base,batch=128,inputs_length=512 --set model.scan_layers=True \
+  --config size=base,batch=128,inputs_length=512 --set model.scan_layers=True --set data.pack=False \
   --set model.attention_impl=$FUSED --steps 3 --warmup 1 --top 25 --json "$OUT/profile_base.json"
 $PY benchmarks/gpu_speed.py summary --dir "$OUT" --json "$OUT/summary.json"
