@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from lm import decoding
+from test_decoding_search import prefix_code, table_model  # the constructed-table model
 
 EOS = decoding.EOS_ID
 
@@ -101,30 +102,6 @@ def test_sampling_draws_follow_the_reference(temperature=2.0, top_k=4, top_p=0.6
 # ---------------------------------------------------------------------------------------
 # Beam search.
 
-def table_model(table):
-  """tokens_to_logits over float32[E, C, V] logits: row state = (example, prefix code);
-  a prefix t_1..t_n has code sum (t_i + 1) (V + 1)^(n - i), so every prefix has its own
-  distribution."""
-  table = jnp.asarray(table, jnp.float32)
-  base = table.shape[-1] + 1
-
-  def t2l(tokens, state, step):
-    del step
-    code = state["code"] * base + tokens + 1
-    return table[state["example"], code], {"code": code, "example": state["example"]}
-
-  e = table.shape[0]
-  state = {"code": jnp.zeros((e,), jnp.int32), "example": jnp.arange(e, dtype=jnp.int32)}
-  return table[:, 0], state, t2l
-
-
-def _code(prefix, vocab):
-  code = 0
-  for t in prefix:
-    code = code * (vocab + 1) + t + 1
-  return code
-
-
 def reference_beam_search(table, example, beam_size, length, alpha):
   """T5's beam search rules (lm.decoding's module docstring) run to `length` tokens with no
   early stop, in float64: each step the 2K best extensions of the live beams; those ending
@@ -137,7 +114,7 @@ def reference_beam_search(table, example, beam_size, length, alpha):
   vocab = t.shape[-1]
   live, finished = [(0.0, ())], []
   for _ in range(length):
-    cands = sorted(((lp + logp[_code(seq, vocab), tok], seq + (tok,))
+    cands = sorted(((lp + logp[prefix_code(seq, vocab), tok], seq + (tok,))
                     for lp, seq in live for tok in range(vocab)), key=lambda c: -c[0])
     cands = cands[:2 * beam_size]
     finished += [(lp / ((5 + len(seq)) / 6) ** alpha, seq) for lp, seq in cands
@@ -190,7 +167,7 @@ def test_a_live_beam_that_can_still_win_keeps_the_search_going():
   vocab, length, alpha = 4, 3, 4.0
   table = np.full((1, (vocab + 1) ** length, vocab), -40.0, np.float32)
   table[0, 0, EOS], table[0, 0, 2] = np.log(0.6), np.log(0.4)
-  table[0, _code([2], vocab), EOS] = 0.0  # EOS after [2]: p = 1 - 3e-17
+  table[0, prefix_code([2], vocab), EOS] = 0.0  # EOS after [2]: p = 1 - 3e-17
   first, state, t2l = table_model(table)
   for k in (1, 2):
     seqs, scores = jax.jit(lambda f, s: decoding.beam_search(  # pylint: disable=cell-var-from-loop
