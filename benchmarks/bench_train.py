@@ -138,6 +138,24 @@ def memory_per_device(compiled) -> tuple[float, float | None]:
   return static, peak
 
 
+def time_steps(compiled, state, batch, *, warmup: int, steps: int):
+  """Runs `warmup` untimed steps, then `steps` timed ones, each blocking on the new state.
+
+  Returns:
+    (the last state, the last step's metrics, the `steps` step times in seconds).
+  """
+  for _ in range(warmup):
+    state, m = compiled(state, batch)
+  jax.block_until_ready(state)
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    state, m = compiled(state, batch)
+    jax.block_until_ready(state)
+    times.append(time.perf_counter() - t0)
+  return state, m, times
+
+
 def bench_one(arch: str, size: str, args, mesh) -> dict:
   """Builds the config, state and jitted train step for (arch, size); times it."""
   config = t5_config.get_config(f"arch={arch},size={size},batch={args.batch},"
@@ -163,15 +181,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
     compile_s = time.perf_counter() - t0
   mem, gpu_peak = memory_per_device(compiled)
 
-  for _ in range(args.warmup):
-    state, m = compiled(state, batch)
-  jax.block_until_ready(state)
-  times = []
-  for _ in range(args.steps):
-    t0 = time.perf_counter()
-    state, m = compiled(state, batch)
-    jax.block_until_ready(state)
-    times.append(time.perf_counter() - t0)
+  state, m, times = time_steps(compiled, state, batch, warmup=args.warmup, steps=args.steps)
   loss = float(m["loss"][0]) / max(float(m["loss"][1]), 1.0)
   if gpu_peak is None and jax.devices()[0].platform == "gpu":
     gpu_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")

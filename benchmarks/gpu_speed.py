@@ -48,7 +48,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import results  # noqa: E402  (benchmarks/)
-from bench_train import memory_per_device, random_batch  # noqa: E402
+from bench_train import memory_per_device, random_batch, time_steps  # noqa: E402
 from lm import config as config_lib  # noqa: E402
 from lm import losses, metrics, partitioning, plan, steps, train  # noqa: E402
 from lm.model import accounting  # noqa: E402
@@ -216,15 +216,7 @@ def speed(args) -> int:
   print(f"init {out['init_s']:.1f} s"
         + (f" (on the host: {out['host_init_s']:.1f} s)" if args.host_init else "")
         + f", compile {out['compile_s']:.1f} s", flush=True)
-  for _ in range(args.warmup):
-    state, m = compiled(state, batch)
-  jax.block_until_ready(state)
-  times = []
-  for _ in range(args.steps):
-    t0 = time.perf_counter()
-    state, m = compiled(state, batch)
-    jax.block_until_ready(state)
-    times.append(time.perf_counter() - t0)
+  state, m, times = time_steps(compiled, state, batch, warmup=args.warmup, steps=args.steps)
   static, gpu_peak = memory_per_device(compiled)
   devices = jax.devices()
   peak, peak_source = metrics.peak_flops(devices, sizes=(args.cpu_peak_size,))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fake_gcs
-from test_train import REPO, _config, _main, _metrics
+from test_train import REPO, _config, _main, _metrics, signal_a_running_main
 
 LOCK_HOLDER = """
 import sys, time
@@ -316,11 +316,11 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_like_sigterm(tmp_path, monkeypatch)
   real = train.Preemption.should_stop
   calls = []
 
-  def should_stop(self):
+  def should_stop(self, *args):
     calls.append(1)
     if len(calls) == 3:
       os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C in the terminal sends
-    return real(self)
+    return real(self, *args)
 
   monkeypatch.setattr(train.Preemption, "should_stop", should_stop)
   before = signal.getsignal(signal.SIGINT)
@@ -350,20 +350,8 @@ def test_a_second_ctrl_c_stops_at_once():
 def test_main_exits_130_after_saving_on_ctrl_c(tmp_path):
   from lm import main
   workdir = str(tmp_path / "run")
-  proc = subprocess.Popen(
-      [sys.executable, "-m", "lm.main", "--config=configs/t5.py:runlocal",
-       "--config.train.num_steps=100000", "--config.ckpt.every_steps=100000",
-       f"--workdir={workdir}"], cwd=REPO,
-      env={**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled"},
-      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-  metrics = os.path.join(workdir, "metrics.jsonl")
-  deadline = time.time() + 300
-  while proc.poll() is None and time.time() < deadline and not (
-      os.path.exists(metrics) and os.path.getsize(metrics) > 0):  # the loop is running
-    time.sleep(0.1)
-  proc.send_signal(signal.SIGINT)
-  _, err = proc.communicate(timeout=300)
-  assert proc.returncode == main.EXIT_INTERRUPTED == 130, err[-3000:]
+  returncode, err = signal_a_running_main(workdir, signal.SIGINT)
+  assert returncode == main.EXIT_INTERRUPTED == 130, err[-3000:]
   assert "KeyboardInterrupt" not in err and "Traceback" not in err, err[-3000:]
   assert err.strip().splitlines()[-1].startswith("interrupted (SIGINT, Ctrl-C) at step ")
   assert len(os.listdir(os.path.join(workdir, "checkpoints"))) == 1

@@ -173,9 +173,9 @@ def jax_leaves(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-@pytest.mark.slow
-def test_sigterm_saves_and_exits_with_the_preempted_code(tmp_path):
-  workdir = str(tmp_path / "run")
+def signal_a_running_main(workdir: str, signum: int) -> tuple[int, str]:
+  """Starts a long lm.main run in `workdir`, sends `signum` once its loop has logged, and
+  returns (exit code, stderr)."""
   proc = subprocess.Popen(
       [sys.executable, "-m", "lm.main", "--config=configs/t5.py:runlocal",
        "--config.train.num_steps=100000", "--config.ckpt.every_steps=100000",
@@ -187,9 +187,16 @@ def test_sigterm_saves_and_exits_with_the_preempted_code(tmp_path):
   while proc.poll() is None and time.time() < deadline and not (
       os.path.exists(metrics) and os.path.getsize(metrics) > 0):  # the loop is running
     time.sleep(0.1)
-  proc.send_signal(signal.SIGTERM)
+  proc.send_signal(signum)
   _, err = proc.communicate(timeout=300)
-  assert proc.returncode == 75, err[-3000:]  # "preempted: resume later"
+  return proc.returncode, err
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_with_the_preempted_code(tmp_path):
+  workdir = str(tmp_path / "run")
+  returncode, err = signal_a_running_main(workdir, signal.SIGTERM)
+  assert returncode == 75, err[-3000:]  # "preempted: resume later"
   assert "preempted (SIGTERM)" in err and "Traceback" not in err
   saved = os.listdir(os.path.join(workdir, "checkpoints"))
   assert len(saved) == 1 and int(saved[0]) >= 20, saved

@@ -527,11 +527,10 @@ class DataPipeline:
     kw = dict(text_field=spec.text_field, split=spec.hf_split, json_records=spec.json_records,
               on_decode_error=spec.on_decode_error, max_document_chars=spec.max_document_chars,
               max_bad_fraction=spec.max_bad_fraction)
-    tokenizer_sha256 = hashlib.sha256(self.tokenizer.model_proto).hexdigest()
 
     def make(fmt, paths):
       if fmt == "prepared":  # token ids: the manifest is read, no document is
-        return prepared.open_prepared(paths, tokenizer_sha256=tokenizer_sha256,
+        return prepared.open_prepared(paths, tokenizer_sha256=self.tokenizer.sha256,
                                       max_bad_fraction=spec.max_bad_fraction)
       return sources.make_source(fmt, paths, **kw)
     source = make(spec.format, spec.paths)

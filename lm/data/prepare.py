@@ -21,7 +21,6 @@ import argparse
 import concurrent.futures
 import dataclasses
 import glob
-import hashlib
 import json
 import logging
 import multiprocessing
@@ -235,7 +234,7 @@ def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
   files = remote.expand(inputs)
   sizes = [remote.size(f) for f in files]
   tok = _read_tokenizer(tokenizer, extra_ids)
-  tok_sha = hashlib.sha256(tok.model_proto).hexdigest()
+  tok_sha = tok.sha256
   plan = _plan(files, sizes, options, tok_sha, extra_ids, tok.vocab_size)
   out_dir = prepared.as_path(output)
   out_dir.mkdir(parents=True, exist_ok=True)

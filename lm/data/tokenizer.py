@@ -24,6 +24,7 @@ uses `vocab_size - 1 - k` directly), reading corpora (`sources.py`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import logging
 import os
@@ -122,6 +123,12 @@ class Tokenizer:
           f"SentencePiece model has (pad, eos, unk, bos) ids {ids}; T5 conventions need "
           f"(0, 1, 2, -1). Train it with `python -m lm.data.tokenizer train`.")
     self.vocab_size = self._sp.get_piece_size()
+
+  @property
+  def sha256(self) -> str:
+    """Hex SHA-256 of the SentencePiece model (without the extra ids): the tokenizer's
+    identity, recorded in prepared datasets' manifests (lm.data.prepare)."""
+    return hashlib.sha256(self.model_proto).hexdigest()
 
   def __getstate__(self):  # Picklable for multiprocess data loading.
     return {"model_proto": self.model_proto, "extra_ids": self.extra_ids,
