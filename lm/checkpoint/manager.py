@@ -135,7 +135,10 @@ class _FailedSaveLog(logging.Filter):
     self._logger.addFilter(self)
 
   def filter(self, record: logging.LogRecord) -> bool:
-    if not self.pending or record.levelno < logging.ERROR or "orbax" not in record.pathname:
+    # After a failure, orbax's threads may log it late (after the save stopped pending):
+    # those records are dropped too; the manager reports the failure once.
+    active = self.pending or self.error is not None
+    if not active or record.levelno < logging.ERROR or "orbax" not in record.pathname:
       return True
     if self.error is None:
       self.error = (record.exc_info[1] if record.exc_info and record.exc_info[1] else
@@ -334,7 +337,8 @@ class CheckpointManager:
           logging.warning("closing the checkpoint manager after an error also failed (%s)",
                           short_reason(e))
       finally:
-        self._failed_saves.remove()
+        if not self._save_failed:  # else late reports of the failed save stay dropped
+          self._failed_saves.remove()
 
     closer = threading.Thread(target=close_quietly, name="lm-ckpt-close", daemon=True)
     closer.start()
