@@ -382,3 +382,36 @@ def test_missing_field_names_task_and_fields(tmp_path):
   with pytest.raises(ValueError, match=r"task 'glue_mrpc': an example has no field 'sentence1' "
                                        r"\(its fields: \['label', 'text_a', 'text_b'\]\)"):
     get_task("glue_mrpc").examples("train", str(tmp_path))
+
+
+def test_the_registry_imports_lms_own_tasks_on_first_use():
+  # A fresh interpreter importing only lm.downstream.task: get_task and task_names import
+  # the modules that register T5's tasks and the mini suite's.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ("from lm.downstream.task import get_task, task_names\n"
+          "print(get_task('mini_next_line').name)\n"
+          "names = task_names()\n"
+          "print('glue_rte' in names, names == sorted(names))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert out.stdout.split() == ["mini_next_line", "True", "True"]
+
+
+def test_compute_metrics_merges_every_metric_and_checks_lengths():
+  from lm.downstream.task import Task  # pylint: disable=g-import-not-at-top
+  t = Task(name="t", load=lambda split, data_dir: [], preprocess=dict,
+           metric_fns=(lambda ts, ps: {"n": len(ts)},
+                       lambda ts, ps: {"same": sum(a == b for a, b in zip(ts, ps))}))
+  # 300 of each: lengths above CPython's small-int cache are equal but not identical.
+  golds = list(range(300))
+  got = t.compute_metrics(golds, golds[:-1] + [-1])
+  assert got == {"n": 300.0, "same": 299.0} and all(type(v) is float for v in got.values())
+  for n_targets, n_predictions in ((3, 2), (2, 3)):
+    with pytest.raises(ValueError, match=f"task 't': {n_targets} targets but {n_predictions} "
+                                         "predictions"):
+      t.compute_metrics([0] * n_targets, [0] * n_predictions)
+  assert t.postprocess("text", {}, is_target=True) == "text"
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  with pytest.raises(dataclasses.FrozenInstanceError):   # registered tasks cannot change
+    t.name = "u"
