@@ -82,3 +82,18 @@ def test_every_module_has_existing_tests_and_its_named_functions():
     assert module in mutation.MODULE_TESTS, module
     with open(os.path.join(repo, module)) as f:
       assert len(mutation.function_lines(f.read(), names)) == len(names)
+
+
+def test_resume_refuses_a_missing_run_and_a_module_changed_since(tmp_path):
+  import pytest  # pylint: disable=g-import-not-at-top
+  module, earlier = "lm/losses.py", tmp_path / "earlier"
+  with pytest.raises(SystemExit, match="no earlier run"):
+    mutation.run_module(module, [], tmp_path / "new", None, False, True, resume=earlier)
+  (earlier / "repo" / "lm").mkdir(parents=True)
+  (earlier / "session.sqlite").write_text("")
+  (earlier / "repo" / module).write_text("x = 1\n")
+  with pytest.raises(SystemExit, match="has changed since the run"):
+    mutation.run_module(module, [], tmp_path / "new", None, False, True, resume=earlier)
+  assert not (tmp_path / "new").exists()  # refused before anything is written
+  with pytest.raises(SystemExit):
+    mutation.main([module, "--resume", str(earlier), "--lines", "3"])

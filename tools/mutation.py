@@ -11,6 +11,8 @@
                                                      # only mutants on lines rewritten since
     python tools/mutation.py lm/decoding.py --functions filter_logits,beam_search
                                                      # only mutants inside these functions
+    python tools/mutation.py lm/score.py --resume /tmp/lm-mutation --workdir /tmp/lm-rest
+                                                     # the mutants a stopped run left pending
 
 For each module, cosmic-ray (https://cosmic-ray.readthedocs.io) applies one mutation at
 a time (operator swaps, changed constants, removed branches, ...) and runs the module's
@@ -263,11 +265,24 @@ def _results(session: Path, cwd: Path, env: dict[str, str]) -> list[tuple[dict, 
 
 def run_module(module: str, tests: list[str], workdir: Path, timeout: float | None,
                list_only: bool, quick: bool,
-               lines: list[tuple[int, int]] | None = None) -> dict:
-  """Runs (or counts) the mutants of one module; returns a summary dict."""
+               lines: list[tuple[int, int]] | None = None,
+               resume: Path | None = None) -> dict:
+  """Runs (or counts) the mutants of one module; returns a summary dict.
+
+  `resume`: an earlier, stopped run's --workdir for this module; only the mutants it left
+  pending run (with the current tests), and only they are counted. The module's text must
+  be the one that run mutated (the pending mutants are positions in it).
+  """
   if not (REPO / module).is_file():
     raise SystemExit(f"error: unknown module {module!r} (no such file; paths are relative to "
                      f"{REPO}); expected one of {list(MODULE_TESTS)}")
+  if resume:
+    earlier = resume / "session.sqlite"
+    if not earlier.is_file():
+      raise SystemExit(f"error: no earlier run in {resume} (expected {earlier})")
+    if (resume / "repo" / module).read_text() != (REPO / module).read_text():
+      raise SystemExit(f"error: {module} has changed since the run in {resume}; its pending "
+                       "mutants are positions in the old text: start a new run instead")
   workdir.mkdir(parents=True, exist_ok=True)
   copy = workdir / "repo"
   if copy.exists():
@@ -279,15 +294,19 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float | No
   config.write_text(_config(module, tests, timeout or 300.0, quick))  # set after the baseline
   session = workdir / "session.sqlite"
   session.unlink(missing_ok=True)
-  _run(["cosmic-ray", "init", str(config), str(session)], copy, env)
-  _run(["cr-filter-pragma", str(session)], copy, env)
-  _run(["cr-filter-operators", str(session), str(config)], copy, env)
-  print(f"skipped {skip_annotation_mutants(session, copy / module)} mutants inside "
-        "annotations (never evaluated: equivalent)", flush=True)
-  if lines:
-    print(f"skipped {skip_mutants_outside(session, lines)} mutants outside lines {lines}",
-          flush=True)
-  n = sum(1 for _, result in _results(session, copy, env) if not result)
+  if resume:
+    shutil.copyfile(resume / "session.sqlite", session)
+  else:
+    _run(["cosmic-ray", "init", str(config), str(session)], copy, env)
+    _run(["cr-filter-pragma", str(session)], copy, env)
+    _run(["cr-filter-operators", str(session), str(config)], copy, env)
+    print(f"skipped {skip_annotation_mutants(session, copy / module)} mutants inside "
+          "annotations (never evaluated: equivalent)", flush=True)
+    if lines:
+      print(f"skipped {skip_mutants_outside(session, lines)} mutants outside lines {lines}",
+            flush=True)
+  pending = {item["job_id"] for item, result in _results(session, copy, env) if not result}
+  n = len(pending)
   if list_only:
     print(f"{module}: {n} mutants")
     return {"module": module, "mutants": n}
@@ -304,7 +323,8 @@ def run_module(module: str, tests: list[str], workdir: Path, timeout: float | No
     config.write_text(_config(module, tests, timeout, quick))
   print(f"per-mutant timeout {timeout:.0f} s", flush=True)
   _run(["nice", "-n", "19", "cosmic-ray", "exec", str(config), str(session)], copy, env)
-  results = _results(session, copy, env)
+  results = [(item, result) for item, result in _results(session, copy, env)
+             if item["job_id"] in pending]
   killed, survived, other = [], [], []
   for item, result in results:
     if not result:
@@ -425,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--retest", type=Path, metavar="EARLIER_WORKDIR",
                       help="run only the survivors of an earlier run (its --workdir) against "
                            "the current code and tests")
+  parser.add_argument("--resume", type=Path, metavar="EARLIER_WORKDIR",
+                      help="run only the mutants an earlier, stopped run (its --workdir) left "
+                           "pending, with the current tests; the module must be unchanged")
   args = parser.parse_args(argv)
   modules = list(MODULE_TESTS) if args.all else args.modules
   if not modules:
@@ -435,6 +458,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--lines needs exactly one module and no --retest")
   if args.functions and (len(modules) != 1 or args.retest or args.lines):
     parser.error("--functions needs exactly one module and no --retest or --lines")
+  if args.resume and (args.retest or args.lines or args.functions or args.list):
+    parser.error("--resume takes no --retest, --lines, --functions or --list (the earlier "
+                 "run chose its mutants)")
   lines = parse_lines(args.lines) if args.lines else None
   unknown = [m for m in modules if m not in MODULE_TESTS and not args.tests]
   if unknown:
@@ -451,14 +477,14 @@ def main(argv: list[str] | None = None) -> int:
                                         args.timeout))
       continue
     names = (args.functions.split(",") if args.functions
-             else None if lines else MODULE_FUNCTIONS.get(module))
+             else None if lines or args.resume else MODULE_FUNCTIONS.get(module))
     module_lines = lines
     if names and names != ["all"] and (REPO / module).is_file():
       module_lines = function_lines((REPO / module).read_text(), [n.strip() for n in names])
       print(f"{module}: mutating {', '.join(names)} only (lines {module_lines})", flush=True)
     summaries.append(run_module(module, args.tests or MODULE_TESTS[module],
                                 args.workdir / slug, args.timeout, args.list, args.quick,
-                                module_lines))
+                                module_lines, args.resume / slug if args.resume else None))
   print("\n" + json.dumps(summaries, indent=1))
   return 0
 

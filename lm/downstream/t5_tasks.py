@@ -241,7 +241,7 @@ def wsc_simple_preprocess(raw: Example, task: str = "super_glue_wsc") -> dict[st
   split keeps only the examples where it is (`wsc_train_filter`).
   """
   marked = re.sub(" X ", lambda _: " *" + raw["span2_text"] + "* ", _wsc_inputs(raw, task))
-  label = _wsc_label(raw.get("label", 0), task)
+  label = _wsc_label(raw.get("label", -1), task)  # a row without one: no label
   return {"inputs": "wsc: " + marked, "targets": raw["span1_text"], "label": label,
           "idx": raw.get("idx")}
 

@@ -113,12 +113,8 @@ def _load_builtin_tasks() -> None:
   """Imports the modules that register lm's own tasks (T5's and the mini suite)."""
   import importlib  # pylint: disable=g-import-not-at-top
   for module in _BUILTIN_MODULES:
-    try:
-      importlib.import_module(module)
-    except ModuleNotFoundError as e:
-      if e.name != module:
-        raise
+    importlib.import_module(module)
 
 
-# Modules that register tasks on import (each may not exist yet while being written).
+# Modules that register tasks on import.
 _BUILTIN_MODULES = ("lm.downstream.t5_tasks", "lm.downstream.mini")

@@ -148,3 +148,54 @@ def test_missing_library_names_the_extra(monkeypatch):
   with pytest.raises(ImportError, match=r"need sacrebleu; install it with pip install -e "
                                         r"'\.\[downstream\]'"):
     metrics.bleu(["a"], ["a"])
+
+
+def test_f1_counts_any_label_but_0_and_1_as_invalid():
+  # 2 is invalid like -1: on a positive example it becomes 0 (a false negative).
+  # TP 1, FN 1, FP 0 -> F1 2/3; the caller's list is left as it was.
+  preds = [1, 2, 0]
+  assert metrics.f1_score_with_invalid([1, 1, 0], preds) == {"f1": pytest.approx(100 * 2 / 3)}
+  assert preds == [1, 2, 0]
+
+
+def test_squad_and_rouge_refuse_bad_lists():
+  with pytest.raises(ValueError, match="squad: 2 targets but 1 predictions"):
+    metrics.squad([["a"], ["b"]], ["a"])
+  with pytest.raises(ValueError, match="squad: 1 targets but 2 predictions"):
+    metrics.squad([["a"]], ["a", "b"])
+  with pytest.raises(ValueError, match=r"gold answers \[\] are not a non-empty list"):
+    metrics.squad([[]], ["a"])
+  with pytest.raises(ValueError, match="rouge: no targets"):
+    metrics.rouge([], [])
+
+
+def test_rouge_reports_the_keys_asked_for():
+  got = metrics.rouge(["the cat sat"], ["the cat sat"], score_keys=("rouge2",))
+  assert got == {"rouge2": pytest.approx(100.0)}
+
+
+def test_bleu_smoothing_order_and_case_are_t5s():
+  # p1 4/5, p2 2/4, p3 0/3 and p4 0/2, which "exp" smoothing makes 1/(2*3) and 1/(4*2):
+  # (1/120) ** (1/4), no brevity penalty.
+  assert metrics.bleu(["a b x d e"], ["a b c d e"]) == {"bleu": pytest.approx(
+      100 * (1 / 120) ** 0.25)}
+  # No effective order: a 3-token sentence has no 4-gram, so even an exact copy scores 0.
+  assert metrics.bleu(["a b c"], ["a b c"]) == {"bleu": 0.0}
+  # Case-sensitive: "A" does not match "a": p = 4/5, 3/4, 2/3, 1/2.
+  assert metrics.bleu(["a b c d e"], ["A b c d e"]) == {"bleu": pytest.approx(
+      100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25)}
+
+
+def test_multirc_exact_match_averages_over_questions_not_options():
+  # Question 0: 3 options, all right; question 1: 1 option, wrong -> 50 (per option: 75).
+  targets = [{"value": 1, "group": 0}, {"value": 0, "group": 0}, {"value": 1, "group": 0},
+             {"value": 1, "group": 1}]
+  preds = [{"value": 1}, {"value": 0}, {"value": 1}, {"value": 0}]
+  assert metrics.multirc_exact_match(targets, preds) == {"exact_match": 50.0}
+
+
+def test_squad_f1_with_partial_precision_and_many_examples():
+  # "bob jones x" against "bob smith": 1 shared token, P 1/3, R 1/2 -> F1 2PR/(P+R) = 0.4.
+  assert metrics.squad([["Bob Smith"]], ["bob jones x"]) == {"em": 0.0, "f1": pytest.approx(40.0)}
+  # 300 examples: lengths past CPython's small-int cache (equal but not identical ints).
+  assert metrics.squad([["a b"]] * 300, ["a b"] * 300) == {"em": 100.0, "f1": 100.0}

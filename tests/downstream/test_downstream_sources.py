@@ -133,3 +133,12 @@ def test_bad_json_line(tmp_path):
   path.write_text('[1, 2]\n')
   with pytest.raises(ValueError, match="is a JSON list, not an object"):
     sources.read_split(str(tmp_path), "train", task="t")
+
+
+def test_jsonl_skips_blank_lines_and_counts_lines_from_one(tmp_path):
+  path = tmp_path / "train.jsonl"
+  path.write_text('{"a": 1}\n\n   \n{"a": 2}\n\n')
+  assert sources.read_split(str(tmp_path), "train", task="t") == [{"a": 1}, {"a": 2}]
+  path.write_text('{"a": 1}\n\n{not json\n')    # the line number counts the blank line
+  with pytest.raises(ValueError, match=r"train.jsonl:3 is not JSON"):
+    sources.read_split(str(tmp_path), "train", task="t")

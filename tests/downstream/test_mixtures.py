@@ -112,3 +112,91 @@ def test_average_missing_results():
   with pytest.raises(ValueError, match=r"GLUE average: results lack \['glue_mrpc/accuracy', "
                                        r"'glue_rte/accuracy'\]"):
     mixtures.glue_average(partial)
+
+
+def test_training_set_sizes_are_t5s():
+  # t5/data/glue_utils.py's sizes, written out (the mixtures' rates are read from them; the
+  # totals alone would let one size move by as much as another moves back).
+  assert mixtures.GLUE_SIZES == {
+      "glue_cola": 8551, "glue_sst2": 67349, "glue_mrpc": 3668, "glue_qqp": 363849,
+      "glue_stsb": 5749, "glue_mnli": 392702, "glue_qnli": 104743, "glue_rte": 2490,
+      "glue_mnli_mismatched": 0, "glue_mnli_matched": 0}
+  assert mixtures.SUPER_GLUE_SIZES == {
+      "super_glue_wsc": 259, "super_glue_boolq": 9427, "super_glue_cb": 250,
+      "super_glue_copa": 400, "super_glue_multirc": 27243, "super_glue_record": 138854,
+      "super_glue_rte": 2490, "super_glue_wic": 5428}
+  probs = mixtures.get_mixture("super_glue_v102_proportional").probabilities()
+  assert probs["super_glue_wsc"] == pytest.approx(259 / 184351)
+  assert sum(probs.values()) == pytest.approx(1.0)
+
+
+def test_rate_zero_is_evaluation_only_and_rates_are_normalised():
+  mix = Mixture("m", ("glue_cola", "glue_rte", "glue_sst2"), (3, 0, 1))
+  assert mix.rates == (3.0, 0.0, 1.0) and isinstance(mix.tasks, tuple)
+  assert mix.probabilities() == {"glue_cola": 0.75, "glue_rte": 0.0, "glue_sst2": 0.25}
+  assert mix.training_tasks() == ("glue_cola", "glue_sst2")
+  # Limit and temperature: min(n, K) ** (1 / T) for every size, the zero size kept at 0.
+  rates = mixtures.proportional_rates([0, 16, 81], limit=64, temperature=2)
+  assert rates == pytest.approx([0.0, 4 / 12, 8 / 12])
+  mix = mixtures.proportional_mixture("p", {"glue_cola": 1, "glue_rte": 3})
+  assert (mix.name, mix.tasks) == ("p", ("glue_cola", "glue_rte"))
+  assert mix.rates == pytest.approx((0.25, 0.75))
+  assert mixtures.equal_rates(1) == [1.0]
+  assert mixtures.equal_mixture("e", ["glue_cola"]).rates == (1.0,)
+
+
+def test_more_bad_mixtures():
+  with pytest.raises(ValueError, match="mixture 'm' has no tasks"):
+    Mixture("m", (), ())
+  with pytest.raises(ValueError, match="non-negative with a positive sum"):
+    Mixture("m", ("glue_cola", "glue_rte"), (1.0, float("nan")))
+  with pytest.raises(ValueError, match="non-negative with a positive sum"):
+    Mixture("m", ("glue_cola", "glue_rte"), (2.0, -0.5))      # positive sum, one negative
+  Mixture("m", ("glue_cola",), (1e-9,))                          # any positive sum is fine
+  with pytest.raises(ValueError, match="temperature -1 must be positive"):
+    mixtures.proportional_rates([1], temperature=-1)
+  assert mixtures.proportional_rates([1, 3], temperature=0.5) == pytest.approx([0.1, 0.9])
+  for limit in (0, -5):
+    with pytest.raises(ValueError, match=f"limit {limit} must be positive"):
+      mixtures.proportional_rates([1], limit=limit)
+  assert mixtures.proportional_rates([1, 3], limit=1e-9) == pytest.approx([0.5, 0.5])
+  with pytest.raises(ValueError, match=r"sizes \[3, -1\] must be non-negative"):
+    mixtures.proportional_rates([3, -1])
+  for n in (0, -1):
+    with pytest.raises(ValueError, match=f"equal mixing of {n} tasks"):
+      mixtures.equal_rates(n)
+  with pytest.raises(ValueError, match="'glue_v002_proportional' is registered twice"):
+    mixtures.register_mixture(mixtures.equal_mixture("glue_v002_proportional", ["glue_cola"]))
+  with pytest.raises(ValueError, match="unknown task 'glue_nope'"):
+    Mixture("m", ("glue_cola", "glue_nope"), (1.0, 1.0)).check_tasks()
+
+
+def test_mixture_names_lists_both_registered_mixtures_sorted():
+  names = mixtures.mixture_names()
+  assert names == sorted(names)
+  assert {"glue_v002_proportional", "super_glue_v102_proportional"} <= set(names)
+
+
+def test_benchmark_average_averages_each_task_first():
+  spec = {"a": (("t1", "x"), ("t1", "y")), "b": (("t2", "x"),)}
+  results = {"t1": {"x": 10.0, "y": 20.0, "z": 99.0}, "t2": {"x": 40.0}}
+  # (15 + 40) / 2, not (10 + 20 + 40) / 3.
+  assert mixtures.benchmark_average(results, spec, "B") == pytest.approx(27.5)
+  with pytest.raises(ValueError, match=r"B average: results lack \['t2/x'\]"):
+    mixtures.benchmark_average({"t1": {"x": 1.0, "y": 1.0}}, spec, "B")
+
+
+def test_one_rate_per_task_either_way_and_at_any_count():
+  with pytest.raises(ValueError, match="1 tasks but 2 rates"):
+    Mixture("m", ("glue_cola",), (1.0, 1.0))
+  # 300 tasks and 300 rates: equal counts past CPython's small-int cache (not identical ints).
+  names = tuple(f"t{i}" for i in range(300))
+  assert len(Mixture("m", names, (1.0,) * 300).probabilities()) == 300
+
+
+
+def test_a_mixture_is_frozen():
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  mix = mixtures.get_mixture("glue_v002_proportional")   # the registry's own object
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    mix.rates = (1.0,) * len(mix.tasks)

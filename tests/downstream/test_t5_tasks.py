@@ -318,6 +318,41 @@ def test_wsc_bad_span_index():
     t5_tasks.wsc_simple_preprocess({**WSC_ROWS[0], "span2_index": 3})
 
 
+def test_wsc_span_index_bounds_and_the_unlabelled_test_split():
+  # The pronoun must be a word after the first (T5 marks " X ", a space on each side):
+  # index 0, a negative index and the index one past the last word are refused, each with
+  # the error, even where the word at that (Python) index is the pronoun.
+  row = {"text": "he asked Tom to lend him", "span1_text": "Tom", "span2_text": "he",
+         "label": 1, "idx": 0}
+  for i in (0, -6):
+    with pytest.raises(ValueError, match=f"span2_index {i} does not point at the pronoun"):
+      t5_tasks.wsc_simple_preprocess({**row, "span2_index": i})
+  with pytest.raises(ValueError, match="span2_index -1 does not point at the pronoun 'him'"):
+    t5_tasks.wsc_simple_preprocess({**row, "span2_text": "him", "span2_index": -1})
+  for i in (6, 7):
+    with pytest.raises(ValueError, match=f"span2_index {i} does not point at the pronoun"):
+      t5_tasks.wsc_simple_preprocess({**row, "span2_index": i})
+  # A test-split example has label -1 (no label); it is kept as -1.
+  ex = t5_tasks.wsc_simple_preprocess({**WSC_ROWS[0], "label": -1})
+  assert ex["label"] == -1
+  # The training filter on a split name built at run time (a flag's value, not the literal).
+  train = "".join(["tr", "ain"])
+  assert t5_tasks.wsc_train_filter(train, WSC_ROWS) == WSC_ROWS[:1]
+  for split in ("validation", "test"):
+    assert t5_tasks.wsc_train_filter(split, WSC_ROWS) == WSC_ROWS
+  # A training row without a label is not known to name the referent: dropped.
+  unlabelled = {k: v for k, v in WSC_ROWS[0].items() if k != "label"}
+  assert t5_tasks.wsc_train_filter("train", [unlabelled, WSC_ROWS[0]]) == WSC_ROWS[:1]
+  # ... and a preprocessed one has no label (-1), like the test split's.
+  assert t5_tasks.wsc_simple_preprocess(unlabelled)["label"] == -1
+
+
+def test_cb_reports_t5s_two_metrics():
+  got = get_task("super_glue_cb").compute_metrics([0, 1, 2, 2], [0, 2, 2, 2])
+  # Class F1s 1, 0, 0.8 -> mean 60 (three classes: entailment, contradiction, neutral).
+  assert got == {"mean_3class_f1": pytest.approx(60.0), "accuracy": 75.0}
+
+
 def test_wsc_special_case():
   text = ("When they had eventually calmed down a bit , and had gotten home, Mr. Farley put "
           "the magic pebble in an iron safe . Some day they might want to use it , but really "
@@ -382,3 +417,36 @@ def test_missing_field_names_task_and_fields(tmp_path):
   with pytest.raises(ValueError, match=r"task 'glue_mrpc': an example has no field 'sentence1' "
                                        r"\(its fields: \['label', 'text_a', 'text_b'\]\)"):
     get_task("glue_mrpc").examples("train", str(tmp_path))
+
+
+def test_the_registry_imports_lms_own_tasks_on_first_use():
+  # A fresh interpreter importing only lm.downstream.task: get_task and task_names import
+  # the modules that register T5's tasks and the mini suite's.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  code = ("from lm.downstream.task import get_task, task_names\n"
+          "print(get_task('mini_next_line').name)\n"
+          "names = task_names()\n"
+          "print('glue_rte' in names, names == sorted(names))\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert out.stdout.split() == ["mini_next_line", "True", "True"]
+
+
+def test_compute_metrics_merges_every_metric_and_checks_lengths():
+  from lm.downstream.task import Task  # pylint: disable=g-import-not-at-top
+  t = Task(name="t", load=lambda split, data_dir: [], preprocess=dict,
+           metric_fns=(lambda ts, ps: {"n": len(ts)},
+                       lambda ts, ps: {"same": sum(a == b for a, b in zip(ts, ps))}))
+  # 300 of each: lengths above CPython's small-int cache are equal but not identical.
+  golds = list(range(300))
+  got = t.compute_metrics(golds, golds[:-1] + [-1])
+  assert got == {"n": 300.0, "same": 299.0} and all(type(v) is float for v in got.values())
+  for n_targets, n_predictions in ((3, 2), (2, 3)):
+    with pytest.raises(ValueError, match=f"task 't': {n_targets} targets but {n_predictions} "
+                                         "predictions"):
+      t.compute_metrics([0] * n_targets, [0] * n_predictions)
+  assert t.postprocess("text", {}, is_target=True) == "text"
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  with pytest.raises(dataclasses.FrozenInstanceError):   # registered tasks cannot change
+    t.name = "u"
