@@ -185,6 +185,10 @@ def _broken(**changes):
     (dict(wandb__mode="on"), "unknown config.wandb.mode 'on'"),
     (dict(logical_axis_rules=(("embed", "model"),)), "unknown mesh axis 'model'"),
     (dict(train__num_steps=0), "config.train.num_steps must be > 0"),
+    (dict(loss__tiled_chunk_tokens=64, model__final_logit_softcapping=30.0),
+     r"tiled_chunk_tokens > 0 cannot cap logits \(config.model.final_logit_softcapping\)"),
+    (dict(model__num_kv_heads=3), "config.model: TransformerConfig: num_kv_heads must be a "
+     "positive int that divides num_heads"),
     # Row j: negative learning rate, negative prefetch, mesh axes that do not divide dims.
     (dict(schedule__base_lr=-1.0), "schedule.base_lr must be > 0, got -1.0"),
     (dict(optim__name="adamw", schedule__base_lr=0.0), "schedule.base_lr must be > 0"),

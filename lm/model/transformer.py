@@ -11,7 +11,8 @@ Param tree (encoder-decoder, t5_relative, rmsnorm, gated_gelu, untied; ``scan_la
   token_embedder/embedding                       [V, D]     (vocab, embed)
   encoder/relpos_bias/rel_embedding              [N, 32]    (heads, relpos_buckets)
   encoder/layers_{i}/pre_self_attention_layer_norm/scale  [D]  (embed,)
-  encoder/layers_{i}/self_attention/{query,key,value}     [D, N, H] (embed, heads, kv)
+  encoder/layers_{i}/self_attention/query                 [D, N, H] (embed, heads, kv)
+  encoder/layers_{i}/self_attention/{key,value}           [D, K, H] (K = num_kv_heads)
   encoder/layers_{i}/self_attention/out                   [N, H, D] (heads, kv, embed)
   encoder/layers_{i}/pre_mlp_layer_norm/scale             [D]
   encoder/layers_{i}/mlp/{wi_0,wi_1}             [D, F]     (embed, mlp)
@@ -137,7 +138,10 @@ class TransformerLayer(nn.Module):
     def attention(name, kind, use_rope):
       return MultiHeadAttention(num_heads=cfg.num_heads, head_dim=cfg.resolved_head_dim, kind=kind,
                                 dropout_rate=rate, use_rope=use_rope, dtype=dtype,
-                                attention_impl=cfg.attention_impl, name=name)
+                                attention_impl=cfg.attention_impl,
+                                num_kv_heads=cfg.num_kv_heads,
+                                query_scale=cfg.query_pre_attn_scalar,
+                                softcap=cfg.attn_logit_softcapping, name=name)
 
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
     self_mode = None if self.encoder_pass else self.cache_mode
@@ -460,6 +464,9 @@ class Transformer(nn.Module):
         logits = logits * (cfg.emb_dim ** -0.5)
     else:
       logits = self.logits_dense(y)
+    if cfg.final_logit_softcapping is not None:
+      cap = cfg.final_logit_softcapping
+      logits = cap * jnp.tanh(logits / cap)
     return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
 
   def decode(self, encoded, batch: Mapping[str, Any], enable_dropout: bool = False,
@@ -532,7 +539,14 @@ class Transformer(nn.Module):
 def logits_kernel(params: Mapping[str, Any], config: TransformerConfig):
   """The output projection of ``params`` as (kernel [D, V], logits scale): logits are
   ``scale * final_hidden @ kernel``. Untied: ``logits_dense/kernel``, scale 1; tied: the
-  embedding transposed, scale emb_dim**-0.5 with ``tied_logits_scale``."""
+  embedding transposed, scale emb_dim**-0.5 with ``tied_logits_scale``.
+
+  Raises:
+    ValueError: with ``final_logit_softcapping``, which this linear form cannot express.
+  """
+  if config.final_logit_softcapping is not None:
+    raise ValueError("final_logit_softcapping caps the logits after the output projection, "
+                     "which the tiled loss does not do: set loss.tiled_chunk_tokens=0")
   if config.tie_embeddings:
     scale = config.emb_dim ** -0.5 if config.tied_logits_scale else 1.0
     return jnp.transpose(params["token_embedder"]["embedding"]), scale

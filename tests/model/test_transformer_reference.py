@@ -7,7 +7,10 @@ softmax(q k^T + bias) v without 1/sqrt(H) (T5 folds it into the query init); MLP
 relu / tanh-GELU / GEGLU / SwiGLU; positions: T5 relative buckets (Mesh TF
 `_relative_position_bucket`), RoPE ("rotate half"), ALiBi (Press et al.: slopes
 2^(-8 i / N), bias -slope |i - j|), learned and sinusoidal absolute embeddings; tied
-logits y E^T / sqrt(D) (T5.1.0) or an untied kernel.
+logits y E^T / sqrt(D) (T5.1.0) or an untied kernel. Gemma 2 / T5Gemma's knobs:
+grouped-query attention (query head n reads key/value head n // (N / K)), queries times
+query_pre_attn_scalar**-0.5, attention scores c * tanh(q.k / c) before the mask and
+position biases, final logits c * tanh(logits / c).
 
 Every parameter is random (norm scales and biases too), so a variant that ignores a
 parameter, swaps an order or drops a term changes the logits.
@@ -78,14 +81,22 @@ def _rope(x, pos, base=10_000.0):
                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
 
-def _attention(p, xq, xkv, bias, rope_pos=None):
+def _attention(cfg, p, xq, xkv, bias, rope_pos=None):
   """One example: xq [L, D], xkv [S, D], bias [N, L, S] (mask included)."""
   q = np.einsum("ld,dnh->lnh", xq, p["query"])
-  k = np.einsum("sd,dnh->snh", xkv, p["key"])
-  v = np.einsum("sd,dnh->snh", xkv, p["value"])
+  if cfg.query_pre_attn_scalar is not None:
+    q = q / math.sqrt(cfg.query_pre_attn_scalar)
+  k = np.einsum("sd,dkh->skh", xkv, p["key"])  # K key/value heads
+  v = np.einsum("sd,dkh->skh", xkv, p["value"])
   if rope_pos is not None:
     q, k = _rope(q, rope_pos), _rope(k, rope_pos)
-  w = _softmax(np.einsum("lnh,snh->nls", q, k) + bias)
+  group = [n * k.shape[1] // N for n in range(N)]  # the key/value head of each query head
+  k, v = k[:, group], v[:, group]
+  scores = np.einsum("lnh,snh->nls", q, k)
+  cap = cfg.attn_logit_softcapping
+  if cap is not None:
+    scores = cap * np.tanh(scores / cap)
+  w = _softmax(scores + bias)
   return np.einsum("nhd,lnh->ld", p["out"], np.einsum("nls,snh->lnh", w, v))
 
 
@@ -131,11 +142,11 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
   for i in range(n_layers):
     lp = p[f"layers_{i}"]
     x = sub(x, lp, "pre_self_attention_layer_norm",
-            lambda h: _attention(lp["self_attention"], h, h, bias, rope_pos))
+            lambda h: _attention(cfg, lp["self_attention"], h, h, bias, rope_pos))
     if encoded is not None:
       cb = np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
       x = sub(x, lp, "pre_cross_attention_layer_norm",
-              lambda h: _attention(lp["encoder_decoder_attention"], h, encoded, cb))
+              lambda h: _attention(cfg, lp["encoder_decoder_attention"], h, encoded, cb))
     x = sub(x, lp, "pre_mlp_layer_norm", lambda h: _mlp(lp["mlp"], h, cfg.mlp_activation))
   if pre:
     x = norm(x, p["final_norm"])
@@ -164,9 +175,11 @@ def reference_logits(cfg, params, batch):
     y = _stack(cfg, p["decoder"], emb[dec], causal, encoder=False, encoded=encoded,
                cross_mask=cross)
     if cfg.tie_embeddings:
-      out.append(y @ emb.T / math.sqrt(D))
+      logits = y @ emb.T / math.sqrt(D)
     else:
-      out.append(y @ p["logits_dense"]["kernel"])
+      logits = y @ p["logits_dense"]["kernel"]
+    cap = cfg.final_logit_softcapping
+    out.append(logits if cap is None else cap * np.tanh(logits / cap))
   return np.stack(out)
 
 
@@ -187,7 +200,16 @@ VARIANTS = {
     "sinusoidal_gelu": dict(mask_type="causal", num_encoder_layers=0,
                             position_encoding="sinusoidal", mlp_activation="gelu"),
     "no_positions": dict(mask_type="causal", num_encoder_layers=0, position_encoding="none"),
+    # T5Gemma's knobs (the caps are below the scores' and logits' spread, so they bite:
+    # test_knob_variants_differ_from_t5).
+    "gqa_scale_softcaps_enc_dec": dict(num_kv_heads=2, query_pre_attn_scalar=3.0,
+                                       attn_logit_softcapping=1.0, final_logit_softcapping=3.0),
+    "mqa_rope_softcap_causal": dict(mask_type="causal", num_encoder_layers=0,
+                                    position_encoding="rope", mlp_activation="swiglu",
+                                    num_kv_heads=1, attn_logit_softcapping=1.0),
 }
+KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
+         "final_logit_softcapping")
 
 
 def _config(**kw):
@@ -247,6 +269,28 @@ def test_logits_match_numpy_forward(name):
   scale = np.abs(want).max()
   assert scale > 1.0  # the logits are not trivially small
   np.testing.assert_allclose(got, want, rtol=0, atol=1.2e-4 * scale)
+
+
+@pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal"])
+def test_knob_variants_differ_from_t5(name):
+  """Each knob of a knob variant changes the reference's logits (so the match above tests
+  it): the same params with one knob back at T5's default. For GQA, which head reads
+  which: multi-head attention whose query head n has key/value kernel n // (N / K) is
+  GQA exactly, so the interleaved grouping n % K must differ."""
+  cfg = _config(**VARIANTS[name])
+  batch = _batch(cfg)
+  params = _random_params(cfg, batch)
+  want = reference_logits(cfg, params, batch)
+  for knob in KNOBS:
+    if getattr(cfg, knob) is None or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
+      continue  # (one key/value head: every grouping is the same)
+    other, p = cfg.replace(**{knob: None}), params
+    if knob == "num_kv_heads":
+      group = [n % cfg.num_kv_heads for n in range(N)]
+      p = jax.tree_util.tree_map_with_path(
+          lambda path, x: x[:, group] if path[-1].key in ("key", "value") else x, params)
+    diff = np.abs(reference_logits(other, p, batch) - want).max()
+    assert diff > 0.05 * np.abs(want).max(), (knob, diff)
 
 
 def test_reference_bucket_matches_t5_examples():
