@@ -52,7 +52,8 @@ EXECUTION_FIELDS = ("attention_impl",)
 # (lm/checkpoint/signature.py), so checkpoints written before it existed keep their hash,
 # and an old run's config.json takes the default (lm.config.load_config_json).
 ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
-                "attn_logit_softcapping": None, "final_logit_softcapping": None}
+                "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                "scale_embeddings": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +80,8 @@ class TransformerConfig:
     relative_num_buckets, relative_max_distance: T5 relative bias bucketing (32, 128).
     max_length: table size for "learned" positions.
     rope_max_wavelength: RoPE base.
-    norm_type: "rmsnorm" (T5, eps 1e-6) or "layernorm" (eps 1e-5, with bias).
+    norm_type: "rmsnorm" (T5, eps 1e-6), "gemma_rmsnorm" (Gemma: the factor is 1 + scale,
+      scale initialised to 0; eps 1e-6) or "layernorm" (eps 1e-5, with bias).
     norm_position: "pre" (norm before each sub-block + final norm) or "post".
     tie_embeddings: logits = y @ E^T (T5.1.0), scaled by emb_dim**-0.5 if tied_logits_scale.
     tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
@@ -100,6 +102,8 @@ class TransformerConfig:
       c * tanh(q.k / c) before the mask and any position bias are added (Gemma 2). Only
       the XLA attention path does it (attention.choose_kernel falls back to "xla").
     final_logit_softcapping: None (off) or a cap c > 0: logits = c * tanh(logits / c).
+    scale_embeddings: the token embeddings are multiplied by sqrt(emb_dim) (in the
+      activation dtype) before the stacks (Gemma); tied logits are not. T5: False.
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -130,6 +134,7 @@ class TransformerConfig:
   query_pre_attn_scalar: float | None = None
   attn_logit_softcapping: float | None = None
   final_logit_softcapping: float | None = None
+  scale_embeddings: bool = False
 
   def __post_init__(self):
     def check(ok, msg):
@@ -156,6 +161,8 @@ class TransformerConfig:
       check(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
                               and 0 < value < math.inf),
             f"{name} must be a positive finite number or None (off), got {value!r}")
+    check(isinstance(self.scale_embeddings, bool),
+          f"scale_embeddings must be a bool, got {self.scale_embeddings!r}")
     check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
     check(self.mlp_activation in MLP_ACTIVATIONS,
           f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")

@@ -27,8 +27,8 @@ Param tree (encoder-decoder, t5_relative, rmsnorm, gated_gelu, untied; ``scan_la
   logits_dense/kernel                            [D, V]     (embed, vocab)   (untied only)
 With ``scan_layers=True`` the ``layers_{i}`` subtrees become one ``layers`` subtree whose
 leaves have a leading [num_layers] axis named "layers" (``scan_to_unscanned`` /
-``unscanned_to_scan`` convert). Variants: ``relu``/``gelu`` MLPs have ``mlp/wi`` instead
-of ``wi_0``/``wi_1``; layernorm adds ``.../bias``; ``learned`` positions add
+``unscanned_to_scan``, in scanning.py, convert). Variants: ``relu``/``gelu`` MLPs have
+``mlp/wi`` instead of ``wi_0``/``wi_1``; layernorm adds ``.../bias``; ``learned`` positions add
 ``{encoder,decoder}/pos_embedder/embedding`` [max_length, D] (abspos_buckets, embed);
 rope/alibi/sinusoidal/none have no position params (no ``relpos_bias``); decoder-only
 models have no ``encoder`` subtree and no ``encoder_decoder_attention``;
@@ -80,6 +80,7 @@ from lm.model.config import REMAT_POLICIES, TransformerConfig
 from lm.model.fast_grads import dense
 from lm.model.layers import (Embed, MlpBlock, broadcast_dropout, make_norm, mlp_kernel_init,
                              param_with_axes)
+from lm.model.scanning import scan_to_unscanned, unscanned_to_scan
 
 
 class TransformerLayer(nn.Module):
@@ -412,7 +413,8 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
-                                dtype=cfg.activation_dtype, name="token_embedder")
+                                dtype=cfg.activation_dtype, name="token_embedder",
+                                scale_by_sqrt_dim=cfg.scale_embeddings)
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
@@ -551,63 +553,6 @@ def logits_kernel(params: Mapping[str, Any], config: TransformerConfig):
     scale = config.emb_dim ** -0.5 if config.tied_logits_scale else 1.0
     return jnp.transpose(params["token_embedder"]["embedding"]), scale
   return params["logits_dense"]["kernel"], 1.0
-
-
-# ---------------------------------------------------------------------------------------
-# Scanned <-> unscanned param trees.
-
-def _unstack_leaf(leaf, i):
-  if isinstance(leaf, nn.LogicallyPartitioned):
-    if leaf.names[:1] != ("layers",):
-      raise ValueError(f"a scanned param's first logical axis must be 'layers', got {leaf.names}"
-                       " (is the tree already unscanned?)")
-    return leaf.replace(value=leaf.value[i], names=tuple(leaf.names[1:]))
-  return leaf[i]
-
-
-def _stack_leaves(*leaves):
-  first = leaves[0]
-  if isinstance(first, nn.LogicallyPartitioned):
-    value = jnp.stack([l.value for l in leaves])
-    return first.replace(value=value, names=("layers",) + tuple(first.names))
-  return jnp.stack(leaves)
-
-
-def _is_boxed(x):
-  return isinstance(x, nn.LogicallyPartitioned)
-
-
-def scan_to_unscanned(params):
-  """Scanned params (``{stack}/layers`` with a leading layer axis) -> ``{stack}/layers_{i}``.
-
-  Works on boxed (LogicallyPartitioned) or plain trees; pure, returns a new dict.
-  """
-  params = dict(params)
-  for stack in ("encoder", "decoder"):
-    if stack not in params or "layers" not in params[stack]:
-      continue
-    sub = dict(params[stack])
-    layers = sub.pop("layers")
-    n = jax.tree_util.tree_leaves(layers, is_leaf=_is_boxed)[0]
-    n = (n.value if _is_boxed(n) else n).shape[0]
-    for i in range(n):
-      sub[f"layers_{i}"] = jax.tree_util.tree_map(lambda x: _unstack_leaf(x, i), layers, is_leaf=_is_boxed)
-    params[stack] = sub
-  return params
-
-
-def unscanned_to_scan(params):
-  """``{stack}/layers_{i}`` -> scanned ``{stack}/layers`` (leading "layers" axis). Pure."""
-  params = dict(params)
-  for stack in ("encoder", "decoder"):
-    if stack not in params or "layers_0" not in params[stack]:
-      continue
-    sub = dict(params[stack])
-    n = sum(1 for k in sub if k.startswith("layers_"))
-    layers = [sub.pop(f"layers_{i}") for i in range(n)]
-    sub["layers"] = jax.tree_util.tree_map(_stack_leaves, *layers, is_leaf=_is_boxed)
-    params[stack] = sub
-  return params
 
 
 __all__ = ["TransformerConfig", "Transformer", "TransformerLayer", "Stack", "LogitsDense",

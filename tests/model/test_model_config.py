@@ -224,7 +224,8 @@ def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path)
   assert sig == signature.run_signature(old, {"params": {}})
   assert not set(ADDED_FIELDS) & set(sig["model"])
   for name, value in (("num_kv_heads", 1), ("query_pre_attn_scalar", 8.0),
-                      ("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0)):
+                      ("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0),
+                      ("scale_embeddings", True)):
     changed = signature.run_signature({**now, name: value}, {"params": {}})
     assert changed["model"][name] == value and changed["model_hash"] != sig["model_hash"]
   raw = json.loads(t5.get_config("runlocal").to_json_best_effort())
@@ -241,3 +242,8 @@ def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path)
   fresh = config_lib.apply_overrides(t5.get_config("runlocal"),
                                      ["--config.model.final_logit_softcapping=30.0"])
   assert config_lib.model_config(fresh).final_logit_softcapping == 30.0
+
+
+def test_scale_embeddings_is_a_bool():
+  assert make(scale_embeddings=True).scale_embeddings is True
+  refused("scale_embeddings must be a bool, got 1", scale_embeddings=1)

@@ -10,7 +10,8 @@ relu / tanh-GELU / GEGLU / SwiGLU; positions: T5 relative buckets (Mesh TF
 logits y E^T / sqrt(D) (T5.1.0) or an untied kernel. Gemma 2 / T5Gemma's knobs:
 grouped-query attention (query head n reads key/value head n // (N / K)), queries times
 query_pre_attn_scalar**-0.5, attention scores c * tanh(q.k / c) before the mask and
-position biases, final logits c * tanh(logits / c).
+position biases, final logits c * tanh(logits / c), RMSNorm times (1 + scale), embeddings
+times sqrt(D) (tied logits unscaled).
 
 Every parameter is random (norm scales and biases too), so a variant that ignores a
 parameter, swaps an order or drops a term changes the logits.
@@ -27,6 +28,7 @@ import pytest
 
 import flax.linen as nn
 
+from lm.model.config import ADDED_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
 
 V, D, N, H, F = 40, 16, 4, 6, 24
@@ -36,6 +38,10 @@ NEG = -1e10
 
 def _rms_norm(x, p):
   return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * p["scale"]
+
+
+def _gemma_rms_norm(x, p):
+  return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * (1 + p["scale"])
 
 
 def _layer_norm(x, p):
@@ -115,7 +121,8 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
   """One example through one stack. x [L, D]; mask bool [L, L]; cross_mask bool [L, S]."""
   l = x.shape[0]
   pos = np.arange(l)
-  norm = _rms_norm if cfg.norm_type == "rmsnorm" else _layer_norm
+  norm = {"rmsnorm": _rms_norm, "gemma_rmsnorm": _gemma_rms_norm,
+          "layernorm": _layer_norm}[cfg.norm_type]
   bias = np.where(mask, 0.0, NEG)[None].repeat(N, 0)
   pe = cfg.position_encoding
   if pe == "t5_relative":
@@ -157,6 +164,7 @@ def reference_logits(cfg, params, batch):
   """float64 [B, Lt, V]; decoder segment ids all 1 (no padding in decoder inputs)."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
   emb = p["token_embedder"]["embedding"]
+  inputs = emb * math.sqrt(D) if cfg.scale_embeddings else emb  # tied logits use emb
   out = []
   for b in range(batch["decoder_input_tokens"].shape[0]):
     dec = batch["decoder_input_tokens"][b]
@@ -169,10 +177,10 @@ def reference_logits(cfg, params, batch):
     if cfg.mask_type == "encoder_decoder":
       enc = batch["encoder_input_tokens"][b]
       valid = enc != 0
-      encoded = _stack(cfg, p["encoder"], emb[enc], valid[:, None] & valid[None, :],
+      encoded = _stack(cfg, p["encoder"], inputs[enc], valid[:, None] & valid[None, :],
                        encoder=True)
       cross = np.ones((lt, 1), bool) & valid[None, :]
-    y = _stack(cfg, p["decoder"], emb[dec], causal, encoder=False, encoded=encoded,
+    y = _stack(cfg, p["decoder"], inputs[dec], causal, encoder=False, encoded=encoded,
                cross_mask=cross)
     if cfg.tie_embeddings:
       logits = y @ emb.T / math.sqrt(D)
@@ -207,9 +215,11 @@ VARIANTS = {
     "mqa_rope_softcap_causal": dict(mask_type="causal", num_encoder_layers=0,
                                     position_encoding="rope", mlp_activation="swiglu",
                                     num_kv_heads=1, attn_logit_softcapping=1.0),
+    "gemma_norm_scaled_embeddings_tied": dict(norm_type="gemma_rmsnorm", scale_embeddings=True,
+                                              tie_embeddings=True, position_encoding="rope"),
 }
 KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
-         "final_logit_softcapping")
+         "final_logit_softcapping", "scale_embeddings", "norm_type")
 
 
 def _config(**kw):
@@ -271,7 +281,8 @@ def test_logits_match_numpy_forward(name):
   np.testing.assert_allclose(got, want, rtol=0, atol=1.2e-4 * scale)
 
 
-@pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal"])
+@pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal",
+                                  "gemma_norm_scaled_embeddings_tied"])
 def test_knob_variants_differ_from_t5(name):
   """Each knob of a knob variant changes the reference's logits (so the match above tests
   it): the same params with one knob back at T5's default. For GQA, which head reads
@@ -282,9 +293,10 @@ def test_knob_variants_differ_from_t5(name):
   params = _random_params(cfg, batch)
   want = reference_logits(cfg, params, batch)
   for knob in KNOBS:
-    if getattr(cfg, knob) is None or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
+    default = ADDED_FIELDS.get(knob, "rmsnorm")  # (norm_type: T5's RMSNorm)
+    if getattr(cfg, knob) == default or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
       continue  # (one key/value head: every grouping is the same)
-    other, p = cfg.replace(**{knob: None}), params
+    other, p = cfg.replace(**{knob: default}), params
     if knob == "num_kv_heads":
       group = [n % cfg.num_kv_heads for n in range(N)]
       p = jax.tree_util.tree_map_with_path(
