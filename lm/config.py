@@ -40,7 +40,7 @@ from lm import architecture as architecture_lib
 from lm import optim
 from lm.data import pipeline
 from lm.model import presets
-from lm.model.config import EXECUTION_FIELDS
+from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
 
 
@@ -208,7 +208,9 @@ def model_section(family: str, size: str, architecture: str,
       continue
     value = resolved[field.name]
     if value is None:
-      kind = {"head_dim": int, "max_length": int}.get(field.name, str)
+      kind = {"head_dim": int, "max_length": int, "num_kv_heads": int,
+              "query_pre_attn_scalar": float, "attn_logit_softcapping": float,
+              "final_logit_softcapping": float}.get(field.name, str)
       model[field.name] = config_dict.placeholder(kind)
     else:
       model[field.name] = value
@@ -358,10 +360,11 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
   if not isinstance(raw, dict) or "model" not in raw or "data" not in raw:
     raise ValueError(f"{path} is not an lm run config (no 'model' and 'data' sections).")
   raw = migrate(raw, path)
-  # Execution fields added since the run was written (attention_impl) take their defaults,
-  # so `--config.model.attention_impl=...` can set them on an old run's config.
+  # Fields added since the run was written (attention_impl, ADDED_FIELDS) take their
+  # defaults, so `--config.model.attention_impl=...` can set them on an old run's config.
   defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
-  raw["model"] = {**{k: defaults[k] for k in EXECUTION_FIELDS}, **raw["model"]}
+  raw["model"] = {**{k: defaults[k] for k in EXECUTION_FIELDS + tuple(ADDED_FIELDS)},
+                  **raw["model"]}
   return ml_collections.ConfigDict(_tuples(raw))
 
 

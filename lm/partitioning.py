@@ -37,6 +37,11 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("vocab", "tensor"),
     ("mlp", "tensor"),
     ("heads", "tensor"),
+    # Grouped-query attention's key/value heads (num_kv_heads < num_heads): replicated, as
+    # K often does not divide the tensor axis (each device projects all K heads, then
+    # reads the ones its query heads need). ("kv_heads", "tensor") shards them where K
+    # divides it (lm.validate checks).
+    ("kv_heads", None),
     ("joined_kv", "tensor"),
     ("embed", "fsdp"),
     ("kv", None),

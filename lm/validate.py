@@ -42,6 +42,7 @@ def _mesh_shape_errors(shape: Any, num_devices: int | None) -> list[str]:
 _LOGICAL_AXIS_FIELDS = {
     "vocab": "config.model.vocab_size", "embed": "config.model.emb_dim",
     "mlp": "config.model.mlp_dim", "heads": "config.model.num_heads",
+    "kv_heads": "config.model.num_kv_heads",
     "kv": "config.model.head_dim", "joined_kv": "config.model.num_heads * head_dim",
     "relpos_buckets": "config.model.relative_num_buckets",
 }
@@ -190,6 +191,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
   chunk = lc.get("tiled_chunk_tokens", 0)
   if not (isinstance(chunk, int) and chunk >= 0):
     errors.append(f"config.loss.tiled_chunk_tokens must be an int >= 0 (0 = off), got {chunk!r}.")
+  elif chunk and config.model.get("final_logit_softcapping") is not None:
+    errors.append("config.loss.tiled_chunk_tokens > 0 cannot cap logits "
+                  "(config.model.final_logit_softcapping); set tiled_chunk_tokens=0.")
 
   # mesh and rules
   errors += _mesh_shape_errors(config.mesh.shape, num_devices)

@@ -6,6 +6,7 @@ import pytest
 
 from configs import common, t5
 from lm import config as config_lib
+from lm import partitioning
 from lm.validate import validate
 
 
@@ -185,6 +186,10 @@ def _broken(**changes):
     (dict(wandb__mode="on"), "unknown config.wandb.mode 'on'"),
     (dict(logical_axis_rules=(("embed", "model"),)), "unknown mesh axis 'model'"),
     (dict(train__num_steps=0), "config.train.num_steps must be > 0"),
+    (dict(loss__tiled_chunk_tokens=64, model__final_logit_softcapping=30.0),
+     r"tiled_chunk_tokens > 0 cannot cap logits \(config.model.final_logit_softcapping\)"),
+    (dict(model__num_kv_heads=3), "config.model: TransformerConfig: num_kv_heads must be a "
+     "positive int that divides num_heads"),
     # Row j: negative learning rate, negative prefetch, mesh axes that do not divide dims.
     (dict(schedule__base_lr=-1.0), "schedule.base_lr must be > 0, got -1.0"),
     (dict(optim__name="adamw", schedule__base_lr=0.0), "schedule.base_lr must be > 0"),
@@ -200,6 +205,10 @@ def _broken(**changes):
      "files, and config.data.format='default'"),
     (dict(mesh__shape=(1, 1, 8), model__num_heads=6),
      r"config.model.num_heads=6 is not divisible by the 8 devices of mesh axis tensor"),
+    # Grouped-query attention's key/value heads sharded over tensor by a rule override.
+    (dict(mesh__shape=(2, 1, 4), model__num_kv_heads=2,
+          logical_axis_rules=(("kv_heads", "tensor"),) + partitioning.DEFAULT_LOGICAL_AXIS_RULES),
+     r"config.model.num_kv_heads=2 is not divisible by the 4 devices of mesh axis tensor"),
     (dict(mesh__shape=(1, 1, 8), model__mlp_dim=100),
      r"config.model.mlp_dim=100 is not divisible by the 8 devices of mesh axis tensor"),
     (dict(mesh__shape=(1, 8, 1), model__emb_dim=60),

@@ -286,3 +286,16 @@ def test_truncated_files_are_one_error_naming_the_file(tmp_path, name):
     shard.write_bytes(shard.read_bytes()[:100])
     with pytest.raises(hf_t5.HFConversionError, match=f"{shard} is not a readable safetensors"):
       hf_t5.load_hf_t5(directory)
+
+
+def test_export_refuses_the_t5gemma_knobs(tmp_path):
+  """HF T5 has no grouped-query attention, query scale, soft-caps or scaled embeddings: a
+  model that sets one is refused before anything is written, naming the field."""
+  config = TransformerConfig(vocab_size=32, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                             num_encoder_layers=1, num_decoder_layers=1, dtype="float32")
+  for name, value in (("num_kv_heads", 1), ("query_pre_attn_scalar", 4.0),
+                      ("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0),
+                      ("scale_embeddings", True)):
+    with pytest.raises(hf_t5.HFConversionError, match=f"cannot export to HF T5: {name}="):
+      hf_t5.save_hf_t5(tmp_path / name, config.replace(**{name: value}), {})
+    assert not (tmp_path / name).exists()

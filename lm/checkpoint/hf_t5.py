@@ -59,6 +59,7 @@ import jax
 import numpy as np
 
 from lm.keypaths import path_names
+from lm.model.config import ADDED_FIELDS
 from lm.model.transformer import TransformerConfig, scan_to_unscanned, unscanned_to_scan
 
 CONFIG_NAME = "config.json"
@@ -149,6 +150,9 @@ def _check_exportable(config: TransformerConfig) -> None:
     problems.append(f"norm {config.norm_type}/{config.norm_position} (HF T5 needs rmsnorm/pre)")
   if config.mlp_activation not in LM_TO_HF_ACTIVATION:
     problems.append(f"mlp_activation={config.mlp_activation!r}")
+  for name, default in ADDED_FIELDS.items():  # architecture knobs HF T5 does not have
+    if getattr(config, name) != default:
+      problems.append(f"{name}={getattr(config, name)!r} (HF T5 has {default!r})")
   if problems:
     raise HFConversionError("cannot export to HF T5: " + "; ".join(problems))
 

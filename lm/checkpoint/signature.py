@@ -28,7 +28,7 @@ from lm.keypaths import named_leaves
 # Model fields that choose how, not what, the model computes: left out of the signature,
 # so a checkpoint resumes under another attention kernel, and checkpoints written before
 # such a field existed keep their hash.
-from lm.model.config import EXECUTION_FIELDS
+from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
 
 FORMAT = "lm.checkpoint/1"
 
@@ -109,7 +109,8 @@ def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
 
   Args:
     model_config: the model's hyperparameters (config.model.to_dict() or
-      dataclasses.asdict(TransformerConfig)); EXECUTION_FIELDS are dropped.
+      dataclasses.asdict(TransformerConfig)); EXECUTION_FIELDS are dropped, and so are
+      ADDED_FIELDS at their defaults (checkpoints from before those fields keep their hash).
     abstract_state: the (abstract) TrainState; its params' shapes are recorded.
     tokenizer_sha256: `tokenizer_hash` of the run's tokenizer, so a tokenizer file
       replaced at the same path (other token ids) is refused on resume; None = unchecked.
@@ -118,7 +119,8 @@ def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
     JSON-able dict: model config, its hash, the params' shapes (and the tokenizer hash).
   """
   params = abstract_state.params if hasattr(abstract_state, "params") else abstract_state["params"]
-  model_config = {k: v for k, v in dict(model_config).items() if k not in EXECUTION_FIELDS}
+  model_config = {k: v for k, v in dict(model_config).items() if k not in EXECUTION_FIELDS
+                  and not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])}
   model_config = json.loads(json.dumps(model_config, sort_keys=True, default=str))
   signature = {"format": FORMAT, "model": model_config,
                "model_hash": config_hash(model_config), "param_shapes": param_shapes(params)}

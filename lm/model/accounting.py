@@ -6,19 +6,20 @@ exactly the model's param tree.
 FLOPs (used for MFU) count matrix multiplies only, 2 FLOPs per multiply-add; norms,
 softmax, activations, position biases and the embedding gather are not counted. A
 training step costs 3x the forward pass (backward = 2x forward). With D = emb_dim,
-NH = num_heads * head_dim, F = mlp_dim, V = vocab_size, M = number of MLP matrices
-(3 for gated_gelu/swiglu, 2 otherwise), Li = inputs_length, Lt = targets_length,
-forward FLOPs per example are:
+NH = num_heads * head_dim, KH = num_kv_heads * head_dim (= NH without grouped-query
+attention), F = mlp_dim, V = vocab_size, M = number of MLP matrices (3 for
+gated_gelu/swiglu, 2 otherwise), Li = inputs_length, Lt = targets_length, forward FLOPs
+per example are:
 
   encoder-decoder (shared or not; Le / Ld encoder / decoder layers):
-    encoder, per layer:  2*Li*(4*D*NH + M*D*F)          q, k, v, o and MLP projections
+    encoder, per layer:  2*Li*(2*D*NH + 2*D*KH + M*D*F)  q, o, k, v and MLP projections
                          + 4*Li*Li*NH                   scores Q K^T and weights x V
-    decoder, per layer:  2*Lt*(4*D*NH + M*D*F) + 4*Lt*Lt*NH       self-attention + MLP
-                         + 2*Lt*2*D*NH + 2*Li*2*D*NH             cross q, o (on Lt) and k, v (on Li)
+    decoder, per layer:  2*Lt*(2*D*NH + 2*D*KH + M*D*F) + 4*Lt*Lt*NH   self-attention + MLP
+                         + 2*Lt*2*D*NH + 2*Li*2*D*KH             cross q, o (on Lt) and k, v (on Li)
                          + 4*Lt*Li*NH                             cross scores and values
     logits:              2*Lt*D*V
   decoder-only (prefix_lm / causal), L = Li + Lt (inputs and targets in one sequence):
-    per layer:           2*L*(4*D*NH + M*D*F) + 4*L*L*NH
+    per layer:           2*L*(2*D*NH + 2*D*KH + M*D*F) + 4*L*L*NH
     logits:              2*L*D*V
 
 Attention is counted over the full L x S score matrix, as the dense implementation
@@ -49,6 +50,9 @@ MLP matrices) and each layer's input; "dots_with_no_batch_dims_saveable" the pro
 with weights only (no attention scores or context); "full" / "nothing_saveable" each
 layer's input plus one layer's activations while it is recomputed. The heads-, mlp- and
 vocab-sized parts split over a tensor-parallel mesh axis; the D-sized parts do not.
+With grouped-query attention (num_kv_heads < num_heads) k and v are still counted at N
+heads: the attention core keeps the heads repeated to N; the named policies' saved k and v
+projections have K heads, so for them the estimate is an upper bound.
 """
 from __future__ import annotations
 
@@ -114,15 +118,16 @@ def forward_flops(config: TransformerConfig, inputs_length: int, targets_length:
     {"encoder": f, "decoder": f, "logits": f, "total": f} (ints).
   """
   d, nh, f, v = config.emb_dim, config.num_heads * config.resolved_head_dim, config.mlp_dim, config.vocab_size
+  kh = config.resolved_num_kv_heads * config.resolved_head_dim
   m = 3 if config.mlp_activation in ("gated_gelu", "swiglu") else 2
   li, lt = int(inputs_length), int(targets_length)
 
   def block(length):  # self-attention block + MLP on `length` tokens
-    return 2 * length * (4 * d * nh + m * d * f) + 4 * length * length * nh
+    return 2 * length * (2 * d * nh + 2 * d * kh + m * d * f) + 4 * length * length * nh
 
   if config.is_encoder_decoder:
     encoder = config.num_encoder_layers * block(li)
-    cross = 2 * lt * 2 * d * nh + 2 * li * 2 * d * nh + 4 * lt * li * nh
+    cross = 2 * lt * 2 * d * nh + 2 * li * 2 * d * kh + 4 * lt * li * nh
     decoder = config.num_decoder_layers * (block(lt) + cross)
     logits = 2 * lt * d * v
   else:

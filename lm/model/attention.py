@@ -2,20 +2,27 @@
 
 The attention layer consumes an additive bias (mask bias from masks.py plus any position
 bias) and never builds masks itself. As in T5 there is no 1/sqrt(head_dim) logit scaling:
-the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``). The
-softmax core's hand-written gradient and the flattened projections are in fast_grads.py.
+the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``), unless
+``query_scale`` is set (Gemma 2: queries times query_pre_attn_scalar**-0.5, plain init).
+The softmax core's hand-written gradient and the flattened projections are in fast_grads.py.
+
+Grouped-query attention: K key/value heads (K divides N), query head n reads key/value
+head n // (N / K); the key/value projections and the cache hold K heads, and the heads
+are repeated to N just before the attention core.
 
 Params of ``MultiHeadAttention`` (no biases), all init variance_scaling(1.0, "fan_in",
-"normal") over the contracted axes (query additionally / sqrt(H)):
-  query, key, value: float32[D, N, H]  ("embed", "heads", "kv")
-  out:               float32[N, H, D]  ("heads", "kv", "embed")
+"normal") over the contracted axes (query additionally / sqrt(H) without query_scale):
+  query:       float32[D, N, H]  ("embed", "heads", "kv")
+  key, value:  float32[D, K, H]  ("embed", "heads", "kv"); ("embed", "kv_heads", "kv")
+               when K < N (lm/partitioning.py replicates "kv_heads" by default)
+  out:         float32[N, H, D]  ("heads", "kv", "embed")
 
-Cache collection ("cache") when decoding, laid out [B, N, H, S] (keys and values alike):
+Cache collection ("cache") when decoding, laid out [B, K, H, S] (keys and values alike):
 the layout both of a step's products read without a transpose, so a step never copies a
 cache (with [B, S, N, H], XLA:CPU transposed every layer's whole cache at every step).
-  self-attention:  cached_key, cached_value: dtype[B, N, H, max_length]; prefill writes
+  self-attention:  cached_key, cached_value: dtype[B, K, H, max_length]; prefill writes
                    slots [0, P), each step writes the slots at ``cache_index``.
-  cross-attention: cached_key, cached_value: dtype[Bc, N, H, S_enc], written at prefill from
+  cross-attention: cached_key, cached_value: dtype[Bc, K, H, S_enc], written at prefill from
                    the encoder output and read by every step. A step's queries may have
                    R * Bc rows (beam search: rows c * R + r share cache row c), so the
                    encoder's keys are never copied per beam.
@@ -24,7 +31,8 @@ Which kernel computes ``softmax(Q K^T + bias) V`` (``TransformerConfig.attention
 "xla", "cudnn", "pallas", "auto") is decided by one function, ``choose_kernel``, from the
 platform and the call; the kernels are in kernels.py and docs/speed.md has the rules.
 
-Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim.
+Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim,
+K key/value heads, G = N / K query heads per key/value head.
 """
 from __future__ import annotations
 
@@ -79,7 +87,8 @@ class AttentionMask:
 
 
 def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, mask,
-                  has_position_bias: bool, dropout: bool, cache: bool) -> tuple[str, str]:
+                  has_position_bias: bool, dropout: bool, cache: bool,
+                  softcap: bool = False) -> tuple[str, str]:
   """The kernel that runs one attention call, and why: the one owner of that choice.
 
   Args:
@@ -91,6 +100,7 @@ def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, ma
     has_position_bias: a position bias is added to the logits.
     dropout: attention-probability dropout is active.
     cache: a KV-cache call (prefill or decode step).
+    softcap: attention-logit soft-capping is on (none of the fused kernels lm calls caps).
   Returns:
     (one of KERNELS, the reason in words).
   """
@@ -108,6 +118,8 @@ def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, ma
     return "xla", "attention-probability dropout (the fused kernels have none)"
   if cache:
     return "xla", "KV-cache call (prefill or decode step)"
+  if softcap:
+    return "xla", "attention-logit soft-capping (lm's fused kernels have none)"
   if mask is None or mask.q_segment_ids is None or mask.kv_segment_ids is None:
     return "xla", "no segment ids to build the mask from"
   (_, l, _, h), s = query_shape, key_shape[1]
@@ -159,7 +171,8 @@ def _as_biases(bias) -> tuple:
 def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask | None = None,
                           impl: str = "xla", dropout_rate: float = 0.0, dropout_rng=None,
                           deterministic: bool = True, dtype=jnp.float32, cache: bool = False,
-                          platform: str | None = None, interpret: bool = False):
+                          platform: str | None = None, interpret: bool = False,
+                          softcap: float | None = None):
   """``softmax(Q K^T + bias) V`` with float32 logits and softmax, no logit scaling.
 
   Attention-weight dropout shares its mask over the query axis (t5x broadcast_dropout).
@@ -168,8 +181,8 @@ def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask |
 
   Args:
     query: [B, L, N, H].
-    key: [B, S, N, H].
-    value: [B, S, N, H].
+    key: [B, S, K, H] (K divides N: grouped-query attention, heads repeated to N here).
+    value: [B, S, K, H].
     bias: optional float32 broadcastable to [B, N, L, S] (position biases, or with no
       ``mask`` also the mask's 0 / -1e10), or a tuple of such arrays, all added to the
       logits (kept apart so a [B, 1, L, S] mask and a [1, N, L, S] position bias never
@@ -182,6 +195,7 @@ def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask |
     cache: a KV-cache prefill (the XLA path serves it).
     platform: the backend compiled for (default: ``compile_platform()``).
     interpret: run Pallas kernels in the interpreter (tests on the CPU, with platform="tpu").
+    softcap: None, or c > 0: scores c * tanh(Q K^T / c) before the biases (XLA path only).
   Returns:
     dtype[B, L, N, H].
   """
@@ -191,9 +205,15 @@ def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask |
   if key.shape != value.shape:
     raise ValueError(f"attention needs keys and values of one shape, got {key.shape} and "
                      f"{value.shape}")
-  if query.shape[0] != key.shape[0] or query.shape[2:] != key.shape[2:]:
+  if (query.shape[0] != key.shape[0] or query.shape[3] != key.shape[3]
+      or query.shape[2] % key.shape[2]):
     raise ValueError(f"attention needs queries {query.shape} with the batch, heads and head_dim "
-                     f"of the keys {key.shape}")
+                     f"of the keys {key.shape} (or a multiple of their heads: grouped-query "
+                     "attention)")
+  if key.shape[2] != query.shape[2]:  # grouped-query attention: head n reads n // G
+    key, value = (nn.with_logical_constraint(
+        jnp.repeat(x, query.shape[2] // key.shape[2], axis=2), ("batch", "length", "heads", "kv"))
+        for x in (key, value))
   position_biases = tuple(jnp.asarray(b, jnp.float32) for b in _as_biases(bias))
   biases = position_biases if mask is None else (
       (jnp.asarray(mask.bias, jnp.float32),) + position_biases)
@@ -208,7 +228,8 @@ def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask |
   kernel, reason = choose_kernel(
       impl, platform=platform or compile_platform(), query_shape=query.shape,
       key_shape=key.shape, dtype=query.dtype, mask=mask,
-      has_position_bias=bool(position_biases), dropout=dropout, cache=cache)
+      has_position_bias=bool(position_biases), dropout=dropout, cache=cache,
+      softcap=softcap is not None)
   _log_choice(mask.name if mask is not None else "attention", kernel, reason)
   if kernel != "xla":
     return _fused(kernel, query, key, value, mask, position_biases, dtype, interpret)
@@ -217,7 +238,8 @@ def dot_product_attention(query, key, value, bias=None, *, mask: AttentionMask |
     b, s, n, _ = key.shape
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, (b, n, 1, s))
     scale = jnp.where(keep, 1.0 / (1.0 - dropout_rate), 0.0).astype(jnp.float32)
-  return fast_grads.attend(query, key, value, biases, scale, jnp.dtype(dtype))
+  return fast_grads.attend(query, key, value, biases, scale, jnp.dtype(dtype),
+                           None if softcap is None else float(softcap))
 
 
 def _sum_biases(biases):
@@ -240,35 +262,50 @@ def _fused(kernel, query, key, value, mask, position_biases, dtype, interpret):
                                   interpret=interpret, dtype=dtype)
 
 
-def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32):
+def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32,
+                     softcap: float | None = None):
   """``softmax(Q K^T + sum(biases)) V`` against a decoding cache (no dropout, no gradient).
 
   Args:
     query: [B, L, N, H] with B = R * Bc; query rows c * R + r (r < R) read cache row c.
-    key, value: [Bc, N, H, S], the cache layout (module docstring).
+    key, value: [Bc, K, H, S], the cache layout (module docstring); K divides N, query
+      head n reads cache head n // (N / K).
     biases: tuple of float32 arrays broadcastable to [B, N, L, S] when R == 1; when R > 1,
       each has 1 or Bc rows and a query axis of size 1 (the cross-attention mask).
     dtype: dtype of the weights fed to the value einsum and of the result.
+    softcap: None, or c > 0: scores c * tanh(Q K^T / c) before the biases.
   Returns:
     dtype[B, L, N, H].
   """
   b, l, n, h = query.shape
-  bc, s = key.shape[0], key.shape[-1]
-  if not key.shape == value.shape == (bc, n, h, s) or b % bc:
-    raise ValueError(f"cached attention needs a cache [Bc, N, H, S] of the queries' heads and "
-                     f"head_dim, and a multiple of Bc query rows; got query {query.shape}, "
-                     f"key {key.shape}, value {value.shape}")
+  bc, kh, s = key.shape[0], key.shape[1], key.shape[-1]
+  if not key.shape == value.shape == (bc, kh, h, s) or b % bc or n % kh:
+    raise ValueError(f"cached attention needs a cache [Bc, K, H, S] of the queries' head_dim "
+                     f"with K dividing their heads, and a multiple of Bc query rows; got query "
+                     f"{query.shape}, key {key.shape}, value {value.shape}")
   r = b // bc
   for x in biases:
     if r > 1 and (x.shape[0] not in (1, bc) or x.shape[-2] != 1):
       raise ValueError(f"with {r} query rows per cache row, a bias needs 1 or {bc} rows and a "
                        f"query axis of 1, got {x.shape}")
-  q = query.reshape(bc, r * l, n, h)
-  logits = jnp.einsum("BLNH,BNHS->BNLS", q, key, preferred_element_type=jnp.float32)
+  g = n // kh
+  if g == 1:
+    q = query.reshape(bc, r * l, n, h)
+    logits = jnp.einsum("BLNH,BNHS->BNLS", q, key, preferred_element_type=jnp.float32)
+  else:  # grouped: [Bc, K, G, R * L, S] scores, viewed as [Bc, N, R * L, S]
+    q = query.reshape(bc, r * l, kh, g, h)
+    logits = jnp.einsum("BLKGH,BKHS->BKGLS", q, key, preferred_element_type=jnp.float32)
+    logits = logits.reshape(bc, n, r * l, s)
+  if softcap is not None:
+    logits = softcap * jnp.tanh(logits / softcap)
   for x in biases:
     logits = logits + jnp.asarray(x, jnp.float32)
   probs = jax.nn.softmax(logits, axis=-1)
-  out = jnp.einsum("BNLS,BNHS->BLNH", probs.astype(dtype), value.astype(dtype))
+  if g == 1:
+    out = jnp.einsum("BNLS,BNHS->BLNH", probs.astype(dtype), value.astype(dtype))
+  else:
+    probs = probs.reshape(bc, kh, g, r * l, s)
+    out = jnp.einsum("BKGLS,BKHS->BLKGH", probs.astype(dtype), value.astype(dtype))
   return out.reshape(b, l, n, h)
 
 
@@ -283,6 +320,9 @@ class MultiHeadAttention(nn.Module):
     use_rope: rotate queries and keys by their positions (self-attention only).
     dtype: activation dtype.
     attention_impl: one of ATTENTION_IMPLS (``dot_product_attention``'s ``impl``).
+    num_kv_heads: K key/value heads (divides N); None means N.
+    query_scale: None (T5: query init / sqrt(H)) or s: queries times s**-0.5, plain init.
+    softcap: None or the attention-logit cap c (scores c * tanh(q.k / c)).
   """
   num_heads: int
   head_dim: int
@@ -291,6 +331,14 @@ class MultiHeadAttention(nn.Module):
   use_rope: bool = False
   dtype: Any = jnp.float32
   attention_impl: str = "xla"
+  num_kv_heads: int | None = None
+  query_scale: float | None = None
+  softcap: float | None = None
+
+  @property
+  def kv_heads(self) -> int:
+    """K: num_kv_heads, or num_heads when it is None."""
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
   @nn.compact
   def __call__(self, inputs_q, inputs_kv, bias, *, mask: AttentionMask | None = None,
@@ -320,33 +368,38 @@ class MultiHeadAttention(nn.Module):
     if self.kind not in ("self", "cross"):
       raise ValueError(f"unknown attention kind {self.kind!r}")
     d = inputs_q.shape[-1]
-    n, h = self.num_heads, self.head_dim
+    n, h, kh = self.num_heads, self.head_dim, self.kv_heads
+    if n % kh:
+      raise ValueError(f"num_kv_heads ({kh}) must divide num_heads ({n})")
+    kv_axis = "heads" if kh == n else "kv_heads"
     kernel_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=0, out_axis=(1, 2))
     depth_scaling = jnp.sqrt(h).astype(jnp.float32)
 
     def query_init(*args):
       return kernel_init(*args) / depth_scaling
 
-    def project(name, x, init):
-      kernel = param_with_axes(self, name, init, (d, n, h), ("embed", "heads", "kv"))
-      y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N, H]
+    def project(name, x, init, heads=n, axis="heads"):
+      kernel = param_with_axes(self, name, init, (d, heads, h), ("embed", axis, "kv"))
+      y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N or K, H]
       y = checkpoint_name(y, f"{name}_proj")
-      return nn.with_logical_constraint(y, ("batch", "length", "heads", "kv"))
+      return nn.with_logical_constraint(y, ("batch", "length", axis, "kv"))
 
-    query = project("query", inputs_q, query_init)
+    query = project("query", inputs_q, query_init if self.query_scale is None else kernel_init)
+    if self.query_scale is not None:
+      query = query * jnp.asarray(self.query_scale ** -0.5, query.dtype)
     if self.use_rope:
       query = position.apply_rope(query, q_positions)
 
     cross_step = self.kind == "cross" and cache_mode == "step"
     if not cross_step:
-      key = project("key", inputs_kv, kernel_init)
-      value = project("value", inputs_kv, kernel_init)
+      key = project("key", inputs_kv, kernel_init, kh, kv_axis)
+      value = project("value", inputs_kv, kernel_init, kh, kv_axis)
       if self.use_rope:
         key = position.apply_rope(key, kv_positions)
     else:
       # Declare the kernels so the param tree does not depend on the mode.
-      param_with_axes(self, "key", kernel_init, (d, n, h), ("embed", "heads", "kv"))
-      param_with_axes(self, "value", kernel_init, (d, n, h), ("embed", "heads", "kv"))
+      param_with_axes(self, "key", kernel_init, (d, kh, h), ("embed", kv_axis, "kv"))
+      param_with_axes(self, "value", kernel_init, (d, kh, h), ("embed", kv_axis, "kv"))
 
     if cache_mode is not None:
       key, value = self._update_cache(key if not cross_step else None,
@@ -355,7 +408,8 @@ class MultiHeadAttention(nn.Module):
 
     if cache_mode == "step":
       mask_bias = () if mask is None else (mask.bias,)
-      out = cached_attention(query, key, value, mask_bias + _as_biases(bias), dtype=self.dtype)
+      out = cached_attention(query, key, value, mask_bias + _as_biases(bias), dtype=self.dtype,
+                             softcap=self.softcap)
     else:
       dropout_rng = None
       if not deterministic and self.dropout_rate > 0.0:
@@ -364,7 +418,7 @@ class MultiHeadAttention(nn.Module):
           query, key, value, bias, mask=mask,
           impl=self.attention_impl, cache=cache_mode is not None,
           dropout_rate=self.dropout_rate, dropout_rng=dropout_rng, deterministic=deterministic,
-          dtype=self.dtype)
+          dtype=self.dtype, softcap=self.softcap)
     out = checkpoint_name(out, "attention_out")
     out_init = nn.initializers.variance_scaling(1.0, "fan_in", "normal", in_axis=(0, 1), out_axis=2)
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
@@ -374,12 +428,12 @@ class MultiHeadAttention(nn.Module):
   def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):
     """Writes new keys/values into the cache; returns the keys/values to attend over.
 
-    Prefill returns the new keys/values as they are ([B, S, N, H], for the full-forward
-    attention of the prefix); a step returns the whole cache ([B, N, H, S]).
+    Prefill returns the new keys/values as they are ([B, S, K, H], for the full-forward
+    attention of the prefix); a step returns the whole cache ([B, K, H, S]).
     """
-    n, h = self.num_heads, self.head_dim
+    kh, h = self.kv_heads, self.head_dim
 
-    def cache_layout(x):  # [B, S, N, H] -> [B, N, H, S]
+    def cache_layout(x):  # [B, S, K, H] -> [B, K, H, S]
       return jnp.transpose(x, (0, 2, 3, 1)).astype(self.dtype)
 
     if self.kind == "cross":
@@ -396,7 +450,7 @@ class MultiHeadAttention(nn.Module):
     if cache_mode == "prefill":
       if max_length is None or max_length < key.shape[1]:
         raise ValueError(f"prefill needs max_length >= prefix length {key.shape[1]}, got {max_length}")
-      shape = (batch, n, h, max_length)
+      shape = (batch, kh, h, max_length)
       for name, x in (("cached_key", key), ("cached_value", value)):
         self.put_variable("cache", name,
                           jnp.zeros(shape, self.dtype).at[..., :x.shape[1]].set(cache_layout(x)))

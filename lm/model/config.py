@@ -7,6 +7,7 @@ values here, and a bad value fails at construction with the allowed ones listed.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,13 @@ REMAT_POLICIES = {
 # result beyond floating-point rounding, so checkpoint signatures and the config goldens
 # leave them out (a run may resume on another platform with another kernel).
 EXECUTION_FIELDS = ("attention_impl",)
+# Architecture fields added after checkpoints were first written, with their defaults (T5's
+# behaviour). A checkpoint signature leaves such a field out while it holds its default
+# (lm/checkpoint/signature.py), so checkpoints written before it existed keep their hash,
+# and an old run's config.json takes the default (lm.config.load_config_json).
+ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
+                "attn_logit_softcapping": None, "final_logit_softcapping": None,
+                "scale_embeddings": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +63,11 @@ class TransformerConfig:
   Attributes:
     vocab_size: V, including sentinels (32128 for the T5 vocabulary).
     emb_dim: D.
-    num_heads: N.
+    num_heads: N (query heads).
+    num_kv_heads: K, the key/value heads of grouped-query attention (Gemma 2, T5Gemma):
+      query head n reads key/value head n // (N / K). None means N (T5's multi-head
+      attention); must divide num_heads. The key and value kernels are [D, K, H] and the
+      decoding cache holds K heads.
     head_dim: H; None means emb_dim // num_heads (must divide).
     mlp_dim: F.
     num_encoder_layers: encoder depth (must be 0 for decoder-only mask types).
@@ -68,7 +80,8 @@ class TransformerConfig:
     relative_num_buckets, relative_max_distance: T5 relative bias bucketing (32, 128).
     max_length: table size for "learned" positions.
     rope_max_wavelength: RoPE base.
-    norm_type: "rmsnorm" (T5, eps 1e-6) or "layernorm" (eps 1e-5, with bias).
+    norm_type: "rmsnorm" (T5, eps 1e-6), "gemma_rmsnorm" (Gemma: the factor is 1 + scale,
+      scale initialised to 0; eps 1e-6) or "layernorm" (eps 1e-5, with bias).
     norm_position: "pre" (norm before each sub-block + final norm) or "post".
     tie_embeddings: logits = y @ E^T (T5.1.0), scaled by emb_dim**-0.5 if tied_logits_scale.
     tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
@@ -82,6 +95,15 @@ class TransformerConfig:
       platform and the call support, else "xla"; attention.choose_kernel). It chooses how,
       not what, the model computes: no parameter depends on it and checkpoint signatures
       leave it out (EXECUTION_FIELDS).
+    query_pre_attn_scalar: None (T5): no logit scaling, the query kernel's init is divided
+      by sqrt(H) instead. A positive number s (Gemma 2, T5Gemma): queries are multiplied
+      by s**-0.5 at run time and the query kernel has the plain fan-in init.
+    attn_logit_softcapping: None (off) or a cap c > 0: the attention scores become
+      c * tanh(q.k / c) before the mask and any position bias are added (Gemma 2). Only
+      the XLA attention path does it (attention.choose_kernel falls back to "xla").
+    final_logit_softcapping: None (off) or a cap c > 0: logits = c * tanh(logits / c).
+    scale_embeddings: the token embeddings are multiplied by sqrt(emb_dim) (in the
+      activation dtype) before the stacks (Gemma); tied logits are not. T5: False.
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -108,6 +130,11 @@ class TransformerConfig:
   remat_policy: str = "none"
   scan_layers: bool = False
   attention_impl: str = "auto"
+  num_kv_heads: int | None = None
+  query_pre_attn_scalar: float | None = None
+  attn_logit_softcapping: float | None = None
+  final_logit_softcapping: float | None = None
+  scale_embeddings: bool = False
 
   def __post_init__(self):
     def check(ok, msg):
@@ -124,6 +151,18 @@ class TransformerConfig:
     else:
       check(isinstance(self.head_dim, int) and self.head_dim > 0,
             f"head_dim must be a positive int or None, got {self.head_dim!r}")
+    if self.num_kv_heads is not None:
+      check(isinstance(self.num_kv_heads, int) and not isinstance(self.num_kv_heads, bool)
+            and self.num_kv_heads > 0 and self.num_heads % self.num_kv_heads == 0,
+            f"num_kv_heads must be a positive int that divides num_heads ({self.num_heads}) "
+            f"or None (= num_heads), got {self.num_kv_heads!r}")
+    for name in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+      value = getattr(self, name)
+      check(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                              and 0 < value < math.inf),
+            f"{name} must be a positive finite number or None (off), got {value!r}")
+    check(isinstance(self.scale_embeddings, bool),
+          f"scale_embeddings must be a bool, got {self.scale_embeddings!r}")
     check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
     check(self.mlp_activation in MLP_ACTIVATIONS,
           f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")
@@ -167,6 +206,11 @@ class TransformerConfig:
     return self.head_dim if self.head_dim is not None else self.emb_dim // self.num_heads
 
   @property
+  def resolved_num_kv_heads(self) -> int:
+    """K: num_kv_heads, or num_heads when it is None."""
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
   def activation_dtype(self):
     return DTYPES[self.dtype]
 
@@ -179,4 +223,4 @@ class TransformerConfig:
 
 
 __all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
-           "ATTENTION_IMPLS", "EXECUTION_FIELDS"]
+           "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS"]

@@ -183,41 +183,49 @@ def _sum_batch_by_slices(x):
   return total[None]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
-def attend(query, key, value, biases, scale, dtype):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def attend(query, key, value, biases, scale, dtype, softcap=None):
   """``softmax(Q K^T + sum(biases)) V`` (times the dropout ``scale``), hand-written gradient.
 
-  No logit scaling; float32 logits and softmax.
+  No logit scaling; float32 logits and softmax. With ``softcap`` c the scores are capped
+  before the biases are added: ``softmax(c * tanh(Q K^T / c) + sum(biases)) V`` (Gemma 2's
+  attention-logit soft-capping; the mask bias stays outside the tanh).
 
   Args:
     query: [B, L, N, H]; key, value: [B, S, N, H].
     biases: tuple of float32 arrays broadcastable to [B, N, L, S], added to the logits.
     scale: None, or float32[B, N, 1, S] dropout multipliers (0 or 1 / (1 - rate)).
     dtype: dtype of the weights fed to the value einsum and of the result.
+    softcap: None (off) or the cap c > 0 (a Python float).
   Returns:
     dtype[B, L, N, H].
   """
-  return _attend_fwd(query, key, value, biases, scale, dtype)[0]
+  return _attend_fwd(query, key, value, biases, scale, dtype, softcap)[0]
 
 
-def _attend_fwd(query, key, value, biases, scale, dtype):
+def _attend_fwd(query, key, value, biases, scale, dtype, softcap=None):
   logits = jnp.einsum("BLNH,BSNH->BNLS", query, key, preferred_element_type=jnp.float32)
+  capped = None  # tanh(Q K^T / c), float32[B, N, L, S], kept for the backward pass
+  if softcap is not None:
+    capped = jnp.tanh(logits / softcap)
+    logits = softcap * capped
   for b in biases:
     logits = logits + b
   probs = jax.nn.softmax(logits, axis=-1)  # float32[B, N, L, S]
   weights = probs if scale is None else probs * scale
   out = jnp.einsum("BNLS,BSNH->BLNH", weights.astype(dtype), value.astype(dtype))
-  return out, (query, key, value, biases, probs, scale, out)
+  return out, (query, key, value, biases, probs, scale, out, capped)
 
 
-def _attend_bwd(dtype, res, d_out):
+def _attend_bwd(dtype, softcap, res, d_out):
   """The softmax gradient as in FlashAttention: ``dS = P * (dP - rowsum(dO * O))``.
 
   ``rowsum(dO * O)`` equals ``rowsum(P * dP)`` (dropout included, as O is built from the
   dropped weights) but reads [B, L, N, H] instead of [B, N, L, S]; the key and value
   gradients are computed transposed ([B, N, H, S]), the layout XLA:CPU multiplies fastest.
+  With soft-capping the scores' gradient is ``dS * (1 - tanh^2)``; the biases' stays ``dS``.
   """
-  query, key, value, biases, probs, scale, out = res
+  query, key, value, biases, probs, scale, out, capped = res
   f32 = jnp.float32
   weights = (probs if scale is None else probs * scale).astype(dtype)
   d_out = d_out.astype(dtype)
@@ -226,9 +234,10 @@ def _attend_bwd(dtype, res, d_out):
   d_probs = d_weights if scale is None else d_weights * scale
   delta = jnp.einsum("BLNH,BLNH->BNL", d_out.astype(f32), out.astype(f32))[..., None]
   d_logits = probs * (d_probs - delta)  # float32[B, N, L, S]
-  d_query = jnp.einsum("BNLS,BSNH->BLNH", d_logits.astype(query.dtype), key,
+  d_scores = d_logits if capped is None else d_logits * (1.0 - capped * capped)
+  d_query = jnp.einsum("BNLS,BSNH->BLNH", d_scores.astype(query.dtype), key,
                        preferred_element_type=f32)
-  d_key = jnp.einsum("BLNH,BNLS->BNHS", query, d_logits.astype(query.dtype),
+  d_key = jnp.einsum("BLNH,BNLS->BNHS", query, d_scores.astype(query.dtype),
                      preferred_element_type=f32)
   d_biases = tuple(_sum_to_shape(d_logits, b.shape) for b in biases)
   d_scale = None if scale is None else jnp.zeros_like(scale)

@@ -25,7 +25,7 @@ MLP_ACTIVATIONS = ("relu", "gelu", "gated_gelu", "swiglu")
 wo(gelu(wi_0 x) * wi_1 x) (T5.1.1 GEGLU); ``swiglu``: wo(silu(wi_0 x) * wi_1 x)
 (PaLM/LLaMA). gelu is flax's default tanh approximation, as in t5x."""
 
-NORM_TYPES = ("rmsnorm", "layernorm")
+NORM_TYPES = ("rmsnorm", "layernorm", "gemma_rmsnorm")
 
 MLP_REMAT_NAMES = ("mlp_in", "mlp_wi", "mlp_hidden", "mlp_out")
 """``checkpoint_name`` tags of ``MlpBlock``: its input [B, L, D], the input products
@@ -46,10 +46,12 @@ def param_with_axes(module: nn.Module, name: str, init, shape, axes):
 class RMSNorm(nn.Module):
   """T5LayerNorm: ``x * rsqrt(mean(x^2) + eps) * scale`` in float32; no bias, no centring.
 
-  Param: ``scale`` float32[D] ("embed",), init 1.
+  Param: ``scale`` float32[D] ("embed",), init 1. With ``scale_plus_one`` (Gemma's
+  RMSNorm) the factor is ``1 + scale`` and ``scale`` is initialised to 0.
   """
   epsilon: float = 1e-6
   dtype: Any = jnp.float32
+  scale_plus_one: bool = False
 
   @nn.compact
   def __call__(self, x):
@@ -57,8 +59,9 @@ class RMSNorm(nn.Module):
     x32 = jnp.asarray(x, jnp.float32)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + self.epsilon)
-    scale = param_with_axes(self, "scale", nn.initializers.ones, (x.shape[-1],), ("embed",))
-    return (y * scale).astype(self.dtype)
+    init = nn.initializers.zeros if self.scale_plus_one else nn.initializers.ones
+    scale = param_with_axes(self, "scale", init, (x.shape[-1],), ("embed",))
+    return (y * (1.0 + scale if self.scale_plus_one else scale)).astype(self.dtype)
 
 
 class LayerNorm(nn.Module):
@@ -80,9 +83,10 @@ class LayerNorm(nn.Module):
 
 
 def make_norm(norm_type: str, dtype, name: str, epsilon: float | None = None) -> nn.Module:
-  """RMSNorm (eps 1e-6) or LayerNorm (eps 1e-5) by name."""
-  if norm_type == "rmsnorm":
-    return RMSNorm(epsilon=1e-6 if epsilon is None else epsilon, dtype=dtype, name=name)
+  """RMSNorm (eps 1e-6), Gemma's RMSNorm (``1 + scale``, eps 1e-6) or LayerNorm (eps 1e-5)."""
+  if norm_type in ("rmsnorm", "gemma_rmsnorm"):
+    return RMSNorm(epsilon=1e-6 if epsilon is None else epsilon, dtype=dtype, name=name,
+                   scale_plus_one=norm_type == "gemma_rmsnorm")
   if norm_type == "layernorm":
     return LayerNorm(epsilon=1e-5 if epsilon is None else epsilon, dtype=dtype, name=name)
   raise ValueError(f"unknown norm_type {norm_type!r}; expected one of {NORM_TYPES}")
@@ -91,12 +95,14 @@ def make_norm(norm_type: str, dtype, name: str, epsilon: float | None = None) ->
 class Embed(nn.Module):
   """Token embedding ``embedding`` float32[V, D] ("vocab", "embed"), init normal(stddev).
 
-  ``__call__`` gathers rows (no sqrt(D) scaling, as T5); ``attend`` gives tied logits.
+  ``__call__`` gathers rows (no sqrt(D) scaling, as T5; times sqrt(D) in ``dtype`` with
+  ``scale_by_sqrt_dim``, as Gemma); ``attend`` gives tied logits (never scaled).
   """
   vocab_size: int
   emb_dim: int
   stddev: float = 1.0
   dtype: Any = jnp.float32
+  scale_by_sqrt_dim: bool = False
 
   def setup(self):
     self.embedding = self.param(
@@ -108,7 +114,8 @@ class Embed(nn.Module):
     """int32[B, L] -> dtype[B, L, D]."""
     if not jnp.issubdtype(tokens.dtype, jnp.integer):
       raise ValueError(f"token ids must be integers, got {tokens.dtype}")
-    return jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
+    x = jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
+    return x * jnp.asarray(self.emb_dim ** 0.5, self.dtype) if self.scale_by_sqrt_dim else x
 
   def attend(self, x):
     """Tied logits ``x @ E^T``: dtype[B, L, D] -> float32[B, L, V]."""

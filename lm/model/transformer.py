@@ -11,7 +11,8 @@ Param tree (encoder-decoder, t5_relative, rmsnorm, gated_gelu, untied; ``scan_la
   token_embedder/embedding                       [V, D]     (vocab, embed)
   encoder/relpos_bias/rel_embedding              [N, 32]    (heads, relpos_buckets)
   encoder/layers_{i}/pre_self_attention_layer_norm/scale  [D]  (embed,)
-  encoder/layers_{i}/self_attention/{query,key,value}     [D, N, H] (embed, heads, kv)
+  encoder/layers_{i}/self_attention/query                 [D, N, H] (embed, heads, kv)
+  encoder/layers_{i}/self_attention/{key,value}           [D, K, H] (K = num_kv_heads)
   encoder/layers_{i}/self_attention/out                   [N, H, D] (heads, kv, embed)
   encoder/layers_{i}/pre_mlp_layer_norm/scale             [D]
   encoder/layers_{i}/mlp/{wi_0,wi_1}             [D, F]     (embed, mlp)
@@ -26,8 +27,8 @@ Param tree (encoder-decoder, t5_relative, rmsnorm, gated_gelu, untied; ``scan_la
   logits_dense/kernel                            [D, V]     (embed, vocab)   (untied only)
 With ``scan_layers=True`` the ``layers_{i}`` subtrees become one ``layers`` subtree whose
 leaves have a leading [num_layers] axis named "layers" (``scan_to_unscanned`` /
-``unscanned_to_scan`` convert). Variants: ``relu``/``gelu`` MLPs have ``mlp/wi`` instead
-of ``wi_0``/``wi_1``; layernorm adds ``.../bias``; ``learned`` positions add
+``unscanned_to_scan``, in scanning.py, convert). Variants: ``relu``/``gelu`` MLPs have
+``mlp/wi`` instead of ``wi_0``/``wi_1``; layernorm adds ``.../bias``; ``learned`` positions add
 ``{encoder,decoder}/pos_embedder/embedding`` [max_length, D] (abspos_buckets, embed);
 rope/alibi/sinusoidal/none have no position params (no ``relpos_bias``); decoder-only
 models have no ``encoder`` subtree and no ``encoder_decoder_attention``;
@@ -79,6 +80,7 @@ from lm.model.config import REMAT_POLICIES, TransformerConfig
 from lm.model.fast_grads import dense
 from lm.model.layers import (Embed, MlpBlock, broadcast_dropout, make_norm, mlp_kernel_init,
                              param_with_axes)
+from lm.model.scanning import scan_to_unscanned, unscanned_to_scan
 
 
 class TransformerLayer(nn.Module):
@@ -137,7 +139,10 @@ class TransformerLayer(nn.Module):
     def attention(name, kind, use_rope):
       return MultiHeadAttention(num_heads=cfg.num_heads, head_dim=cfg.resolved_head_dim, kind=kind,
                                 dropout_rate=rate, use_rope=use_rope, dtype=dtype,
-                                attention_impl=cfg.attention_impl, name=name)
+                                attention_impl=cfg.attention_impl,
+                                num_kv_heads=cfg.num_kv_heads,
+                                query_scale=cfg.query_pre_attn_scalar,
+                                softcap=cfg.attn_logit_softcapping, name=name)
 
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
     self_mode = None if self.encoder_pass else self.cache_mode
@@ -408,7 +413,8 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.config
     self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
-                                dtype=cfg.activation_dtype, name="token_embedder")
+                                dtype=cfg.activation_dtype, name="token_embedder",
+                                scale_by_sqrt_dim=cfg.scale_embeddings)
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
@@ -460,6 +466,9 @@ class Transformer(nn.Module):
         logits = logits * (cfg.emb_dim ** -0.5)
     else:
       logits = self.logits_dense(y)
+    if cfg.final_logit_softcapping is not None:
+      cap = cfg.final_logit_softcapping
+      logits = cap * jnp.tanh(logits / cap)
     return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
 
   def decode(self, encoded, batch: Mapping[str, Any], enable_dropout: bool = False,
@@ -532,68 +541,18 @@ class Transformer(nn.Module):
 def logits_kernel(params: Mapping[str, Any], config: TransformerConfig):
   """The output projection of ``params`` as (kernel [D, V], logits scale): logits are
   ``scale * final_hidden @ kernel``. Untied: ``logits_dense/kernel``, scale 1; tied: the
-  embedding transposed, scale emb_dim**-0.5 with ``tied_logits_scale``."""
+  embedding transposed, scale emb_dim**-0.5 with ``tied_logits_scale``.
+
+  Raises:
+    ValueError: with ``final_logit_softcapping``, which this linear form cannot express.
+  """
+  if config.final_logit_softcapping is not None:
+    raise ValueError("final_logit_softcapping caps the logits after the output projection, "
+                     "which the tiled loss does not do: set loss.tiled_chunk_tokens=0")
   if config.tie_embeddings:
     scale = config.emb_dim ** -0.5 if config.tied_logits_scale else 1.0
     return jnp.transpose(params["token_embedder"]["embedding"]), scale
   return params["logits_dense"]["kernel"], 1.0
-
-
-# ---------------------------------------------------------------------------------------
-# Scanned <-> unscanned param trees.
-
-def _unstack_leaf(leaf, i):
-  if isinstance(leaf, nn.LogicallyPartitioned):
-    if leaf.names[:1] != ("layers",):
-      raise ValueError(f"a scanned param's first logical axis must be 'layers', got {leaf.names}"
-                       " (is the tree already unscanned?)")
-    return leaf.replace(value=leaf.value[i], names=tuple(leaf.names[1:]))
-  return leaf[i]
-
-
-def _stack_leaves(*leaves):
-  first = leaves[0]
-  if isinstance(first, nn.LogicallyPartitioned):
-    value = jnp.stack([l.value for l in leaves])
-    return first.replace(value=value, names=("layers",) + tuple(first.names))
-  return jnp.stack(leaves)
-
-
-def _is_boxed(x):
-  return isinstance(x, nn.LogicallyPartitioned)
-
-
-def scan_to_unscanned(params):
-  """Scanned params (``{stack}/layers`` with a leading layer axis) -> ``{stack}/layers_{i}``.
-
-  Works on boxed (LogicallyPartitioned) or plain trees; pure, returns a new dict.
-  """
-  params = dict(params)
-  for stack in ("encoder", "decoder"):
-    if stack not in params or "layers" not in params[stack]:
-      continue
-    sub = dict(params[stack])
-    layers = sub.pop("layers")
-    n = jax.tree_util.tree_leaves(layers, is_leaf=_is_boxed)[0]
-    n = (n.value if _is_boxed(n) else n).shape[0]
-    for i in range(n):
-      sub[f"layers_{i}"] = jax.tree_util.tree_map(lambda x: _unstack_leaf(x, i), layers, is_leaf=_is_boxed)
-    params[stack] = sub
-  return params
-
-
-def unscanned_to_scan(params):
-  """``{stack}/layers_{i}`` -> scanned ``{stack}/layers`` (leading "layers" axis). Pure."""
-  params = dict(params)
-  for stack in ("encoder", "decoder"):
-    if stack not in params or "layers_0" not in params[stack]:
-      continue
-    sub = dict(params[stack])
-    n = sum(1 for k in sub if k.startswith("layers_"))
-    layers = [sub.pop(f"layers_{i}") for i in range(n)]
-    sub["layers"] = jax.tree_util.tree_map(_stack_leaves, *layers, is_leaf=_is_boxed)
-    params[stack] = sub
-  return params
 
 
 __all__ = ["TransformerConfig", "Transformer", "TransformerLayer", "Stack", "LogitsDense",

@@ -274,3 +274,22 @@ def test_preset_family_fields():
       assert {k: getattr(cfg, k) for k in fields} == fields, (family, size)
   with pytest.raises(ValueError, match="must look like family/size/architecture"):
     from_name("t5_1_1/small/causal/extra")
+
+
+def test_grouped_query_attention_counts_k_and_v_at_kv_heads():
+  """Params and FLOPs by hand with num_kv_heads = 1 of N = 2 (encoder-decoder, untied)."""
+  cfg = TransformerConfig(vocab_size=100, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                          num_encoder_layers=2, num_decoder_layers=3, num_kv_heads=1)
+  d, nh, kh, f, v = 8, 8, 4, 16, 100
+  attn = 2 * d * nh + 2 * d * kh            # q, o [D, N, H] and k, v [D, K, H]
+  mlp, rel = 3 * d * f, 2 * 32
+  want = (2 * v * d + 2 * (attn + mlp + 2 * d) + 3 * (2 * attn + mlp + 3 * d) + 2 * d
+          + 2 * rel)
+  assert accounting.count_params(cfg) == want
+  assert accounting.count_params(cfg.replace(num_kv_heads=None)) == want + 8 * 2 * d * (nh - kh)
+  li, lt = 10, 6
+  # encoder layer: 2*10*(2*8*8 + 2*8*4 + 3*8*16) + 4*10*10*8 = 2*10*576 + 3200 = 14720
+  # decoder layer: 2*6*576 + 4*6*6*8 + 2*6*2*8*8 + 2*10*2*8*4 + 4*6*10*8
+  #              = 6912 + 1152 + 1536 + 1280 + 1920 = 12800
+  f = accounting.forward_flops(cfg, li, lt)
+  assert f == {"encoder": 29440, "decoder": 38400, "logits": 9600, "total": 77440}

@@ -14,18 +14,23 @@ from model_helpers import runtime_str
 B, L, S, N, H = 2, 5, 5, 2, 4
 
 
-def naive_attention(q, k, v, mask):
-  """q [B,L,N,H], k/v [B,S,N,H], mask bool [B,1,L,S] -> [B,L,N,H] (float64)."""
+def naive_attention(q, k, v, mask, softcap=None):
+  """q [B,L,N,H], k/v [B,S,K,H] (K divides N: query head n reads key/value head
+  n // (N / K)), mask bool [B,1,L,S] -> [B,L,N,H] (float64); scores capped to
+  softcap * tanh(scores / softcap) before the mask when softcap is given."""
   q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
   out = np.zeros(q.shape)
   mask = np.broadcast_to(np.asarray(mask), (q.shape[0], 1, q.shape[1], k.shape[1]))
+  g = q.shape[2] // k.shape[2]
   for b in range(q.shape[0]):
     for n in range(q.shape[2]):
-      logits = q[b, :, n] @ k[b, :, n].T
+      logits = q[b, :, n] @ k[b, :, n // g].T
+      if softcap is not None:
+        logits = softcap * np.tanh(logits / softcap)
       logits = np.where(mask[b, 0], logits, -1e10)
       w = np.exp(logits - logits.max(-1, keepdims=True))
       w /= w.sum(-1, keepdims=True)
-      out[b, :, n] = w @ v[b, :, n]
+      out[b, :, n] = w @ v[b, :, n // g]
   return out
 
 
@@ -207,6 +212,50 @@ def test_cached_attention_matches_numpy(rows_per_cache_row, N):  # pylint: disab
 
 
 
+@pytest.mark.parametrize("kv_heads,softcap", [(2, None), (1, None), (4, 1.5), (2, 1.5)])
+def test_grouped_and_softcapped_attention_match_numpy(kv_heads, softcap):
+  """Grouped-query attention (4 query heads over 2 or 1 key/value heads: head n reads
+  n // (4 / K)) and soft-capped scores, through dot_product_attention's XLA path (values
+  against float64 NumPy, gradients against autodiff of repeated heads) and through the
+  decoding cache with 3 query rows per cache row (beam search)."""
+  rng = np.random.default_rng(11)
+  n = 4
+  q = jnp.asarray(2 * rng.normal(size=(B, L, n, H)), jnp.float32)  # scores well past the cap
+  k = jnp.asarray(rng.normal(size=(B, S, kv_heads, H)), jnp.float32)
+  v = jnp.asarray(rng.normal(size=(B, S, kv_heads, H)), jnp.float32)
+  mask = MASKS["padding"]()
+  bias = masks.mask_to_bias(mask)
+  got = dot_product_attention(q, k, v, bias, softcap=softcap)
+  want = naive_attention(q, k, v, mask, softcap)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+  if softcap is not None:  # the cap bites
+    assert np.abs(want - naive_attention(q, k, v, mask)).max() > 0.05
+
+  def plain(q, k, v):
+    k, v = (jnp.repeat(x, n // kv_heads, axis=2) for x in (k, v))
+    scores = jnp.einsum("BLNH,BSNH->BNLS", q, k)
+    if softcap is not None:
+      scores = softcap * jnp.tanh(scores / softcap)
+    return jnp.einsum("BNLS,BSNH->BLNH", jax.nn.softmax(scores + bias, axis=-1), v)
+
+  d_out = jnp.asarray(rng.normal(size=got.shape), jnp.float32)
+  grads = jax.vjp(lambda *a: dot_product_attention(*a, bias, softcap=softcap), q, k, v)[1](d_out)
+  for g, w in zip(grads, jax.vjp(plain, q, k, v)[1](d_out)):
+    assert g.shape == w.shape
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+  r = 3  # beam search: query rows c * r + i read cache row c
+  qs = jnp.asarray(2 * rng.normal(size=(B * r, 1, n, H)), jnp.float32)
+  valid = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+  cache_bias = masks.mask_to_bias(jnp.asarray(valid)[:, None, None, :])
+  got = cached_attention(qs, jnp.transpose(k, (0, 2, 3, 1)), jnp.transpose(v, (0, 2, 3, 1)),
+                         (cache_bias,), softcap=softcap)
+  rows = np.repeat(np.arange(B), r)
+  want = naive_attention(qs, np.asarray(k)[rows], np.asarray(v)[rows],
+                         valid[rows][:, None, None, :], softcap)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("q_shape,k_shape,v_shape,match", [
     ((B, L, N, H), (B, S, N, H), (B, S, N), "rank-4"),
     ((B, L, N), (B, S, N), (B, S, N), "rank-4"),
@@ -230,7 +279,7 @@ def test_dot_product_attention_refuses_mismatched_shapes(q_shape, k_shape, v_sha
 @pytest.mark.parametrize("q_rows,k_shape,v_shape,bias_shape,match", [
     (B, (B, N, H, S), (B, N, H, S + 1), None, "a cache"),
     (B, (B, N + 1, H, S), (B, N + 1, H, S), None, "a cache"),
-    (B, (B, N - 1, H, S), (B, N - 1, H, S), None, "a cache"),
+    (B, (B, 2 * N, H, S), (B, 2 * N, H, S), None, "a cache"),  # (fewer heads that divide N: GQA)
     (B, (B, N, H - 1, S), (B, N, H - 1, S), None, "a cache"),
     (B, (B, N + 1, H, S), (B, N, H, S), None, "a cache"),
     (B, (B, N - 1, H, S), (B, N, H, S), None, "a cache"),

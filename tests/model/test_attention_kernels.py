@@ -106,6 +106,11 @@ def _rule(impl, platform, mask=None, **overrides):
     ("auto", "gpu", {}, "prefix", "xla", "prefix-LM"),
     ("auto", "tpu", {"query_shape": (2, 114, 4, 64)}, "encoder", "xla", "multiple of 128"),
     ("auto", "tpu", {}, "nosegments", "xla", "no segment ids"),
+    # Attention-logit soft-capping (Gemma 2): none of the fused kernels lm calls caps.
+    ("auto", "gpu", {"softcap": True}, "encoder", "xla", "soft-capping"),
+    ("pallas", "tpu", {"softcap": True, "has_position_bias": False}, "causal", "xla",
+     "soft-capping"),
+    ("auto", "tpu", {"softcap": True}, "encoder", "xla", "soft-capping"),
 ])
 def test_choose_kernel_rules_and_reasons(impl, platform, overrides, mask_kind, kernel, reason):
   ones = np.ones((2, 128))
@@ -227,6 +232,22 @@ def test_pallas_kernels_match_lms_attention(kind, dtype, tol):
                    _loss_and_grads(_xla_reference(mask, kind == "encoder", with_bias, dtype),
                                    q, k, v, table, valid), valid, tol, tol)
   assert (np.abs(np.asarray(grads[3])).max() > 0) == with_bias
+
+
+def test_grouped_query_attention_reaches_the_fused_kernel_with_repeated_heads():
+  """GQA keys/values (K = 1 of N = 2 heads) run the Pallas flash kernel (interpreted) after
+  the heads are repeated: values and gradients equal the XLA path's."""
+  q, k, v, table = _inputs(1, 128, 128, seed=3)
+  k, v = k[:, :, :1], v[:, :, :1]
+  mask = _mask("encoder", np.ones((1, 128)), packed=False)
+
+  def run(impl):
+    return lambda q, k, v, table: dot_product_attention(
+        q, k, v, _relbias(table, 128, 128, True), mask=mask, impl=impl, platform="tpu",
+        interpret=True)
+  valid = np.ones((1, 128), bool)
+  _compare(_loss_and_grads(run("pallas"), q, k, v, table, valid),
+           _loss_and_grads(run("xla"), q, k, v, table, valid), valid, 2e-5, 2e-5)
 
 
 # --- the model: the CPU path, the config and the checkpoint signature ---------------------

@@ -72,12 +72,15 @@ def test_lookup_buckets_matches_autodiff():
   np.testing.assert_allclose(vjp(d)[0], want_vjp(d)[0], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("dropout,shape", [
-    (False, (2, 4, 5, 3, 8)), (True, (2, 4, 5, 3, 8)),
-    (False, (3, 4, 5, 1, 8)),  # one head: a [1, N, L, S] bias's gradient sums the batch
-    (False, (3, 4, 1, 2, 8)),  # one key
+@pytest.mark.parametrize("dropout,shape,softcap", [
+    (False, (2, 4, 5, 3, 8), None), (True, (2, 4, 5, 3, 8), None),
+    (False, (3, 4, 5, 1, 8), None),  # one head: a [1, N, L, S] bias's gradient sums the batch
+    (False, (3, 4, 1, 2, 8), None),  # one key
+    # Soft-capped scores (Gemma 2): a cap below the scores' spread (|Q K^T| reaches ~10
+    # here), so the tanh's gradient 1 - tanh^2 is far from 1; with dropout too.
+    (False, (2, 4, 5, 3, 8), 2.0), (True, (2, 4, 5, 3, 8), 2.0),
 ])
-def test_attend_matches_autodiff(dropout, shape):
+def test_attend_matches_autodiff(dropout, shape, softcap):
   rng = np.random.default_rng(3)
   b, l, s, n, h = shape
   q, k, v = _normal(rng, (b, l, n, h)), _normal(rng, (b, s, n, h)), _normal(rng, (b, s, n, h))
@@ -87,12 +90,19 @@ def test_attend_matches_autodiff(dropout, shape):
     scale = jnp.asarray(rng.integers(0, 2, (b, n, 1, s)) * 2.0, jnp.float32)
 
   def plain(q, k, v, m, p):
-    probs = jax.nn.softmax(jnp.einsum("BLNH,BSNH->BNLS", q, k) + m + p, axis=-1)
+    scores = jnp.einsum("BLNH,BSNH->BNLS", q, k)
+    if softcap is not None:
+      scores = softcap * jnp.tanh(scores / softcap)
+    probs = jax.nn.softmax(scores + m + p, axis=-1)
     probs = probs if scale is None else probs * scale
     return jnp.einsum("BNLS,BSNH->BLNH", probs, v)
 
-  _check_vjp(lambda q, k, v, m, p: fast_grads.attend(q, k, v, (m, p), scale, jnp.dtype(jnp.float32)),
+  _check_vjp(lambda q, k, v, m, p: fast_grads.attend(q, k, v, (m, p), scale,
+                                                     jnp.dtype(jnp.float32), softcap),
              plain, (q, k, v) + biases, rtol=1e-4, atol=1e-5)
+  if softcap is not None:  # the cap bites: uncapped attention differs
+    uncapped = fast_grads.attend(q, k, v, biases, scale, jnp.dtype(jnp.float32))
+    assert float(jnp.max(jnp.abs(uncapped - plain(q, k, v, *biases)))) > 0.1
 
 
 def test_bucket_sums_are_the_same_in_both_forms():

@@ -197,3 +197,16 @@ def test_param_with_axes_refuses_a_shape_and_axes_of_different_lengths():
   for shape, axes in (((2, 3), ("embed",)), ((2,), ("embed", "mlp"))):
     with pytest.raises(AssertionError):
       M(shape, axes).init(jax.random.PRNGKey(0))
+
+
+def test_gemma_rmsnorm_scales_by_one_plus_a_zero_initialised_scale():
+  """Gemma's RMSNorm: factor 1 + scale, scale initialised to 0, so at init it equals T5's
+  RMSNorm at init (scale 1); a scale w gives T5's with scale 1 + w."""
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 8)), jnp.float32)
+  gemma = layers.make_norm("gemma_rmsnorm", jnp.float32, "n")
+  t5 = layers.make_norm("rmsnorm", jnp.float32, "n")
+  params = nn.meta.unbox(gemma.init(jax.random.PRNGKey(0), x))
+  np.testing.assert_array_equal(params["params"]["scale"], np.zeros(8))
+  w = jnp.linspace(-0.5, 0.5, 8)
+  np.testing.assert_allclose(gemma.apply({"params": {"scale": w}}, x),
+                             t5.apply({"params": {"scale": 1.0 + w}}, x), rtol=1e-6, atol=1e-6)

@@ -186,3 +186,64 @@ def test_choice_values_built_at_run_time():
   refused("relative_num_buckets must be >= 4", position_encoding=runtime_str("t5_relative"),
           relative_num_buckets=2)
   refused("mask_type='causal' is decoder-only", mask_type=runtime_str("causal"), num_encoder_layers=1)
+
+
+def test_t5gemma_attention_knobs():
+  """num_kv_heads divides num_heads; the query scale and both caps are positive and finite
+  (None: T5's behaviour, the default)."""
+  cfg = make()
+  assert (cfg.num_kv_heads, cfg.query_pre_attn_scalar, cfg.attn_logit_softcapping,
+          cfg.final_logit_softcapping) == (None, None, None, None)
+  assert cfg.resolved_num_kv_heads == 2
+  assert make(num_heads=4, num_kv_heads=2).resolved_num_kv_heads == 2
+  assert make(num_heads=4, num_kv_heads=1).resolved_num_kv_heads == 1
+  assert make(num_kv_heads=2).resolved_num_kv_heads == 2
+  for bad in (3, 0, -2, 2.0, True):
+    refused(r"num_kv_heads must be a positive int that divides num_heads \(4\) or None "
+            rf"\(= num_heads\), got {bad!r}", num_heads=4, num_kv_heads=bad)
+  for name in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+    assert getattr(make(**{name: 50}), name) == 50
+    assert getattr(make(**{name: 0.5}), name) == 0.5
+    for bad in (0, -1.0, float("inf"), float("nan"), "30", True):
+      refused(rf"{name} must be a positive finite number or None \(off\), got "
+              + repr(bad).replace("(", r"\(").replace(")", r"\)"), **{name: bad})
+
+
+def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path):
+  """A checkpoint written before the T5Gemma knobs existed has the hash of the same model
+  now (the knobs at their defaults are left out of the signature); a knob set changes it;
+  an old run's config.json loads with the defaults and takes an override."""
+  import json
+  from configs import t5
+  from lm import config as config_lib
+  from lm.checkpoint import signature
+  from lm.model.config import ADDED_FIELDS
+  now = dataclasses.asdict(make())
+  old = {k: v for k, v in now.items() if k not in ADDED_FIELDS}
+  sig = signature.run_signature(now, {"params": {}})
+  assert sig == signature.run_signature(old, {"params": {}})
+  assert not set(ADDED_FIELDS) & set(sig["model"])
+  for name, value in (("num_kv_heads", 1), ("query_pre_attn_scalar", 8.0),
+                      ("attn_logit_softcapping", 50.0), ("final_logit_softcapping", 30.0),
+                      ("scale_embeddings", True)):
+    changed = signature.run_signature({**now, name: value}, {"params": {}})
+    assert changed["model"][name] == value and changed["model_hash"] != sig["model_hash"]
+  raw = json.loads(t5.get_config("runlocal").to_json_best_effort())
+  for name in ADDED_FIELDS:
+    del raw["model"][name]
+  (tmp_path / "config.json").write_text(json.dumps(raw))
+  loaded = config_lib.load_config_json(str(tmp_path / "config.json"))
+  assert all(getattr(config_lib.model_config(loaded), k) == v for k, v in ADDED_FIELDS.items())
+  changed = config_lib.apply_overrides(loaded, ["--config.model.num_kv_heads=2",
+                                                "--config.model.attn_logit_softcapping=50"])
+  model = config_lib.model_config(changed)
+  assert (model.num_kv_heads, model.attn_logit_softcapping) == (2, 50)
+  # A fresh config's placeholders take typed command-line values too.
+  fresh = config_lib.apply_overrides(t5.get_config("runlocal"),
+                                     ["--config.model.final_logit_softcapping=30.0"])
+  assert config_lib.model_config(fresh).final_logit_softcapping == 30.0
+
+
+def test_scale_embeddings_is_a_bool():
+  assert make(scale_embeddings=True).scale_embeddings is True
+  refused("scale_embeddings must be a bool, got 1", scale_embeddings=1)

@@ -7,7 +7,11 @@ softmax(q k^T + bias) v without 1/sqrt(H) (T5 folds it into the query init); MLP
 relu / tanh-GELU / GEGLU / SwiGLU; positions: T5 relative buckets (Mesh TF
 `_relative_position_bucket`), RoPE ("rotate half"), ALiBi (Press et al.: slopes
 2^(-8 i / N), bias -slope |i - j|), learned and sinusoidal absolute embeddings; tied
-logits y E^T / sqrt(D) (T5.1.0) or an untied kernel.
+logits y E^T / sqrt(D) (T5.1.0) or an untied kernel. Gemma 2 / T5Gemma's knobs:
+grouped-query attention (query head n reads key/value head n // (N / K)), queries times
+query_pre_attn_scalar**-0.5, attention scores c * tanh(q.k / c) before the mask and
+position biases, final logits c * tanh(logits / c), RMSNorm times (1 + scale), embeddings
+times sqrt(D) (tied logits unscaled).
 
 Every parameter is random (norm scales and biases too), so a variant that ignores a
 parameter, swaps an order or drops a term changes the logits.
@@ -24,6 +28,7 @@ import pytest
 
 import flax.linen as nn
 
+from lm.model.config import ADDED_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
 
 V, D, N, H, F = 40, 16, 4, 6, 24
@@ -33,6 +38,10 @@ NEG = -1e10
 
 def _rms_norm(x, p):
   return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * p["scale"]
+
+
+def _gemma_rms_norm(x, p):
+  return x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6) * (1 + p["scale"])
 
 
 def _layer_norm(x, p):
@@ -78,14 +87,22 @@ def _rope(x, pos, base=10_000.0):
                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
 
-def _attention(p, xq, xkv, bias, rope_pos=None):
+def _attention(cfg, p, xq, xkv, bias, rope_pos=None):
   """One example: xq [L, D], xkv [S, D], bias [N, L, S] (mask included)."""
   q = np.einsum("ld,dnh->lnh", xq, p["query"])
-  k = np.einsum("sd,dnh->snh", xkv, p["key"])
-  v = np.einsum("sd,dnh->snh", xkv, p["value"])
+  if cfg.query_pre_attn_scalar is not None:
+    q = q / math.sqrt(cfg.query_pre_attn_scalar)
+  k = np.einsum("sd,dkh->skh", xkv, p["key"])  # K key/value heads
+  v = np.einsum("sd,dkh->skh", xkv, p["value"])
   if rope_pos is not None:
     q, k = _rope(q, rope_pos), _rope(k, rope_pos)
-  w = _softmax(np.einsum("lnh,snh->nls", q, k) + bias)
+  group = [n * k.shape[1] // N for n in range(N)]  # the key/value head of each query head
+  k, v = k[:, group], v[:, group]
+  scores = np.einsum("lnh,snh->nls", q, k)
+  cap = cfg.attn_logit_softcapping
+  if cap is not None:
+    scores = cap * np.tanh(scores / cap)
+  w = _softmax(scores + bias)
   return np.einsum("nhd,lnh->ld", p["out"], np.einsum("nls,snh->lnh", w, v))
 
 
@@ -104,7 +121,8 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
   """One example through one stack. x [L, D]; mask bool [L, L]; cross_mask bool [L, S]."""
   l = x.shape[0]
   pos = np.arange(l)
-  norm = _rms_norm if cfg.norm_type == "rmsnorm" else _layer_norm
+  norm = {"rmsnorm": _rms_norm, "gemma_rmsnorm": _gemma_rms_norm,
+          "layernorm": _layer_norm}[cfg.norm_type]
   bias = np.where(mask, 0.0, NEG)[None].repeat(N, 0)
   pe = cfg.position_encoding
   if pe == "t5_relative":
@@ -131,11 +149,11 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
   for i in range(n_layers):
     lp = p[f"layers_{i}"]
     x = sub(x, lp, "pre_self_attention_layer_norm",
-            lambda h: _attention(lp["self_attention"], h, h, bias, rope_pos))
+            lambda h: _attention(cfg, lp["self_attention"], h, h, bias, rope_pos))
     if encoded is not None:
       cb = np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
       x = sub(x, lp, "pre_cross_attention_layer_norm",
-              lambda h: _attention(lp["encoder_decoder_attention"], h, encoded, cb))
+              lambda h: _attention(cfg, lp["encoder_decoder_attention"], h, encoded, cb))
     x = sub(x, lp, "pre_mlp_layer_norm", lambda h: _mlp(lp["mlp"], h, cfg.mlp_activation))
   if pre:
     x = norm(x, p["final_norm"])
@@ -146,6 +164,7 @@ def reference_logits(cfg, params, batch):
   """float64 [B, Lt, V]; decoder segment ids all 1 (no padding in decoder inputs)."""
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
   emb = p["token_embedder"]["embedding"]
+  inputs = emb * math.sqrt(D) if cfg.scale_embeddings else emb  # tied logits use emb
   out = []
   for b in range(batch["decoder_input_tokens"].shape[0]):
     dec = batch["decoder_input_tokens"][b]
@@ -158,15 +177,17 @@ def reference_logits(cfg, params, batch):
     if cfg.mask_type == "encoder_decoder":
       enc = batch["encoder_input_tokens"][b]
       valid = enc != 0
-      encoded = _stack(cfg, p["encoder"], emb[enc], valid[:, None] & valid[None, :],
+      encoded = _stack(cfg, p["encoder"], inputs[enc], valid[:, None] & valid[None, :],
                        encoder=True)
       cross = np.ones((lt, 1), bool) & valid[None, :]
-    y = _stack(cfg, p["decoder"], emb[dec], causal, encoder=False, encoded=encoded,
+    y = _stack(cfg, p["decoder"], inputs[dec], causal, encoder=False, encoded=encoded,
                cross_mask=cross)
     if cfg.tie_embeddings:
-      out.append(y @ emb.T / math.sqrt(D))
+      logits = y @ emb.T / math.sqrt(D)
     else:
-      out.append(y @ p["logits_dense"]["kernel"])
+      logits = y @ p["logits_dense"]["kernel"]
+    cap = cfg.final_logit_softcapping
+    out.append(logits if cap is None else cap * np.tanh(logits / cap))
   return np.stack(out)
 
 
@@ -187,7 +208,18 @@ VARIANTS = {
     "sinusoidal_gelu": dict(mask_type="causal", num_encoder_layers=0,
                             position_encoding="sinusoidal", mlp_activation="gelu"),
     "no_positions": dict(mask_type="causal", num_encoder_layers=0, position_encoding="none"),
+    # T5Gemma's knobs (the caps are below the scores' and logits' spread, so they bite:
+    # test_knob_variants_differ_from_t5).
+    "gqa_scale_softcaps_enc_dec": dict(num_kv_heads=2, query_pre_attn_scalar=3.0,
+                                       attn_logit_softcapping=1.0, final_logit_softcapping=3.0),
+    "mqa_rope_softcap_causal": dict(mask_type="causal", num_encoder_layers=0,
+                                    position_encoding="rope", mlp_activation="swiglu",
+                                    num_kv_heads=1, attn_logit_softcapping=1.0),
+    "gemma_norm_scaled_embeddings_tied": dict(norm_type="gemma_rmsnorm", scale_embeddings=True,
+                                              tie_embeddings=True, position_encoding="rope"),
 }
+KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
+         "final_logit_softcapping", "scale_embeddings", "norm_type")
 
 
 def _config(**kw):
@@ -247,6 +279,30 @@ def test_logits_match_numpy_forward(name):
   scale = np.abs(want).max()
   assert scale > 1.0  # the logits are not trivially small
   np.testing.assert_allclose(got, want, rtol=0, atol=1.2e-4 * scale)
+
+
+@pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal",
+                                  "gemma_norm_scaled_embeddings_tied"])
+def test_knob_variants_differ_from_t5(name):
+  """Each knob of a knob variant changes the reference's logits (so the match above tests
+  it): the same params with one knob back at T5's default. For GQA, which head reads
+  which: multi-head attention whose query head n has key/value kernel n // (N / K) is
+  GQA exactly, so the interleaved grouping n % K must differ."""
+  cfg = _config(**VARIANTS[name])
+  batch = _batch(cfg)
+  params = _random_params(cfg, batch)
+  want = reference_logits(cfg, params, batch)
+  for knob in KNOBS:
+    default = ADDED_FIELDS.get(knob, "rmsnorm")  # (norm_type: T5's RMSNorm)
+    if getattr(cfg, knob) == default or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
+      continue  # (one key/value head: every grouping is the same)
+    other, p = cfg.replace(**{knob: default}), params
+    if knob == "num_kv_heads":
+      group = [n % cfg.num_kv_heads for n in range(N)]
+      p = jax.tree_util.tree_map_with_path(
+          lambda path, x: x[:, group] if path[-1].key in ("key", "value") else x, params)
+    diff = np.abs(reference_logits(other, p, batch) - want).max()
+    assert diff > 0.05 * np.abs(want).max(), (knob, diff)
 
 
 def test_reference_bucket_matches_t5_examples():
