@@ -134,7 +134,9 @@ class _FailedSaveLog(logging.Filter):
     self.pending = False
     self.error: BaseException | None = None
     self._logger = logging.getLogger("absl")
-    self._logger.addFilter(self)
+    # First in line: the first filter that drops a record ends it, and an older manager's
+    # filter stays after its failed save (for late records); a newer save's are ours.
+    self._logger.filters.insert(0, self)
 
   def filter(self, record: logging.LogRecord) -> bool:
     # After a failure, orbax's threads may log it late (after the save stopped pending):
