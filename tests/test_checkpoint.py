@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 import time
 
 import jax
@@ -328,6 +329,43 @@ def test_a_real_write_failure_in_an_async_save_is_one_line_at_the_next_check(tmp
   assert "Traceback" not in proc.stderr and len(lines) == 1, proc.stderr[-3000:]
   assert lines[-1].startswith("error: an asynchronous checkpoint save in ")
   assert "File too large (errno 27)" in lines[-1]
+
+
+def test_a_save_failure_logged_before_orbax_save_returns_is_caught(tmp_path):
+  """orbax's save() starts the commit threads and works on before it returns; a write
+  that fails in that window is logged from a commit thread at once. That record is the
+  save's error (one CheckpointSaveError line at the next check), never printed."""
+  state = _state()
+  ckpt = checkpoint.CheckpointManager(tmp_path, every_steps=1, async_save=True,
+                                      signature=_sig(state))
+  absl_logger = logging.getLogger("absl")
+  printed = []
+  handler = logging.Handler()
+  handler.emit = printed.append
+  absl_logger.addHandler(handler)
+  real_save = ckpt._manager.save  # pylint: disable=protected-access
+
+  def save_failing_on_the_way(*args, **kwargs):
+    started = real_save(*args, **kwargs)
+    try:  # as orbax's _SignalingThread.run logs a failed write (future.py)
+      raise OSError(28, "No space left on device")
+    except OSError:
+      record = absl_logger.makeRecord(
+          "absl", logging.ERROR, "/site-packages/orbax/checkpoint/_src/futures/future.py", 387,
+          "_SignalingThread.run() raised an exception", (), sys.exc_info())
+    absl_logger.handle(record)
+    return started
+
+  try:
+    ckpt._manager.save = save_failing_on_the_way  # pylint: disable=protected-access
+    assert ckpt.save(1, state)
+    ckpt.wait()
+    with pytest.raises(checkpoint.CheckpointSaveError, match="No space left on device"):
+      ckpt.raise_if_save_failed()
+    ckpt.close(after_error=True)
+  finally:
+    absl_logger.removeHandler(handler)
+  assert printed == []
   assert checkpoint.checkpoint_steps(tmp_path) == [1]
 
 

@@ -374,10 +374,6 @@ main.run()
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 33 row 4 is not finished: in about half the runs an orbax thread still prints a "
-    "late traceback of the failed async save (future.result() re-raising it) before lm's "
-    "error line; the exit code, the last line and the kept steps are right"))
 def test_disk_full_at_a_save_stops_the_run_with_one_last_error_line(tmp_path):
   """A real OS write failure in the second (async) save of lm.main: the run stops before
   it would save again, the `error:` line is the last line of output, no tracebacks."""

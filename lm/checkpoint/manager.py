@@ -124,7 +124,9 @@ class _FailedSaveLog(logging.Filter):
   the finalize thread may swallow it and skip the step. The manager raises the first one
   as one CheckpointSaveError line at the next step instead, so these records are dropped.
   Installed on the "absl" logger (orbax logs through absl) while the manager is open;
-  it only acts while `pending` (a save started and not yet seen committed).
+  it only acts while `pending` (set before a save is handed to orbax, whose commit
+  threads may fail before its save() returns, until the step is seen committed) and,
+  once a save failed, for good.
   """
 
   def __init__(self):
@@ -132,7 +134,9 @@ class _FailedSaveLog(logging.Filter):
     self.pending = False
     self.error: BaseException | None = None
     self._logger = logging.getLogger("absl")
-    self._logger.addFilter(self)
+    # First in line: the first filter that drops a record ends it, and an older manager's
+    # filter stays after its failed save (for late records); a newer save's are ours.
+    self._logger.filters.insert(0, self)
 
   def filter(self, record: logging.LogRecord) -> bool:
     # After a failure, orbax's threads may log it late (after the save stopped pending):
@@ -253,15 +257,22 @@ class CheckpointManager:
                                 "extra": dict(extra or {})}),
         meta=ocp.args.JsonSave(meta))
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
+    # Pending before orbax's save starts: it starts the commit threads and then goes on
+    # (old steps to remove, a barrier, the finalize thread) before it returns, and a write
+    # that fails in between is logged from those threads at once.
+    was_pending, self._failed_saves.pending = self._failed_saves.pending, True
+    started = False
     try:
       started = self._manager.save(step, args=args, metrics=metrics, force=True)
-      if started:
-        self._unconfirmed = int(step)
-        self._failed_saves.pending = True
-      return started
     except OSError as e:
       raise CheckpointSaveError(f"saving checkpoint step {step} in {self.directory} failed: "
                                 f"{e}") from None
+    finally:
+      if not started:
+        self._failed_saves.pending = was_pending
+    if started:
+      self._unconfirmed = int(step)
+    return started
 
   def raise_if_save_failed(self) -> None:
     """Raises CheckpointSaveError if a finished async save failed (call once per step)."""
