@@ -192,7 +192,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
-                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}",
+                       version=(f"mini_suite={mini_suite.mini.SUITE_VERSION},"
+                                f"record={mini_suite.RECORD_VERSION}"),
                        after=(marker("pretrain"),)))
     else:
       if not data_dir:
