@@ -116,8 +116,8 @@ FLUENCY = "decoder fluency (mini)"
 RANDOM_INIT_RESULTS = ("random_init", "mini_suite.json")
 WHY_NO_TAU = (
     "The *decoder fluency (mini)* column is not ranked against the paper (no Kendall's "
-    "tau): in four of its five tasks every choice is a whole line made of the same words, "
-    "and ranking them by the likelihood of the whole line judges the decoder's "
+    "tau): in four of its five tasks every choice is a whole line of the same words (but "
+    "one, in fill), and ranking them by the likelihood of the whole line judges the decoder's "
     "unconditional fluency, which prefix LM and deshuffling train and i.i.d. denoising "
     "(a sentinel and one token per target) never does. A tau against the paper would "
     "reward the LM objectives by construction (docs/downstream_mini.md). The blank-input "

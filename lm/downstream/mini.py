@@ -25,6 +25,12 @@ classification; chance levels are those of a uniformly random choice (`chance_le
     task = get_task("mini_cloze")
     rows = task.examples("validation")          # [{"inputs": "cloze: ...", "targets": ...}]
     mini_average({"mini_completion": {"accuracy": 81.0}, ...})   # the "mini" column
+    blank_task, blank_rows = blank_inputs(task, rows)   # the blank-input control's items
+    surviving_share(60.0, 50.0, 35.0)           # 0.6: the margin kept without the input
+
+The column measures decoder fluency (docs/downstream_mini.md "What the column measures"), so
+reports show it beside the same scores with blank inputs and no Kendall's tau against the
+paper.
 
 Where the text comes from. `load(split, data_dir)`:
   data_dir None: the embedded corpus (`lm.data.sources.split_validation` of it with the
