@@ -111,9 +111,10 @@ def launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
 MINI_RESULTS = ("mini", "mini_suite.json")   # <workdir>/mini/mini_suite.json: the "mini" column
 # The mini column's name in reports: what it measures (docs/downstream_mini.md).
 FLUENCY = "decoder fluency (mini)"
-# The random-initialisation baseline of the blank-input control, by default:
-# `python -m lm.downstream.mini_suite --from_scratch --output=<root>/random_init`.
-RANDOM_INIT_RESULTS = ("random_init", "mini_suite.json")
+# The random-initialisation baseline of the blank-input control, by default (launch.sweep's
+# random_init_stage at tiny scale, or `python -m lm.downstream.mini_suite --from_scratch
+# --output=<root>/random_init/mini`).
+RANDOM_INIT_RESULTS = ("random_init", "mini", "mini_suite.json")
 WHY_NO_TAU = (
     "The *decoder fluency (mini)* column is not ranked against the paper (no Kendall's "
     "tau): in four of its five tasks every choice is a whole line of the same words (but "
@@ -362,7 +363,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
     wandb_group: the wandb group the runs were logged under, for the header.
     random_init: the mini_suite.json of the suite fine-tuned from random initialisation, the
       baseline of the blank-input control's share (default `<root>/random_init/
-      mini_suite.json` when it exists).
+      mini/mini_suite.json` when it exists).
   """
   os.makedirs(root, exist_ok=True)
   random_init_path = random_init or os.path.join(root, *RANDOM_INIT_RESULTS)
@@ -423,9 +424,10 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
     if random_record is None:
       where = os.path.dirname(random_init_path)
       lines += ["", f"*kept blank* needs the random-initialisation baseline, "
-                f"`{random_init_path}`, which is not there yet: `python -m "
-                f"lm.downstream.mini_suite --from_scratch --output={where}` (with the "
-                "points' --config), then this report again."]
+                f"`{random_init_path}`, which is not there yet: run the sweep again (its "
+                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.downstream.mini_suite "
+                f"--from_scratch --output={where}` with the points' --config, then this "
+                "report again."]
     else:
       lines += ["", f"Random initialisation (`{random_init_path}`): {FLUENCY} "
                 f"{fmt(random_record.get('mini'), 2)}, blank input "
@@ -505,7 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "at tiny scale)")
   parser.add_argument("--random_init", default="",
                       help="the mini_suite.json of the suite fine-tuned from random "
-                      "initialisation (default: <root>/random_init/mini_suite.json)")
+                      "initialisation (default: <root>/random_init/mini/mini_suite.json, "
+                      "what launch.sweep writes at tiny scale)")
   parser.add_argument("--seeds", type=int, default=0,
                       help="the sweep's --seeds (default: as many as <root> holds replicates "
                       "of the baseline, <name>_seed<k>)")

@@ -142,7 +142,13 @@ def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
 def test_local_dry_run_tokens_are_literal(capsys, tmp_path):
   root = str(tmp_path / "root with space;$(x)")
   lines = _dry_run(capsys, _hostile_experiment(tmp_path), f"--root={root}")
-  assert len(lines) == 6  # 2 points x (pretrain, mini, evaluate)
+  assert len(lines) == 7  # 2 points x (pretrain, mini, evaluate) + the random-init suite
+  scratch = shlex.split(lines[-1])
+  assert scratch[3] == f"--done={root}/random_init/sweep/mini.json"
+  assert scratch[-1] == "--from_scratch" and f"--output={root}/random_init/mini" in scratch
+  assert not any(a.startswith("--workdir=") for a in scratch)
+  # The baseline's model (no ★ here: the first point's), the points' fine-tuning arguments.
+  assert any(a.startswith("--config=configs/finetune.py:") for a in scratch)
   first = shlex.split(lines[0])
   assert first[1:4] == ["-m", "launch.stage", f"--done={root}/p1.x/sweep/pretrain.json"]
   assert f"--config.wandb.notes={HOSTILE}" in first
@@ -224,6 +230,12 @@ def test_bad_invocations_are_one_line_errors(tmp_path, capsys):
   assert "--data_dir" in capsys.readouterr().err
   assert sweep.main([exp, "--root=r", "--backend=tpu", "--dry_run"]) == 2
   assert "--tpu=NAME" in capsys.readouterr().err
+  taken = tmp_path / "taken.py"
+  taken.write_text("def sweep(add):\n  add(name='random_init', config='configs/t5.py:')\n")
+  assert sweep.main([str(taken), "--root=r", "--dry_run"]) == 2
+  assert "'random_init' is taken" in capsys.readouterr().err
+  # Without the fine-tuning stage (or at paper scale) there is no random-init suite to run.
+  assert sweep.main([str(taken), "--root=r", "--dry_run", "--stages=pretrain"]) == 0
 
 
 def _script_stage(tmp_path, point, name, code="pass"):
@@ -432,9 +444,10 @@ def test_report_shows_decoder_fluency_with_its_blank_control_and_no_tau(tmp_path
           in text)
   assert "| a | no metrics | — | — | — | 60.00 | 50.00 | — | 83.00 |" in text  # no baseline
   assert "needs the random-initialisation baseline" in text
-  # The random-initialisation record (default place: <root>/random_init/mini_suite.json).
-  (tmp_path / "random_init").mkdir()
-  (tmp_path / "random_init" / "mini_suite.json").write_text(json.dumps(
+  # The random-initialisation record (default place: <root>/random_init/mini/, where the
+  # sweep's random_init stage writes it).
+  (tmp_path / "random_init" / "mini").mkdir(parents=True)
+  (tmp_path / "random_init" / "mini" / "mini_suite.json").write_text(json.dumps(
       {"mini": 35.0, "mini_blank": 33.0, "results": results(35.0), "blank": results(33.0),
        "suite_version": 3, "init": "scratch"}))
   text = report.write_report(str(tmp_path), points, experiment="exp")
@@ -451,7 +464,7 @@ def test_report_shows_decoder_fluency_with_its_blank_control_and_no_tau(tmp_path
   assert "| Kendall tau |" not in rankings and "| mini | GLUE |" not in text
   assert report.WHY_NO_TAU in rankings
   # A random-init record of another suite gives no share.
-  (tmp_path / "random_init" / "mini_suite.json").write_text(json.dumps(
+  (tmp_path / "random_init" / "mini" / "mini_suite.json").write_text(json.dumps(
       {"mini": 35.0, "mini_blank": 33.0, "results": results(35.0), "suite_version": 2}))
   text = report.write_report(str(tmp_path), points, experiment="exp")
   assert "| a | no metrics | — | — | — | 60.00 | 50.00 | — | 83.00 |" in text
@@ -605,11 +618,14 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
     assert json.loads((root / name / "mini" / "mini_suite.json").read_text())["mini"] >= 0
     assert list((root / name / "eval").glob("step_20.json"))
   again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and again.stdout.count("all stages done") == 2, again.stdout
+  # Both points and the random-initialisation baseline of the blank-input control.
+  assert again.returncode == 0 and again.stdout.count("all stages done") == 3, again.stdout
+  assert json.loads((root / "random_init" / "mini" / "mini_suite.json").read_text()
+                    )["init"] == "scratch"
   assert report.main([str(exp), f"--root={root}"]) == 0
   text = (root / "report.md").read_text()
   assert "our decoder fluency (mini)" in text and "| mini | GLUE |" not in text
-  assert "blank input" in text  # each point's blank-input control was scored
+  assert "| sc (blank input) |" in text and "| random init (blank input) |" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
 
 
