@@ -186,7 +186,7 @@ def blank_control(record: dict[str, Any] | None, random_init: dict[str, Any] | N
   if record is None:
     return None, None
   blank = record.get("mini_blank")
-  if (blank is None or random_init is None or "mini" not in record
+  if (blank is None or random_init is None or "mini" not in record or "mini" not in random_init
       or random_init.get("suite_version") != record.get("suite_version")):
     return blank, None
   return blank, mini.surviving_share(record["mini"], blank, random_init["mini"])

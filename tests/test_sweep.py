@@ -479,6 +479,8 @@ def test_report_shows_decoder_fluency_with_its_blank_control_and_no_tau(tmp_path
   assert report.main([str(exp), f"--root={tmp_path}", f"--random_init={other}"]) == 0
   text = (tmp_path / "report.md").read_text()
   assert "| a | no metrics | — | — | — | 60.00 | 50.00 | 0.50 | 83.00 |" in text  # 10 / 20
+  assert report.blank_control({"mini": 60.0, "mini_blank": 50.0}, {"suite_version": None}) == (
+      50.0, None)  # a baseline record without its score gives no share
   assert report.main([str(exp), f"--root={tmp_path}",
                       f"--random_init={tmp_path / 'nope.json'}"]) == 2
 
