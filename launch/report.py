@@ -4,11 +4,15 @@ r"""Reports a sweep: each point's final losses beside the paper's scores, and an
 
 `write_report` reads `<root>/<name>/metrics.jsonl` and `config.json` of every point (and
 `<root>/launch.jsonl`, the launcher's record of each run) and writes `<root>/report.md`
-(one row per point: status, last step, final train / eval loss, then the paper's scores;
-a point without a paper value shows "—" in that column) and `<root>/eval_loss.png` (eval
+(one row per point: status, last step, final train / eval loss, our downstream columns,
+then the paper's scores; a point without a value shows "—") and `<root>/eval_loss.png` (eval
 loss against step, one line per point). It only reads run directories, so it can rebuild
 the report of a sweep that is still running or was run elsewhere. Running the sweep is
 launch/local.py's job.
+
+At tiny scale our column is the mini suite's, reported as decoder fluency with its
+blank-input control (`mini.blank_inputs`, `mini.surviving_share`) and no Kendall's tau
+against the paper (WHY_NO_TAU; docs/downstream_mini.md); paper-scale columns get a tau.
 """
 from __future__ import annotations
 
@@ -105,6 +109,20 @@ def launch_outcomes(root: str) -> dict[str, dict[str, Any]]:
 # Downstream scores and rankings (launch.sweep's fine-tuning stages).
 
 MINI_RESULTS = ("mini", "mini_suite.json")   # <workdir>/mini/mini_suite.json: the "mini" column
+# The mini column's name in reports: what it measures (docs/downstream_mini.md).
+FLUENCY = "decoder fluency (mini)"
+# The random-initialisation baseline of the blank-input control, by default (launch.sweep's
+# random_init_stage at tiny scale, or `python -m lm.downstream.mini_suite --from_scratch
+# --output=<root>/random_init/mini`).
+RANDOM_INIT_RESULTS = ("random_init", "mini", "mini_suite.json")
+WHY_NO_TAU = (
+    "The *decoder fluency (mini)* column is not ranked against the paper (no Kendall's "
+    "tau): in four of its five tasks every choice is a whole line of the same words (but "
+    "one, in fill), and ranking them by the likelihood of the whole line judges the decoder's "
+    "unconditional fluency, which prefix LM and deshuffling train and i.i.d. denoising "
+    "(a sentinel and one token per target) never does. A tau against the paper would "
+    "reward the LM objectives by construction (docs/downstream_mini.md). The blank-input "
+    "control shows how much of each point's margin needs no input at all.")
 # Paper scale: each column from its fine-tuning run `<workdir>/ft_<short>` (launch.sweep):
 # (column, run folder, task, metric); GLUE and SuperGLUE are the paper's averages.
 PAPER_COLUMNS = (("GLUE", "ft_glue", None, None), ("CNNDM", "ft_cnndm", "cnn_dailymail", "rouge2"),
@@ -151,6 +169,29 @@ def downstream_scores(workdir: str) -> dict[str, float]:
   return out
 
 
+def read_mini_record(path: str) -> dict[str, Any] | None:
+  """A mini_suite.json record (None when the file is absent)."""
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def blank_control(record: dict[str, Any] | None, random_init: dict[str, Any] | None
+                  ) -> tuple[float | None, float | None]:
+  """(the blank-input "mini" average, the share of the margin over random initialisation it
+  keeps: `mini.surviving_share`) of one point's mini record; None where a value is missing,
+  the two records' suites differ, or the margin is within noise."""
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  if record is None:
+    return None, None
+  blank = record.get("mini_blank")
+  if (blank is None or random_init is None or "mini" not in record or "mini" not in random_init
+      or random_init.get("suite_version") != record.get("suite_version")):
+    return blank, None
+  return blank, mini.surviving_share(record["mini"], blank, random_init["mini"])
+
+
 def ranks(values: dict[str, float]) -> dict[str, int]:
   """1 = best (highest score); ties share the better rank."""
   ordered = sorted(values.values(), reverse=True)
@@ -169,17 +210,23 @@ def kendall_tau(ours: dict[str, float], paper: dict[str, float]) -> tuple[float,
 
 
 def ranking_section(points: Sequence[Point], scores: dict[str, dict[str, float]]) -> list[str]:
-  """Markdown: each of our columns' ranking beside each paper column's, Kendall's tau per
-  column pair, and the points where the two rankings disagree (shown, not hidden)."""
-  ours_columns = [c for c in ("mini", *COLUMNS) if any(c in s for s in scores.values())]
+  """Markdown: each of our paper-scale columns' ranking beside the paper's, Kendall's tau
+  per column, and the points where the two rankings disagree (shown, not hidden). The
+  decoder-fluency (mini) column gets no tau (WHY_NO_TAU)."""
+  ours_columns = [c for c in COLUMNS if any(c in s for s in scores.values())]
   paper_columns = [c for c in COLUMNS if sum(c in p.reference for p in points) >= 2]
-  if not ours_columns:
+  has_mini = any("mini" in s for s in scores.values())
+  if not ours_columns and not has_mini:
     return ["No downstream scores yet (the fine-tuning stage has not finished for any "
             "point).", ""]
-  lines = ["## Rankings: ours beside the paper's", "",
-           "Rank 1 = best. Kendall's tau-b over the points both have (1 = the same order, "
-           "-1 = reversed, ~0 = unrelated). At tiny scale our only column is *mini* (the CPU "
-           "suite), ranked against each of the paper's columns.", ""]
+  lines = ["## Rankings: ours beside the paper's", ""]
+  if has_mini:
+    lines += [WHY_NO_TAU, ""]
+  if not ours_columns:
+    return lines
+  lines += ["Rank 1 = best. Kendall's tau-b over the points both have (1 = the same order, "
+            "-1 = reversed, ~0 = unrelated), each of our paper-scale columns against the "
+            "paper's own.", ""]
   header = ["our column", "paper column", "points", "Kendall tau", "disagreements"]
   lines += ["| " + " | ".join(header) + " |", "|---|---|---:|---:|---|"]
   for ours in ours_columns:
@@ -197,33 +244,44 @@ def ranking_section(points: Sequence[Point], scores: dict[str, dict[str, float]]
   return lines + [""]
 
 
-def mini_tasks_section(root: str, points: Sequence[Point]) -> list[str]:
+def mini_tasks_section(root: str, points: Sequence[Point],
+                       random_init: dict[str, Any] | None = None) -> list[str]:
   """Markdown: every point's score on each task of the mini suite (its headline metric, as
-  `mini_suite.json` records it) beside the mini average, and the chance row: which tasks
-  carry the column's differences. [] when no point has per-task mini results."""
+  `mini_suite.json` records it) beside the mini average, the same with blank inputs (the
+  blank-input control), random initialisation's rows and the chance row: which tasks carry
+  the column's differences, and which need the input. [] when no point has per-task mini
+  results."""
   from lm.downstream import mini  # pylint: disable=g-import-not-at-top
   records = {}
   for p in points:
-    path = os.path.join(root, p.name, *MINI_RESULTS)
-    if os.path.exists(path):
-      with open(path) as f:
-        record = json.load(f)
-      if record.get("results"):
-        records[p.name] = record
+    record = read_mini_record(os.path.join(root, p.name, *MINI_RESULTS))
+    if record and record.get("results"):
+      records[p.name] = record
   if not records:
     return []
-  tasks = [t for t in mini.TASK_METRIC if any(t in r["results"] for r in records.values())]
+  rows = dict(records)
+  if random_init and random_init.get("results"):
+    rows["random init"] = random_init
+  tasks = [t for t in mini.TASK_METRIC if any(t in r["results"] for r in rows.values())]
   metric = mini.TASK_METRIC
   lines = ["## The mini suite per task", "",
            "Each task's headline metric (docs/downstream_mini.md) after fine-tuning; *mini* is "
-           "the mean over the suite's tasks. The chance row is a uniformly random choice among "
-           "each example's choices.", "",
+           "the mean over the suite's tasks (the decoder-fluency column). A *(blank input)* "
+           "row is the same model scored on the same choices with every input replaced by "
+           "an empty string (the blank-input control): what it keeps of the score needs no "
+           "input. The chance row is a uniformly random choice among each example's "
+           "choices.", "",
            "| point | " + " | ".join(f"{t.removeprefix('mini_')} ({metric[t]})"
                                       for t in tasks) + " | mini |",
            "|---|" + "---:|" * (len(tasks) + 1)]
-  for name, record in records.items():
-    cells = [fmt(record["results"].get(t, {}).get(metric[t]), 2) for t in tasks]
-    lines.append(f"| {name} | " + " | ".join(cells) + f" | {fmt(record.get('mini'), 2)} |")
+  for name, record in rows.items():
+    for label, results, average in ((name, record["results"], record.get("mini")),
+                                    (f"{name} (blank input)", record.get("blank"),
+                                     record.get("mini_blank"))):
+      if results is None:
+        continue
+      cells = [fmt(results.get(t, {}).get(metric[t]), 2) for t in tasks]
+      lines.append(f"| {label} | " + " | ".join(cells) + f" | {fmt(average, 2)} |")
   chance = next((r["chance"] for r in records.values() if r.get("chance")), None)
   if chance:
     values = [chance.get(t, {}).get(metric[t]) for t in tasks]
@@ -232,11 +290,16 @@ def mini_tasks_section(root: str, points: Sequence[Point]) -> list[str]:
     lines.append("| chance | " + " | ".join(fmt(v, 2) for v in values) + f" | {fmt(mean, 2)} |")
   # A suite: its version (mini.SUITE_VERSION; absent before version 3) and its tasks.
   suites = {(r.get("suite_version"), tuple(sorted(t for t in r["results"] if t in metric)))
-            for r in records.values()}
+            for r in rows.values()}
   if len(suites) > 1:
     lines += ["", "**The points were scored with different suites** (rerun the older points' "
               "mini stage: remove `<point>/mini` and `<point>/sweep/mini.json` and run the "
-              "sweep again); their *mini* values are not comparable."]
+              "sweep again; the random-initialisation record likewise); their *mini* "
+              "values are not comparable."]
+  if any("mini_blank" not in r for r in records.values()):
+    lines += ["", "Points without a *(blank input)* row were scored before the blank-input "
+              "control existed: run the sweep again (its mini stage scores them, reusing "
+              "each fine-tuning run)."]
   return lines + [""]
 
 
@@ -252,7 +315,7 @@ def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, flo
   lines = []
   for base, names in groups.items():
     columns = [("eval loss", {n: summaries[n]["eval_loss"] for n in names})]
-    columns += [(f"our {c}", {n: scores[n].get(c) for n in names})
+    columns += [(f"our {_label(c)}", {n: scores[n].get(c) for n in names})
                 for c in ("mini", *COLUMNS) if any(c in scores[n] for n in names)]
     lines += [f"## Seed spread of `{base}`", "",
               f"`{base}` run with {len(names)} seeds ({', '.join(names)}; train.seed and "
@@ -271,6 +334,16 @@ def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, flo
   return lines
 
 
+def _min_share_margin() -> float:
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  return mini.MIN_SHARE_MARGIN
+
+
+def _label(column: str) -> str:
+  """A downstream column's name in the report ("mini" is the decoder-fluency column)."""
+  return FLUENCY if column == "mini" else column
+
+
 def fmt(x: float | None, digits: int = 3) -> str:
   """A number with `digits` decimals, or "—" for a missing (or NaN) one."""
   return "—" if x is None or x != x else f"{x:.{digits}f}"
@@ -278,7 +351,7 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
                  commands: Sequence[Sequence[str]] | None = None,
-                 wandb_group: str | None = None) -> str:
+                 wandb_group: str | None = None, random_init: str | None = None) -> str:
   """Writes `<root>/report.md` and `<root>/eval_loss.png`; returns the markdown.
 
   Args:
@@ -288,8 +361,13 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
     experiment: the experiment file, for the header.
     commands: each point's argv, listed in the report (same order as points).
     wandb_group: the wandb group the runs were logged under, for the header.
+    random_init: the mini_suite.json of the suite fine-tuned from random initialisation, the
+      baseline of the blank-input control's share (default `<root>/random_init/
+      mini/mini_suite.json` when it exists).
   """
   os.makedirs(root, exist_ok=True)
+  random_init_path = random_init or os.path.join(root, *RANDOM_INIT_RESULTS)
+  random_record = read_mini_record(random_init_path)
   summaries = {p.name: summarize(os.path.join(root, p.name)) for p in points}
   outcomes = launch_outcomes(root)
   lines = [f"# Sweep report: {experiment or root}", ""]
@@ -306,13 +384,24 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       "targets (a different corruption rate, span length or objective, or a decoder-only "
       "model) measure different tasks too, so neither column set ranks the points on its own. "
       "The *our ...* columns are our downstream scores after fine-tuning (launch.sweep): "
-      "*mini* (the CPU suite, docs/downstream_mini.md) at tiny scale, the paper's own "
-      "columns at paper scale; they are what ranks the points.",
+      "at paper scale the paper's own columns, which rank the points; at tiny scale "
+      f"*{FLUENCY}*, the CPU suite (docs/downstream_mini.md), which measures how well a "
+      "point's decoder tells text from non-text and separates pre-training from random "
+      "initialisation, but does not rank the points as the paper's columns do (below). "
+      "*blank input* is the same column with every input replaced by an empty string, and "
+      "*kept blank* the share of the point's margin over random initialisation that "
+      "survives without the input: (blank - random init) / (score - random init); 1 = the "
+      "margin needs no input, 0 = all of it does; — where the margin is under "
+      f"{_min_share_margin():g} points (within the seed noise).",
       "",
   ]
   scores = {p.name: downstream_scores(os.path.join(root, p.name)) for p in points}
   ours = [c for c in ("mini", *COLUMNS) if any(c in s for s in scores.values())]
-  header = (["point", "status", "step", "train loss", "eval loss"] + [f"our {c}" for c in ours]
+  blank = {p.name: blank_control(read_mini_record(os.path.join(root, p.name, *MINI_RESULTS)),
+                                 random_record) for p in points}
+  header = (["point", "status", "step", "train loss", "eval loss"]
+            + [h for c in ours for h in ([f"our {FLUENCY}", "blank input", "kept blank"]
+                                         if c == "mini" else [f"our {c}"])]
             + [f"paper {c}" for c in COLUMNS])
   lines.append("| " + " | ".join(header) + " |")
   lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
@@ -324,11 +413,27 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       status += f", last run exit {outcome['returncode']}"
     row = [("★ " if p.baseline else "") + p.name, status,
            "—" if s["step"] is None else str(s["step"]), fmt(s["train_loss"]),
-           fmt(s["eval_loss"])] + [fmt(scores[p.name].get(c), 2) for c in ours]
+           fmt(s["eval_loss"])]
+    for c in ours:
+      row.append(fmt(scores[p.name].get(c), 2))
+      if c == "mini":
+        row += [fmt(blank[p.name][0], 2), fmt(blank[p.name][1], 2)]
     row += [fmt(p.reference.get(c), 2) for c in COLUMNS]
     lines.append("| " + " | ".join(row) + " |")
+  if "mini" in ours:
+    if random_record is None:
+      where = os.path.dirname(random_init_path)
+      lines += ["", f"*kept blank* needs the random-initialisation baseline, "
+                f"`{random_init_path}`, which is not there yet: run the sweep again (its "
+                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.downstream.mini_suite "
+                f"--from_scratch --output={where}` with the points' --config, then this "
+                "report again."]
+    else:
+      lines += ["", f"Random initialisation (`{random_init_path}`): {FLUENCY} "
+                f"{fmt(random_record.get('mini'), 2)}, blank input "
+                f"{fmt(random_record.get('mini_blank'), 2)}."]
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
-  lines += mini_tasks_section(root, points)
+  lines += mini_tasks_section(root, points, random_record)
   lines += ranking_section(points, scores)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
@@ -393,12 +498,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   from launch import local  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(prog="python -m launch.report", description=(
       "Writes <root>/report.md and eval_loss.png of a study from its workdirs: our losses and "
-      "downstream scores beside the paper's, rankings and Kendall's tau."))
+      "downstream scores beside the paper's, the mini column's blank-input control, "
+      "rankings and Kendall's tau (paper-scale columns only)."))
   parser.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
   parser.add_argument("--root", required=True, help="the study's directory")
   parser.add_argument("--scale", default="tiny", choices=("tiny", "paper"),
                       help="the sweep's --scale (the points' configs as they ran: runlocal "
                       "at tiny scale)")
+  parser.add_argument("--random_init", default="",
+                      help="the mini_suite.json of the suite fine-tuned from random "
+                      "initialisation (default: <root>/random_init/mini/mini_suite.json, "
+                      "what launch.sweep writes at tiny scale)")
   parser.add_argument("--seeds", type=int, default=0,
                       help="the sweep's --seeds (default: as many as <root> holds replicates "
                       "of the baseline, <name>_seed<k>)")
@@ -414,7 +524,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"error: --root {args.root} does not exist (run the study first: python -m "
           "launch.sweep)", file=sys.stderr)
     return 2
-  write_report(args.root, points, experiment=args.experiment)
+  if args.random_init and not os.path.isfile(args.random_init):
+    print(f"error: --random_init {args.random_init} does not exist (python -m "
+          "lm.downstream.mini_suite --from_scratch --output=DIR writes DIR/mini_suite.json)",
+          file=sys.stderr)
+    return 2
+  write_report(args.root, points, experiment=args.experiment,
+               random_init=args.random_init or None)
   print(f"wrote {os.path.join(args.root, 'report.md')} and eval_loss.png")
   return 0
 

@@ -16,8 +16,10 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
   pretrain   lm.main with the point's config and overrides (wandb group = the study,
              tags = the swept values)
   finetune   tiny scale: the mini suite (`lm.downstream.mini_suite`, the "mini" column) in
-             `<root>/<name>/mini`; paper scale: one lm.main fine-tuning run per benchmark
-             column (configs/finetune.py, `ckpt.init_from` = the pre-trained run) in
+             `<root>/<name>/mini` (and, locally, once from random initialisation in
+             `<root>/random_init/mini`: `random_init_stage`); paper scale: one lm.main
+             fine-tuning run per benchmark column (configs/finetune.py, `ckpt.init_from` =
+             the pre-trained run) in
              `<root>/<name>/ft_<column>`, reading T5's task files under --data_dir
   evaluate   lm.evaluate on the pre-trained run (held-out loss of every objective, and the
              continuation score every architecture shares)
@@ -83,6 +85,9 @@ PAPER_FINETUNES = (
 # configs/t5.py arg keys that fix the model, passed on to configs/finetune.py.
 _MODEL_ARGS = ("arch", "family", "size")
 MINI_DIR = "mini"   # <root>/<name>/mini: the mini suite's fine-tuning run and mini_suite.json
+# <root>/random_init/mini: the mini suite fine-tuned from random initialisation (tiny scale,
+# local backend), the baseline of the report's blank-input control.
+RANDOM_INIT = "random_init"
 MARKER_DIR = "sweep"  # <root>/<name>/sweep/<stage>.json: the finished stages
 
 
@@ -192,7 +197,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
-                       version=f"mini_suite={mini_suite.mini.SUITE_VERSION}",
+                       version=(f"mini_suite={mini_suite.mini.SUITE_VERSION},"
+                                f"record={mini_suite.RECORD_VERSION}"),
                        after=(marker("pretrain"),)))
     else:
       if not data_dir:
@@ -213,6 +219,33 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
                      after=(marker("pretrain"),)))
   return out
+
+
+def random_init_stage(points: Sequence[local.Point], root: str, *, python: str = "python",
+                      finetune_extra: Sequence[str] = ()) -> tuple[local.Point, Stage]:
+  """Tiny scale: the mini suite fine-tuned from random initialisation in
+  `<root>/random_init/mini`, with the baseline point's model (the ★ row, else the first) and
+  the points' fine-tuning arguments: the baseline the report's blank-input control shares
+  each point's margin against (launch.report.RANDOM_INIT_RESULTS).
+
+  Returns:
+    (a pseudo-point named RANDOM_INIT, its one stage).
+
+  Raises:
+    ValueError: no points, or a point of the study is called RANDOM_INIT.
+  """
+  if not points:
+    raise ValueError("random_init_stage needs the study's points.")
+  if any(p.name == RANDOM_INIT for p in points):
+    raise ValueError(f"point name {RANDOM_INIT!r} is taken by the random-initialisation "
+                     "baseline of the mini suite; rename the point.")
+  base = next((p for p in points if p.baseline), points[0])
+  point = local.Point(name=RANDOM_INIT, config=base.config, reference={}, overrides={
+      k: v for k, v in base.overrides.items() if k.startswith("model.")})
+  [stage] = stages(point, root, scale="tiny", study="", python=python,
+                   finetune_extra=finetune_extra, which=["finetune"])
+  argv = [a for a in stage.argv if not a.startswith("--workdir=")]
+  return point, dataclasses.replace(stage, argv=(*argv, "--from_scratch"), after=())
 
 
 # ----------------------------------------------------------------------------------------
@@ -458,6 +491,13 @@ def main(argv: Sequence[str] | None = None) -> int:
       return _fail(str(e))
 
   if args.backend == "local":
+    if args.scale == "tiny" and "finetune" in which:
+      try:  # the report's baseline for the blank-input control (one per study)
+        random_point, random_stage = random_init_stage(
+            points, args.root, python=python, finetune_extra=args.finetune_extra)
+      except ValueError as e:
+        return _fail(str(e))
+      plan.append((random_point, [random_stage]))
     if args.dry_run:
       if prepare_stage is not None:
         print(shlex.join(prepare_stage.command()))

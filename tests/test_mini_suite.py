@@ -105,6 +105,81 @@ def test_a_finetuning_run_of_another_suite_is_refused(tmp_path):
   assert not (tmp_path / mini_suite.RESULTS_FILE).exists()
 
 
+def test_blank_inputs_keeps_targets_and_choices_of_real_suite_items():
+  """The control's transform on the suite's own validation items: every input is "", and
+  the choices (some read off the input: phrase order's pieces, cloze's words) and every
+  other field are those of the item as shown."""
+  for name in mini.SUITE:
+    task = task_lib.get_task(name)
+    examples = task.examples("validation")[:25]
+    blank_task, blank = mini.blank_inputs(task, examples)
+    assert len(blank) == len(examples)
+    for ex, b in zip(examples, blank):
+      assert ex["inputs"] and b["inputs"] == ""
+      assert blank_task.choices(b) == list(task.choices(ex))
+      assert ex["targets"] in blank_task.choices(b)  # the answer is still on offer
+      assert {k: v for k, v in b.items() if k not in ("inputs", mini.BLANK_CHOICES)} == {
+          k: v for k, v in ex.items() if k != "inputs"}
+    assert examples[0]["inputs"]  # the originals are not modified
+    # Read off the blank input instead, these tasks would lose their choices.
+    if name in ("mini_phrase_order", "mini_cloze"):
+      try:
+        naive = task.choices(blank[0])
+      except IndexError:  # phrase order: no pieces to order
+        naive = None
+      assert naive != blank_task.choices(blank[0])
+    assert blank_task.metric_fns == task.metric_fns and blank_task.name == task.name
+  decoded_only = task_lib.Task(name="t", load=lambda s, d: [], preprocess=dict,
+                               metric_fns=())
+  t, rows = mini.blank_inputs(decoded_only, [{"inputs": "x", "targets": "y"}])
+  assert t.choices is None and rows == [{"inputs": "", "targets": "y"}]
+
+
+def test_surviving_share_on_hand_computed_values():
+  # score 60, blank 50, random init 35: (50 - 35) / (60 - 35) = 15 / 25 = 0.6.
+  assert mini.surviving_share(60.0, 50.0, 35.0) == pytest.approx(0.6)
+  assert mini.surviving_share(60.0, 35.0, 35.0) == 0.0  # nothing survives
+  assert mini.surviving_share(60.0, 60.0, 35.0) == 1.0  # the margin needs no input
+  assert mini.surviving_share(60.0, 65.0, 35.0) == pytest.approx(1.2)  # not clipped
+  assert mini.surviving_share(60.0, 30.0, 35.0) == pytest.approx(-0.2)
+  # The denominator at or near 0, or negative: no share (within the seed noise).
+  assert mini.MIN_SHARE_MARGIN == 3.0
+  assert mini.surviving_share(35.0, 50.0, 35.0) is None
+  assert mini.surviving_share(37.9, 36.0, 35.0) is None
+  assert mini.surviving_share(38.0, 36.5, 35.0) == pytest.approx(0.5)  # exactly the minimum
+  assert mini.surviving_share(30.0, 30.0, 35.0) is None
+  assert mini.surviving_share(float("nan"), 30.0, 35.0) is None
+  assert mini.surviving_share(36.0, 35.5, 35.0, min_margin=0.5) == pytest.approx(0.5)
+
+
+@pytest.mark.slow
+def test_score_blank_inputs_scores_every_suite_task_without_its_inputs(tmp_path, monkeypatch):
+  """The edge: the fine-tuned run restored, each task's first max_eval_examples items
+  scored by rank classification with "" as the input and the item's own choices (~50 s of
+  CPU: a compile per task's shapes on 8 simulated devices)."""
+  from eval_runs import fake_run  # pylint: disable=g-import-not-at-top
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  run = fake_run(str(tmp_path / "run"))
+  config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None, steps=4,
+                                   max_eval_examples=2)
+  seen, real = {}, evaluation.evaluate_task
+
+  def spy(model, params, tokenizer, task, split, **kw):
+    seen[task.name] = (task, kw["examples"], kw["rank_classification"])
+    return real(model, params, tokenizer, task, split, **kw)
+
+  monkeypatch.setattr(evaluation, "evaluate_task", spy)
+  got = mini_suite.score_blank_inputs(config, run, 4)
+  assert list(got) == list(mini.HEADLINE) == list(seen)
+  for name, (task, examples, ranked) in seen.items():
+    real_task = task_lib.get_task(name)
+    shown = real_task.examples("validation")[:2]
+    assert ranked and len(examples) == 2 and all(ex["inputs"] == "" for ex in examples)
+    assert [task.choices(b) for b in examples] == [real_task.choices(ex) for ex in shown]
+    assert 0.0 <= got[name][mini.HEADLINE[name]] <= 100.0
+  assert 0.0 <= mini.mini_average(got) <= 100.0
+
+
 def test_final_train_loss(tmp_path):
   path = tmp_path / "metrics.jsonl"
   rows = [{"step": 20 * i, "loss": float(i), "grad_norm": 1.0} for i in range(1, 8)]
@@ -178,6 +253,10 @@ def test_pretrained_vs_random_initialisation(tmp_path):
     assert written["num_examples"] == {
         n: len(task_lib.get_task(n).examples("validation")) for n in mini.HEADLINE}
     assert 0.0 <= written["mini"] <= 100.0
+    # The blank-input control of the same fine-tuned model, on the same items.
+    assert set(written["blank"]) == set(mini.HEADLINE)
+    assert written["mini_blank"] == pytest.approx(mini.mini_average(written["blank"]))
+    assert written["record_version"] == mini_suite.RECORD_VERSION
 
   p, s = summaries["pretrained"], summaries["scratch"]
   z = {t: margin_in_standard_errors(p["results"][t][m], s["results"][t][m],
@@ -185,7 +264,10 @@ def test_pretrained_vs_random_initialisation(tmp_path):
   print("mini (pretrained, scratch):", round(p["mini"], 1), round(s["mini"], 1),
         {t: (round(p["results"][t][m], 1), round(s["results"][t][m], 1), round(z[t], 1))
          for t, m in mini.HEADLINE.items()},
-        "loss:", round(p["train_loss"], 3), round(s["train_loss"], 3))
+        "loss:", round(p["train_loss"], 3), round(s["train_loss"], 3),
+        "blank inputs (pretrained, scratch):", round(p["mini_blank"], 1),
+        round(s["mini_blank"], 1), "kept:",
+        mini.surviving_share(p["mini"], p["mini_blank"], s["mini"]))
   assert s["train_loss"] - p["train_loss"] >= MIN_LOSS_MARGIN, (p, s)
   won = [t for t in mini.HEADLINE if z[t] >= MIN_TASK_Z]
   assert len(won) >= MIN_TASKS_WON, (z, p, s)

@@ -121,9 +121,8 @@ def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
   text = report.write_report(str(tmp_path), points, experiment="exp")
   assert "## Seed spread of `a`" in text
   # mean 41, sd sqrt(((-1)^2 + 3^2 + (-2)^2) / 2) = sqrt(7), range 5.
-  assert (f"| our mini | 40.000, 44.000, 39.000 | 41.000 | {7 ** 0.5:.3f} | 5.000 |"
-          in text)
-  assert "| mini | GLUE | 3 |" in text  # the replicates have no paper row
+  assert (f"| our decoder fluency (mini) | 40.000, 44.000, 39.000 | 41.000 | "
+          f"{7 ** 0.5:.3f} | 5.000 |" in text)
   assert report._replicates_present(str(tmp_path), points[:3]) == 2  # pylint: disable=protected-access
 
 
@@ -143,7 +142,13 @@ def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
 def test_local_dry_run_tokens_are_literal(capsys, tmp_path):
   root = str(tmp_path / "root with space;$(x)")
   lines = _dry_run(capsys, _hostile_experiment(tmp_path), f"--root={root}")
-  assert len(lines) == 6  # 2 points x (pretrain, mini, evaluate)
+  assert len(lines) == 7  # 2 points x (pretrain, mini, evaluate) + the random-init suite
+  scratch = shlex.split(lines[-1])
+  assert scratch[3] == f"--done={root}/random_init/sweep/mini.json"
+  assert scratch[-1] == "--from_scratch" and f"--output={root}/random_init/mini" in scratch
+  assert not any(a.startswith("--workdir=") for a in scratch)
+  # The baseline's model (no ★ here: the first point's), the points' fine-tuning arguments.
+  assert any(a.startswith("--config=configs/finetune.py:") for a in scratch)
   first = shlex.split(lines[0])
   assert first[1:4] == ["-m", "launch.stage", f"--done={root}/p1.x/sweep/pretrain.json"]
   assert f"--config.wandb.notes={HOSTILE}" in first
@@ -225,6 +230,12 @@ def test_bad_invocations_are_one_line_errors(tmp_path, capsys):
   assert "--data_dir" in capsys.readouterr().err
   assert sweep.main([exp, "--root=r", "--backend=tpu", "--dry_run"]) == 2
   assert "--tpu=NAME" in capsys.readouterr().err
+  taken = tmp_path / "taken.py"
+  taken.write_text("def sweep(add):\n  add(name='random_init', config='configs/t5.py:')\n")
+  assert sweep.main([str(taken), "--root=r", "--dry_run"]) == 2
+  assert "'random_init' is taken" in capsys.readouterr().err
+  # Without the fine-tuning stage (or at paper scale) there is no random-init suite to run.
+  assert sweep.main([str(taken), "--root=r", "--dry_run", "--stages=pretrain"]) == 0
 
 
 def _script_stage(tmp_path, point, name, code="pass"):
@@ -356,12 +367,13 @@ def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
 
 
 def test_the_mini_stage_marker_carries_the_suite_version():
-  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  from lm.downstream import mini, mini_suite  # pylint: disable=g-import-not-at-top
   point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
   [mini_stage] = sweep.stages(point, "r", scale="tiny", study="s", which=["finetune"])
-  assert f"--version=mini_suite={mini.SUITE_VERSION}" in mini_stage.command()
-  assert mini_stage.command().index("--") > mini_stage.command().index(
-      f"--version=mini_suite={mini.SUITE_VERSION}")
+  # The record's version too: a record without the blank-input control is scored again.
+  version = f"--version=mini_suite={mini.SUITE_VERSION},record={mini_suite.RECORD_VERSION}"
+  assert version in mini_stage.command()
+  assert mini_stage.command().index("--") > mini_stage.command().index(version)
   assert mini_stage.after == ("r/a/sweep/pretrain.json",)
 
 
@@ -381,21 +393,96 @@ def test_kendall_tau_matches_scipy_and_hand_cases():
   assert report.ranks({"a": 3.0, "b": 5.0, "c": 3.0}) == {"a": 2, "b": 1, "c": 2}
 
 
-def test_report_ranks_our_mini_column_beside_the_paper(tmp_path):
+def test_report_ranks_paper_scale_columns_beside_the_paper(tmp_path):
   points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
             for n, g, q in (("a", 83.0, 80.0), ("b", 82.0, 81.0), ("c", 75.0, 60.0))]
-  for name, mini in (("a", 40.0), ("b", 45.0), ("c", 30.0)):
-    (tmp_path / name / "mini").mkdir(parents=True)
-    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps({"mini": mini}))
+  for name, glue, squad in (("a", 40.0, 50.0), ("b", 45.0, 55.0), ("c", 30.0, 20.0)):
+    _write_glue_squad(tmp_path / name, glue, squad)
   text = report.write_report(str(tmp_path), points, experiment="exp")
-  assert "| eval loss | our mini | paper GLUE |" in text
-  assert "| a | no metrics | — | — | — | 40.00 | 83.00 | — | 80.00 |" in text
-  rows = {line.split(" | ")[1]: line for line in text.splitlines()
-          if line.startswith("| mini |")}
-  # ours: b > a > c; GLUE: a > b > c (one discordant pair: tau 1/3); SQuAD: b > a > c (tau 1).
-  assert "| 3 | 0.33 | a (2 vs 1), b (1 vs 2) |" in rows["GLUE"]
-  assert "| 3 | 1.00 | none |" in rows["SQuAD"]
+  assert "| eval loss | our GLUE | our SQuAD | paper GLUE |" in text
+  rows = {line.split(" | ")[0]: line for line in text.splitlines()
+          if line.startswith(("| GLUE |", "| SQuAD |"))}
+  # ours: b > a > c on both; GLUE: a > b > c (one discordant pair: tau 1/3); SQuAD: b > a > c.
+  assert "| GLUE | GLUE | 3 | 0.33 | a (2 vs 1), b (1 vs 2) |" in text, rows
+  assert "| SQuAD | SQuAD | 3 | 1.00 | none |" in text
+  assert report.WHY_NO_TAU not in text  # no mini column: nothing to say about it
   assert (tmp_path / "eval_loss.png").exists()
+
+
+def _write_glue_squad(workdir, glue: float, squad: float):
+  """A paper-scale point's GLUE and SQuAD fine-tuning results (every GLUE task at `glue`)."""
+  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  glue_results = {}
+  for parts in mixtures.GLUE_AVERAGE.values():
+    for task, metric in parts:
+      glue_results.setdefault(task, {})[metric] = glue
+  for folder, results in (("ft_glue", glue_results),
+                          ("ft_squad", {"squad_v1_1": {"em": squad, "f1": squad}})):
+    (workdir / folder / "eval").mkdir(parents=True)
+    (workdir / folder / "eval" / "tasks_step_10.json").write_text(
+        json.dumps({"step": 10, "results": results}))
+
+
+def test_report_shows_decoder_fluency_with_its_blank_control_and_no_tau(tmp_path):
+  """Issue 31 item 1: the mini column is reported as decoder fluency, beside its blank-input
+  score and the share of the margin over random initialisation that survives it, and is
+  never ranked against the paper by Kendall's tau."""
+  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
+            for n, g, q in (("a", 83.0, 80.0), ("b", 82.0, 81.0), ("c", 75.0, 60.0))]
+  results = lambda v: {t: {m: v} for t, m in (
+      ("mini_completion", "accuracy"), ("mini_fill", "accuracy"), ("mini_cloze", "exact_match"),
+      ("mini_phrase_order", "exact_match"), ("mini_word_order", "accuracy"))}
+  # (mini, blank): a keeps (50 - 35) / (60 - 35) = 0.60 of its margin, b (35 - 35) / 10 = 0,
+  # c's margin 1 is under the 3-point minimum (no share).
+  for name, score, blank in (("a", 60.0, 50.0), ("b", 45.0, 35.0), ("c", 36.0, 36.0)):
+    (tmp_path / name / "mini").mkdir(parents=True)
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps(
+        {"mini": score, "mini_blank": blank, "results": results(score),
+         "blank": results(blank), "suite_version": 3}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert ("| eval loss | our decoder fluency (mini) | blank input | kept blank | paper GLUE |"
+          in text)
+  assert "| a | no metrics | — | — | — | 60.00 | 50.00 | — | 83.00 |" in text  # no baseline
+  assert "needs the random-initialisation baseline" in text
+  # The random-initialisation record (default place: <root>/random_init/mini/, where the
+  # sweep's random_init stage writes it).
+  (tmp_path / "random_init" / "mini").mkdir(parents=True)
+  (tmp_path / "random_init" / "mini" / "mini_suite.json").write_text(json.dumps(
+      {"mini": 35.0, "mini_blank": 33.0, "results": results(35.0), "blank": results(33.0),
+       "suite_version": 3, "init": "scratch"}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert "| a | no metrics | — | — | — | 60.00 | 50.00 | 0.60 | 83.00 |" in text
+  assert "| b | no metrics | — | — | — | 45.00 | 35.00 | 0.00 | 82.00 |" in text
+  assert "| c | no metrics | — | — | — | 36.00 | 36.00 | — | 75.00 |" in text
+  assert "decoder fluency (mini) 35.00, blank input 33.00" in text
+  # The per-task section has each point's blank-input row and random initialisation's.
+  assert "| a (blank input) | 50.00 | 50.00 | 50.00 | 50.00 | 50.00 | 50.00 |" in text
+  assert "| random init (blank input) | 33.00 | 33.00 | 33.00 | 33.00 | 33.00 | 33.00 |" in text
+  # No tau from the fluency column (no ranking table at all: no paper-scale column), and
+  # the report says why.
+  rankings = text.split("## Rankings")[1].split("## Points")[0]
+  assert "| Kendall tau |" not in rankings and "| mini | GLUE |" not in text
+  assert report.WHY_NO_TAU in rankings
+  # A random-init record of another suite gives no share.
+  (tmp_path / "random_init" / "mini" / "mini_suite.json").write_text(json.dumps(
+      {"mini": 35.0, "mini_blank": 33.0, "results": results(35.0), "suite_version": 2}))
+  text = report.write_report(str(tmp_path), points, experiment="exp")
+  assert "| a | no metrics | — | — | — | 60.00 | 50.00 | — | 83.00 |" in text
+  assert "different suites" in text
+  # Another record through the command line's --random_init (a missing one: exit 2).
+  other = tmp_path / "elsewhere.json"
+  other.write_text(json.dumps({"mini": 40.0, "suite_version": 3}))
+  exp = tmp_path / "exp.py"
+  exp.write_text("def sweep(add):\n" + "".join(
+      f"  add(name={n!r}, config='configs/t5.py:', reference={{'GLUE': {g}}})\n"
+      for n, g in (("a", 83.0), ("b", 82.0), ("c", 75.0))))
+  assert report.main([str(exp), f"--root={tmp_path}", f"--random_init={other}"]) == 0
+  text = (tmp_path / "report.md").read_text()
+  assert "| a | no metrics | — | — | — | 60.00 | 50.00 | 0.50 | 83.00 |" in text  # 10 / 20
+  assert report.blank_control({"mini": 60.0, "mini_blank": 50.0}, {"suite_version": None}) == (
+      50.0, None)  # a baseline record without its score gives no share
+  assert report.main([str(exp), f"--root={tmp_path}",
+                      f"--random_init={tmp_path / 'nope.json'}"]) == 2
 
 
 def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
@@ -533,10 +620,14 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
     assert json.loads((root / name / "mini" / "mini_suite.json").read_text())["mini"] >= 0
     assert list((root / name / "eval").glob("step_20.json"))
   again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and again.stdout.count("all stages done") == 2, again.stdout
+  # Both points and the random-initialisation baseline of the blank-input control.
+  assert again.returncode == 0 and again.stdout.count("all stages done") == 3, again.stdout
+  assert json.loads((root / "random_init" / "mini" / "mini_suite.json").read_text()
+                    )["init"] == "scratch"
   assert report.main([str(exp), f"--root={root}"]) == 0
   text = (root / "report.md").read_text()
-  assert "| mini | GLUE | 2 |" in text and "our mini" in text
+  assert "our decoder fluency (mini)" in text and "| mini | GLUE |" not in text
+  assert "| sc (blank input) |" in text and "| random init (blank input) |" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
 
 

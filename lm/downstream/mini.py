@@ -25,6 +25,12 @@ classification; chance levels are those of a uniformly random choice (`chance_le
     task = get_task("mini_cloze")
     rows = task.examples("validation")          # [{"inputs": "cloze: ...", "targets": ...}]
     mini_average({"mini_completion": {"accuracy": 81.0}, ...})   # the "mini" column
+    blank_task, blank_rows = blank_inputs(task, rows)   # the blank-input control's items
+    surviving_share(60.0, 50.0, 35.0)           # 0.6: the margin kept without the input
+
+The column measures decoder fluency (docs/downstream_mini.md "What the column measures"), so
+reports show it beside the same scores with blank inputs and no Kendall's tau against the
+paper.
 
 Where the text comes from. `load(split, data_dir)`:
   data_dir None: the embedded corpus (`lm.data.sources.split_validation` of it with the
@@ -646,6 +652,69 @@ def mini_average(results: Mapping[str, Mapping[str, float]]) -> float:
     raise ValueError(f"mini_average needs every mini task's headline metric; missing "
                      f"{missing}: evaluate all of {sorted(HEADLINE)}.")
   return float(np.mean([results[t][m] for t, m in HEADLINE.items()]))
+
+
+# --------------------------------------------------------------------------------------
+# The blank-input control: how much of a score the inputs carry (docs/downstream_mini.md).
+
+
+BLANK_CHOICES = "blank_choices"  # where blank_inputs keeps each example's choices
+# A margin over random initialisation below this many points of the "mini" average has no
+# share: it is within the seed noise (range ~3.2, docs/results/README.md) and near 0 the
+# share divides by ~0.
+MIN_SHARE_MARGIN = 3.0
+
+
+def _stored_choices(example) -> list[str]:
+  return list(example[BLANK_CHOICES])
+
+
+def blank_inputs(task: task_lib.Task, examples: Sequence[Mapping[str, Any]]
+                 ) -> tuple[task_lib.Task, list[dict[str, Any]]]:
+  """The blank-input control of a task's examples: the same items with "" as the input.
+
+  Some tasks read their choices off the inputs (phrase order's pieces, cloze's candidate
+  words), so each example's choices are taken from it as shown first and kept under
+  BLANK_CHOICES; the returned task reads them from there. Targets, choices and every other
+  field are unchanged, so the scores with and without the input rank the same candidates.
+
+  Args:
+    task: the task the examples are from (its `choices`, None for a decoded-only task).
+    examples: its preprocessed examples ({"inputs", "targets", ...}).
+
+  Returns:
+    (the task with `choices` reading BLANK_CHOICES (None stays None), the examples with
+    "inputs" = "").
+  """
+  out = []
+  for ex in examples:
+    row = {**ex, "inputs": ""}
+    if task.choices is not None:
+      row[BLANK_CHOICES] = list(task.choices(ex))
+    out.append(row)
+  blank_task = dataclasses.replace(
+      task, choices=None if task.choices is None else _stored_choices)
+  return blank_task, out
+
+
+def surviving_share(score: float, blank: float, random_init: float,
+                    min_margin: float = MIN_SHARE_MARGIN) -> float | None:
+  """The share of a score's margin over random initialisation left with blank inputs.
+
+  (blank - random_init) / (score - random_init), all in the same points (e.g. the "mini"
+  average with the inputs, without them, and of the same fine-tuning from random
+  initialisation with the inputs). 1: none of the margin needs the input (the model ranks
+  the candidates by their own likelihood: decoder fluency); 0: all of it does. Not clipped:
+  above 1, the blank scores higher than the full input; below 0, under random init.
+
+  Returns:
+    the share, or None when the margin score - random_init is below `min_margin` (within
+    noise, or negative: there is no margin to share, and near 0 the ratio is ~x/0).
+  """
+  margin = score - random_init
+  if not margin >= min_margin:  # also NaN
+    return None
+  return (blank - random_init) / margin
 
 
 # --------------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-r"""The mini suite end to end: fine-tune a pre-trained run on it and report the "mini" column.
+r"""The mini suite end to end: fine-tune a pre-trained run on it, report the "mini" column.
+
+The column measures decoder fluency (docs/downstream_mini.md), so each task is also scored
+with blank inputs (`mini.blank_inputs`): the blank-input control.
 
   python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
   python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
@@ -22,11 +25,12 @@ greedily instead (T5's protocol for every task). Writes
   and predictions); running the same command again resumes or reuses it (a run there on
   other tasks, made before the suite changed, is refused: remove it);
 * `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
-  "mini" column), `chance` {task: metrics}, `num_examples`, `init` ("pretrained" / "scratch"),
-  `init_from`, `steps`, `learning_rate`, `method` {task: "rank_classification" /
-  "decode"}, `train_loss` (the fine-tuning loss averaged over
-  the last 5 logged steps), `suite_version` (`mini.SUITE_VERSION`), `seconds` (wall time of
-  this call);
+  "mini" column), `blank` {task: metrics} and `mini_blank` (the same with every input
+  replaced by "": `score_blank_inputs`), `chance` {task: metrics}, `num_examples`, `init`
+  ("pretrained" / "scratch"), `init_from`, `steps`, `learning_rate`, `method` {task:
+  "rank_classification" / "decode"}, `train_loss` (the fine-tuning loss averaged over the
+  last 5 logged steps), `suite_version` (`mini.SUITE_VERSION`), `record_version`
+  (RECORD_VERSION), `seconds` (wall time of this call);
 
 and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
 the suite to one fine-tuning run: about 4x cheaper, and T5 §3.5.3 found multi-task training
@@ -57,6 +61,9 @@ MIXTURE = "+".join(f"{name}:1" for name in TASKS)
 LENGTHS_ARG = f"inputs_length={mini.MAX_TOKENS},targets_length={mini.MAX_TOKENS}"
 DEFAULT_CONFIG = f"configs/finetune.py:mixture={MIXTURE},runlocal,{LENGTHS_ARG}"
 RESULTS_FILE = "mini_suite.json"
+# What RESULTS_FILE holds beyond the suite's scores; 2: the blank-input control. A sweep's
+# mini stage runs again when it changes (reusing its fine-tuning run).
+RECORD_VERSION = 2
 
 
 def load_config(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
@@ -146,6 +153,40 @@ def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | 
   return float(sum(losses[-last:]) / len(losses[-last:])) if losses else None
 
 
+def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
+                       step: int) -> dict[str, dict[str, float]]:
+  """The blank-input control: every suite task scored again with "" as each input.
+
+  The fine-tuned run's checkpoint at `step` is restored and each task's validation examples
+  (the first finetune.max_eval_examples, as the suite's own scores) are scored as the suite
+  scores them (`finetune.rank_classification`) with `mini.blank_inputs`: the same targets
+  and choices, no input (an encoder reads only EOS; a decoder-only model scores each choice
+  as a full LM would, lm/data/converters.py).
+
+  Returns:
+    {task: metrics}, as `results`.
+  """
+  from lm import restore  # pylint: disable=g-import-not-at-top
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  ft, d = config.finetune, config.data
+  r = restore.load_run(str(workdir), step=step)
+  out = {}
+  for name in TASKS:
+    task = task_lib.get_task(name)
+    examples = task.examples(ft.eval_split, ft.data_dir or None)
+    if int(ft.max_eval_examples):
+      examples = examples[:int(ft.max_eval_examples)]
+    blank_task, blank = mini.blank_inputs(task, examples)
+    out[name] = evaluation.evaluate_task(
+        r.model, r.params, r.tokenizer, blank_task, ft.eval_split, examples=blank,
+        batch_size=int(d.eval_batch_size or d.batch_size),
+        max_decode_length=int(ft.max_decode_length or d.targets_length), mesh=r.mesh,
+        rules=r.rules, inputs_length=int(d.inputs_length) or None,
+        rank_classification=bool(ft.rank_classification))["metrics"]
+  return out
+
+
 def _other_suite(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> str | None:
   """The task mixture of an earlier fine-tuning run in `workdir` when it is not `config`'s
   (a run made before the suite changed, whose results would be another suite's), else
@@ -189,8 +230,12 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
     raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "
                      f"step {steps} ({path}); remove {workdir} and run again.")
   summary = summarize(json.loads(pathlib.Path(path).read_text()))
+  log("mini_suite: the blank-input control (every input replaced by \"\")")
+  blank = score_blank_inputs(config, workdir, steps)
   summary.update(
+      blank=blank, mini_blank=mini.mini_average(blank),
       init=init, init_from=config.ckpt.init_from, steps=steps, suite_version=mini.SUITE_VERSION,
+      record_version=RECORD_VERSION,
       learning_rate=float(config.schedule.base_lr),
       train_loss=final_train_loss(workdir / "metrics.jsonl"),
       chance={name: mini.chance_level(name, "validation", config.finetune.data_dir or None)
@@ -200,8 +245,11 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   (output / RESULTS_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
   for name in TASKS:
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in summary["results"][name].items())
-    log(f"  {name:15s} {metrics} (n={summary['num_examples'][name]})")
-  log(f"mini_suite: mini {summary['mini']:.1f}, fine-tuning loss "
+    blank_metrics = ", ".join(f"{v:.1f}" for v in summary["blank"][name].values())
+    log(f"  {name:15s} {metrics} (n={summary['num_examples'][name]}; blank inputs "
+        f"{blank_metrics})")
+  log(f"mini_suite: mini {summary['mini']:.1f} (blank inputs {summary['mini_blank']:.1f}), "
+      "fine-tuning loss "
       f"{summary['train_loss'] or float('nan'):.3f} ({init}, {steps} steps, "
       f"{summary['seconds']:.0f}s) -> {output / RESULTS_FILE}")
   return summary
