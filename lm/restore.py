@@ -41,6 +41,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from lm import checkpoint, partitioning
 from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5
+from lm.checkpoint.signature import recorded_model
 from lm.data import features
 from lm.data import tokenizer as tokenizer_lib
 from lm.model.config import EXECUTION_FIELDS
@@ -210,7 +211,8 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
     signature = meta.get("signature") or {}
     theirs = signature.get("model")
     if theirs is not None:
-      diff = _model_diff(_normal(theirs), _normal(dataclasses.asdict(trained_as)),
+      diff = _model_diff(_normal(recorded_model(theirs)),
+                         _normal(dataclasses.asdict(trained_as)),
                          skip=RUNTIME_MODEL_FIELDS, names=("in the checkpoint", "in config.json"))
       if diff:
         raise IncompatibleCheckpointError(

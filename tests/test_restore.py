@@ -316,3 +316,21 @@ def test_init_from_verifies_the_base_run(run, tmp_path, caplog):
   with pytest.raises(checkpoint.CheckpointDamagedError, match="ckpt.init_from: .*intact steps: "
                      "none"):
     train.init_params_from(workdir, model_config, abstract, shardings)
+
+
+def test_a_signature_stands_for_the_added_fields_it_leaves_out():
+  """run_signature drops ADDED_FIELDS at their defaults; recorded_model puts them back, so
+  a checkpoint of a default model compares equal to its config field by field (a False
+  default read as None refused every restore of a new run)."""
+  import dataclasses as dc
+  from lm.checkpoint import signature
+  from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS, TransformerConfig
+  for config in (TransformerConfig(), TransformerConfig(scale_embeddings=True, num_kv_heads=3)):
+    model = dc.asdict(config)
+    recorded = signature.run_signature(model, {"params": {}})["model"]
+    assert "scale_embeddings" in recorded or config.scale_embeddings == ADDED_FIELDS[
+        "scale_embeddings"]
+    back = signature.recorded_model(recorded)
+    assert back == {
+        k: v for k, v in json.loads(json.dumps(model, default=str)).items()
+        if k not in EXECUTION_FIELDS}

@@ -129,5 +129,13 @@ def run_signature(model_config: Mapping[str, Any], abstract_state: Any, *,
   return signature
 
 
+def recorded_model(signature_model: Mapping[str, Any]) -> dict[str, Any]:
+  """The model fields a signature's "model" dict stands for: ADDED_FIELDS that
+  `run_signature` left out (at their defaults) filled back in, so it compares field by
+  field with a whole model config."""
+  return {**{k: v for k, v in ADDED_FIELDS.items() if k not in signature_model},
+          **dict(signature_model)}
+
+
 __all__ = ["FORMAT", "state_checksums", "param_shapes", "shape_mismatch", "config_hash",
-           "tokenizer_hash", "run_signature"]
+           "tokenizer_hash", "run_signature", "recorded_model"]
