@@ -103,27 +103,36 @@ def evaluate(config: ml_collections.ConfigDict, model, params, tokenizer, *, mes
     {"eval/<task>/<metric>": value, ..., SCORE_KEY: mean over tasks of their mean metric}.
   """
   from lm import partitioning  # pylint: disable=g-import-not-at-top
-  ft, d = config.finetune, config.data
+  ft = config.finetune
   if rules is None:
     rules = partitioning.rules_from_config(config.logical_axis_rules)
   outputs = {}
   for name in eval_task_names(config):
-    task = task_lib.get_task(name)
-    examples = _examples(name, ft.eval_split, ft.data_dir or None)
-    outputs[name] = evaluation.evaluate_task(
-        model, params, tokenizer, task, ft.eval_split, examples=examples,
-        batch_size=int(d.eval_batch_size or d.batch_size),
-        max_decode_length=int(ft.max_decode_length or d.targets_length), mesh=mesh,
-        max_examples=int(ft.max_eval_examples) or None,
-        inputs_length=int(d.inputs_length) or None,
-        rank_classification=bool(ft.rank_classification) and task.choices is not None,
-        rules=rules)
+    outputs[name] = evaluate_one_task(
+        config, model, params, tokenizer, task_lib.get_task(name),
+        _examples(name, ft.eval_split, ft.data_dir or None), mesh=mesh, rules=rules)
   if workdir is not None:
     evaluation.write_results(workdir, step, outputs, architecture=config.model.architecture)
     evaluation.write_best_results(workdir, up_to_step=step)
   values = flat_metrics(outputs)
   logging.info("step %d task eval: %s", step, values)
   return values
+
+
+def evaluate_one_task(config: ml_collections.ConfigDict, model, params, tokenizer,
+                      task: task_lib.Task, examples, *, mesh=None, rules) -> dict[str, Any]:
+  """One task's `evaluation.evaluate_task` on `examples` with the run's finetune and data
+  settings (split, batch size, decode length, max_eval_examples, inputs length, rank
+  classification): the one place those sections become evaluation arguments."""
+  ft, d = config.finetune, config.data
+  return evaluation.evaluate_task(
+      model, params, tokenizer, task, ft.eval_split, examples=examples,
+      batch_size=int(d.eval_batch_size or d.batch_size),
+      max_decode_length=int(ft.max_decode_length or d.targets_length), mesh=mesh,
+      max_examples=int(ft.max_eval_examples) or None,
+      inputs_length=int(d.inputs_length) or None,
+      rank_classification=bool(ft.rank_classification) and task.choices is not None,
+      rules=rules)
 
 
 def flat_metrics(outputs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:

@@ -167,9 +167,9 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
     {task: metrics}, as `results`.
   """
   from lm import restore  # pylint: disable=g-import-not-at-top
-  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
-  ft, d = config.finetune, config.data
+  ft = config.finetune
   r = restore.load_run(str(workdir), step=step)
   out = {}
   for name in TASKS:
@@ -178,12 +178,8 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
     if int(ft.max_eval_examples):
       examples = examples[:int(ft.max_eval_examples)]
     blank_task, blank = mini.blank_inputs(task, examples)
-    out[name] = evaluation.evaluate_task(
-        r.model, r.params, r.tokenizer, blank_task, ft.eval_split, examples=blank,
-        batch_size=int(d.eval_batch_size or d.batch_size),
-        max_decode_length=int(ft.max_decode_length or d.targets_length), mesh=r.mesh,
-        rules=r.rules, inputs_length=int(d.inputs_length) or None,
-        rank_classification=bool(ft.rank_classification))["metrics"]
+    out[name] = finetune.evaluate_one_task(config, r.model, r.params, r.tokenizer, blank_task,
+                                           blank, mesh=r.mesh, rules=r.rules)["metrics"]
   return out
 
 
