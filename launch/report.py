@@ -148,10 +148,9 @@ def downstream_scores(workdir: str) -> dict[str, float]:
   """Our downstream columns of one point: {"mini": ...} at tiny scale, the paper's columns
   (GLUE, CNNDM, ...) at paper scale; a column whose run has no results is left out."""
   out = {}
-  path = os.path.join(workdir, *MINI_RESULTS)
-  if os.path.exists(path):
-    with open(path) as f:
-      out["mini"] = float(json.load(f)["mini"])
+  record = read_mini_record(os.path.join(workdir, *MINI_RESULTS))
+  if record is not None:
+    out["mini"] = float(record["mini"])
   for column, folder, task, metric in PAPER_COLUMNS:
     results = _best_task_results(os.path.join(workdir, folder))
     if results is None:
