@@ -194,8 +194,10 @@ def _layer_activation_elements(config: TransformerConfig, length: int, keys: int
   rep = 4 * d
   split = 4 * nh + f * (3 if gated else 2)
   f32 = n * keys
+  if config.norm_position == "sandwich":
+    rep += 2 * d                     # the post norms' inputs: attention and MLP outputs
   if cross:
-    rep += 2 * d
+    rep += 3 * d if config.norm_position == "sandwich" else 2 * d
     split += 2 * nh
     f32 += n * cross_keys
   return rep, split, f32

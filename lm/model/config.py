@@ -19,7 +19,7 @@ from lm.model.attention import ATTENTION_IMPLS
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 
 MASK_TYPES = LAYOUTS  # named in lm/architecture.py
-NORM_POSITIONS = ("pre", "post")
+NORM_POSITIONS = ("pre", "post", "sandwich")
 DTYPES = {"bfloat16": jnp.bfloat16, "float32": jnp.float32}
 REMAT_POLICIES = {
     "none": None,
@@ -82,7 +82,10 @@ class TransformerConfig:
     rope_max_wavelength: RoPE base.
     norm_type: "rmsnorm" (T5, eps 1e-6), "gemma_rmsnorm" (Gemma: the factor is 1 + scale,
       scale initialised to 0; eps 1e-6) or "layernorm" (eps 1e-5, with bias).
-    norm_position: "pre" (norm before each sub-block + final norm) or "post".
+    norm_position: "pre" (norm before each sub-block + final norm), "post" (norm after
+      each residual add, no final norm) or "sandwich" (Gemma 2, T5Gemma: "pre" plus a norm
+      of each sub-block's output before the residual add, params
+      ``post_{self_attention,cross_attention,mlp}_layer_norm``).
     tie_embeddings: logits = y @ E^T (T5.1.0), scaled by emb_dim**-0.5 if tied_logits_scale.
     tied_logits_scale: the T5.1.0 emb_dim**-0.5 factor on tied logits (GPT: False).
     embedding_init_stddev: token embedding init std (T5: 1.0; GPT: 0.02).

@@ -126,12 +126,15 @@ class TransformerLayer(nn.Module):
     cfg = self.config
     dtype = cfg.activation_dtype
     rate = cfg.dropout_rate
-    pre = cfg.norm_position == "pre"
+    pre = cfg.norm_position != "post"  # "pre" and "sandwich" norm each sub-block's input
+    sandwich = cfg.norm_position == "sandwich"
     deterministic = self.deterministic
 
     def sublayer(x, norm_name, fn):
       norm = make_norm(cfg.norm_type, dtype, norm_name)
       h = fn(norm(x) if pre else x)
+      if sandwich:  # "pre_x_layer_norm" -> "post_x_layer_norm" on the sub-block's output
+        h = make_norm(cfg.norm_type, dtype, "post" + norm_name[len("pre"):])(h)
       x = x + broadcast_dropout(h, rate, deterministic, self)
       x = x if pre else norm(x)
       return nn.with_logical_constraint(x, ("batch", "length", "embed"))
@@ -228,7 +231,7 @@ class Stack(nn.Module):
     x = self._layers(x, (self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index),
                      deterministic=deterministic, encoder_pass=encoder_pass,
                      cache_mode=cache_mode, max_length=max_length)
-    if cfg.norm_position == "pre":
+    if cfg.norm_position != "post":
       x = make_norm(cfg.norm_type, cfg.activation_dtype, "final_norm")(x)
     x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self, broadcast_length=not encoder_pass)
     return nn.with_logical_constraint(x, ("batch", "length", "embed"))

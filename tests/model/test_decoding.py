@@ -57,9 +57,10 @@ def check_cached_equals_full(cfg, lt=6, prefix=1, ragged=False):
     (tiny(mask_type="prefix_lm"), 3),
     (tiny(mask_type="causal", position_encoding="learned", max_length=8), 2),
     # T5Gemma's knobs: grouped-query attention (the caches hold K heads), the query scale
-    # and both soft-caps, in self- and cross-attention caches.
+    # and both soft-caps, in self- and cross-attention caches, sandwich norms.
     (tiny(num_heads=4, num_kv_heads=2, query_pre_attn_scalar=8.0, attn_logit_softcapping=2.0,
-          final_logit_softcapping=3.0, norm_type="gemma_rmsnorm", scale_embeddings=True), 2),
+          final_logit_softcapping=3.0, norm_type="gemma_rmsnorm", scale_embeddings=True,
+          norm_position="sandwich"), 2),
     (tiny(mask_type="prefix_lm", position_encoding="rope", num_kv_heads=1,
           attn_logit_softcapping=2.0, final_logit_softcapping=3.0), 3),
 ], ids=["enc_dec-relative", "prefix_lm-rope", "causal-relative", "causal-alibi",

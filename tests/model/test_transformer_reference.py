@@ -138,9 +138,11 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
     ang = pos[:, None] / 10_000.0 ** (np.arange(D // 2) / (D // 2))
     x = x + np.concatenate([np.sin(ang), np.cos(ang)], -1)
   rope_pos = pos if pe == "rope" else None
-  pre = cfg.norm_position == "pre"
+  pre = cfg.norm_position != "post"
 
   def sub(x, lp, norm_name, fn):
+    if cfg.norm_position == "sandwich":
+      return x + norm(fn(norm(x, lp[norm_name])), lp["post" + norm_name[len("pre"):]])
     if pre:
       return x + fn(norm(x, lp[norm_name]))
     return norm(x + fn(x), lp[norm_name])
@@ -217,9 +219,12 @@ VARIANTS = {
                                     num_kv_heads=1, attn_logit_softcapping=1.0),
     "gemma_norm_scaled_embeddings_tied": dict(norm_type="gemma_rmsnorm", scale_embeddings=True,
                                               tie_embeddings=True, position_encoding="rope"),
+    "sandwich_gemma_norm_gqa_enc_dec": dict(norm_position="sandwich", norm_type="gemma_rmsnorm",
+                                            num_kv_heads=2),
 }
 KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
-         "final_logit_softcapping", "scale_embeddings", "norm_type")
+         "final_logit_softcapping", "scale_embeddings", "norm_type", "norm_position")
+T5_DEFAULTS = {**ADDED_FIELDS, "norm_type": "rmsnorm", "norm_position": "pre"}
 
 
 def _config(**kw):
@@ -282,7 +287,8 @@ def test_logits_match_numpy_forward(name):
 
 
 @pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal",
-                                  "gemma_norm_scaled_embeddings_tied"])
+                                  "gemma_norm_scaled_embeddings_tied",
+                                  "sandwich_gemma_norm_gqa_enc_dec"])
 def test_knob_variants_differ_from_t5(name):
   """Each knob of a knob variant changes the reference's logits (so the match above tests
   it): the same params with one knob back at T5's default. For GQA, which head reads
@@ -293,7 +299,7 @@ def test_knob_variants_differ_from_t5(name):
   params = _random_params(cfg, batch)
   want = reference_logits(cfg, params, batch)
   for knob in KNOBS:
-    default = ADDED_FIELDS.get(knob, "rmsnorm")  # (norm_type: T5's RMSNorm)
+    default = T5_DEFAULTS[knob]
     if getattr(cfg, knob) == default or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
       continue  # (one key/value head: every grouping is the same)
     other, p = cfg.replace(**{knob: default}), params
