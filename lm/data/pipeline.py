@@ -20,8 +20,9 @@ Sub-pipeline of virtual shard k (train; grain dataset API):
   -> converters.convert(architecture, lengths)          EOS, trimming, decoder layout
   -> pack (grain FirstFitPackIterDataset) or pad        packing.py names
   -> batch [batch_size // num_shards, L]
-With DataSpec.batched_objectives (the default) and an objective of batched.BATCHED on a
-concatenating layout, the steps from the split to the packing are one vectorised stage
+With DataSpec.batched_objectives (the default) and an objective whose record has a batched
+form on a concatenating layout (objectives.batched_form), the steps from the split to the
+packing are one vectorised stage
 (blocks.BlockExamplesIterDataset, docs/speed.md): BLOCK_SIZE chunks at a time, cut exactly as
 ConcatThenSplit cuts them, the batched objective keyed by (seed, k, chunk index), the batched
 converter, and first-fit packing within the block.
@@ -92,8 +93,8 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import (batched, blocks, converters, features, mixtures, objectives, packing,
-                     prepared, sources)
+from lm.data import (blocks, converters, features, mixtures, objectives, packing, prepared,
+                     sources)
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
@@ -143,11 +144,11 @@ class DataSpec:
       max(batch_size // num_shards, 16)); per-example path only.
     batched_objectives: run chunking, the objective, the converter and packing a block of
       BLOCK_SIZE chunks at a time with the vectorised definitions of lm/data/batched.py
-      (docs/speed.md), where the objective has one (batched.BATCHED, not random_roll) and
-      the layout concatenates documents; rows are packed by first fit within a block.
-      False, and for the other objectives and layouts: the per-example reference
-      (lm/data/objectives.py) with grain's packer. The two draw different (identically
-      distributed) examples, so the field is part of the fingerprint.
+      (docs/speed.md), where the objective's record gives one (`objectives.batched_form`:
+      not deshuffle or a mixture, not random_roll, documents concatenated); rows are packed
+      by first fit within a block. False, and for the other objectives and layouts: the
+      per-example reference (lm/data/objectives.py) with grain's packer. The two draw
+      different (identically distributed) examples, so the field is part of the fingerprint.
     document_eos: append EOS after each document before concatenation (None = the
       objective's Layout: only full_lm, as T5).
     concatenate: join documents into one stream before cutting raw segments (None = the
@@ -499,11 +500,10 @@ class DataPipeline:
                       for i, (_, weight, _, raw) in enumerate(objective.members)]
     else:
       self.streams = [(objective, self.raw_length, 1.0)]
-    # The vectorised path (lm/data/batched.py, one stage of lm/data/blocks.py) where the
-    # objective has one and documents are concatenated; else the per-example reference.
-    self.blocks = (spec.batched_objectives and len(self.streams) == 1 and self.concatenate
-                   and spec.objective in batched.BATCHED
-                   and not spec.objective_params.get("random_roll"))
+    # The vectorised stage (lm/data/blocks.py) where the record gives a batched form for these
+    # parameters and this layout; else the per-example form.
+    self.blocks = spec.batched_objectives and objectives.batched_form(
+        spec.objective, spec.objective_params, concatenate=self.concatenate) is not None
     self.train_source, self.eval_source = self._build_sources()
     needed = self.num_shards * len(self.streams)
     if len(self.train_source) < needed:
