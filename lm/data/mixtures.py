@@ -17,9 +17,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 import numpy as np
 
 from lm.data import noise
+from lm.data.records import Example, ObjectiveFn
 
-Example = dict  # {"inputs": int32[Li], "targets": int32[Lt]}
-ObjectiveFn = Callable[[np.ndarray, np.random.Generator], Example]
 # A parsed member: (objective name, params, weight, mode tokens int32[M], mode tokens counted
 # in its raw length: M with reserved ids, 0 with text mode tokens).
 Member = tuple[str, dict, float, np.ndarray, int]
