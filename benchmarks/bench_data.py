@@ -54,7 +54,7 @@ from grain import experimental as grain_experimental  # noqa: E402  pylint: disa
 
 import results  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm import metrics  # noqa: E402  pylint: disable=g-import-not-at-top
-from lm.data import batched, blocks, converters, corpus, features, objectives, packing  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import blocks, converters, corpus, features, objectives, packing  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=g-import-not-at-top
 from lm.model import accounting, presets  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
     if not args.skip_per_example:
       rec["per_example"] = measure(per_example_batches(name, s, docs, vocab, args.batch_size),
                                    args.seconds)
-    if name in batched.BATCHED:
+    if objectives.OBJECTIVES[name].batched is not None:
       rec["grain_block"] = measure(grain_block_batches(name, s, docs, vocab, args.batch_size,
                                                        args.block), args.seconds)
       rec["numpy_block"] = measure(batched_batches(name, s, docs, vocab, args.batch_size,

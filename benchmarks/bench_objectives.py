@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import results  # noqa: E402  pylint: disable=g-import-not-at-top
-from lm.data import batched, blocks, converters, objectives  # noqa: E402  pylint: disable=g-import-not-at-top
+from lm.data import blocks, converters, objectives  # noqa: E402  pylint: disable=g-import-not-at-top
 
 VOCAB_SIZE = 32100
 CASES = [  # name, params, num_extra_ids
@@ -77,7 +77,7 @@ def bench(name: str, params: dict, extra: int, architecture: str, seconds: float
 
   out = {"objective": name, "raw_length": raw,
          "reference": _timed(reference, seconds, len(ref_pool))}
-  if name in batched.BATCHED:
+  if objectives.batched_form(name, params) is not None:
     block_fn = blocks.BlockObjective(name, vocab_size=VOCAB_SIZE, num_extra_ids=extra,
                                       architecture=architecture, lengths=lengths,
                                       seed_words=(0, 0), **params)

@@ -1,9 +1,13 @@
 """Vectorised objectives: one NumPy pass over a BLOCK of examples instead of one call each.
 
-What lives here: batched versions of the objectives of `lm.data.objectives` (span corruption,
-i.i.d. replace-spans, drop-tokens, BERT, MASS, prefix LM, full LM), a batched
-`converters.convert` (`convert_batch`), the counter-based random numbers they draw from
-(`example_keys`, `random_words`). What does not: the per-example reference definitions
+What lives here: the batched forms of the objectives of `lm.data.objectives` (span corruption,
+i.i.d. replace-spans, drop-tokens, BERT, MASS, prefix LM, full LM), named `<objective>_block`:
+fn(tokens int32[B, L], keys uint64[B], *, vocab_size, num_extra_ids, **params), where the
+per-example form takes int32[L] and an `np.random.Generator` (each objective's record,
+`objectives.OBJECTIVES[name].batched`, points here); the keyed noise masks
+(`random_spans_noise_mask_block`, `iid_noise_mask_block`); a batched `converters.convert`
+(`convert_batch`); the counter-based random numbers they draw from (`example_keys`,
+`random_words`). What does not: the per-example reference definitions
 (objectives.py, which this module follows), tokenization, and the pipeline stage that runs
 these over blocks of chunks and packs them (`blocks.py`: `BlockObjective`,
 `BlockExamplesIterDataset`).
@@ -54,7 +58,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lm.data import converters, objectives
+from lm.data import converters
 from lm.data import noise as noise_lib
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -254,8 +258,8 @@ def random_spans_lengths(length: int, noise_density: float, mean_noise_span_leng
   return nonnoise, noise
 
 
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            keys: np.ndarray) -> np.ndarray:
+def random_spans_noise_mask_block(length: int, noise_density: float,
+                                  mean_noise_span_length: float, keys: np.ndarray) -> np.ndarray:
   """The span noise masks of a block (for tests and statistics): bool[B, L], True = noise.
 
   Same edge cases as the reference: L < 2 is computed on 2 and sliced, density 0 -> all False.
@@ -274,8 +278,8 @@ def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_l
   return np.stack([np.repeat(is_noise, r) for r in interleaved])[:, :length]
 
 
-def span_corruption(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-                    num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS,
+def span_corruption_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+                    num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS,
                     noise_density: float = 0.15, mean_noise_span_length: float = 3.0) -> Batch:
   """T5 span corruption of a block of equal-length examples (objectives.span_corruption).
 
@@ -336,7 +340,7 @@ def bernoulli(keys: np.ndarray, count: int, p: float, start: int = 0) -> np.ndar
   return halves < np.uint32(threshold)
 
 
-def iid_noise_mask(length: int, noise_density: float, keys: np.ndarray) -> np.ndarray:
+def iid_noise_mask_block(length: int, noise_density: float, keys: np.ndarray) -> np.ndarray:
   """Bernoulli(noise_density) noise per token: bool[B, L] (`bernoulli` from word 0 on)."""
   noise_density = noise_lib.check_density(noise_density)
   return bernoulli(np.asarray(keys, np.uint64), int(length), noise_density)
@@ -347,8 +351,8 @@ def _iid_tokens_block(tokens, keys):
   return tokens, check_keys(keys, tokens.shape[0])
 
 
-def bert(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-         num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS, noise_density: float = 0.15,
+def bert_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+         num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS, noise_density: float = 0.15,
          random_token_prob: float = 0.1) -> Batch:
   """BERT-style (objectives.bert) on a block: int32[B, L] inputs, targets = tokens.
 
@@ -360,7 +364,7 @@ def bert(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   length = tokens.shape[1]
   random_token_prob = noise_lib.check_density(
       random_token_prob, what="random_token_prob")
-  noise = iid_noise_mask(length, noise_density, keys)
+  noise = iid_noise_mask_block(length, noise_density, keys)
   use_random = bernoulli(keys, length, random_token_prob, start=length)
   random_tokens = (noise_lib.NUM_RESERVED_TOKENS + uniform_ints(
       random_words(keys, length, start=2 * length),
@@ -370,19 +374,19 @@ def bert(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   return {"inputs": inputs, "targets": tokens.copy()}
 
 
-def mass(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-         num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS,
+def mass_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+         num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS,
          noise_density: float = 0.15) -> Batch:
   """MASS-style (objectives.mass) on a block: noise tokens -> the mask token. int32[B, L] x 2."""
   del num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
-  noise = iid_noise_mask(tokens.shape[1], noise_density, keys)
+  noise = iid_noise_mask_block(tokens.shape[1], noise_density, keys)
   return {"inputs": np.where(noise, np.int32(noise_lib.sentinel_id(vocab_size)), tokens),
           "targets": tokens.copy()}
 
 
-def full_lm(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-            num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS) -> Batch:
+def full_lm_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+            num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS) -> Batch:
   """Full LM (objectives.full_lm): inputs int32[B, 0], targets = tokens int32[B, L]."""
   del vocab_size, num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
@@ -408,8 +412,8 @@ def _unique_sentinel_rows(tokens: np.ndarray, noise: np.ndarray, vocab_size: int
   return _split_rows(values, ~(noise & prev))
 
 
-def iid_replace_spans(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-                      num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS,
+def iid_replace_spans_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+                      num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS,
                       noise_density: float = 0.15) -> dict[str, list[np.ndarray]]:
   """Replace corrupted spans (objectives.iid_replace_spans) on a block.
 
@@ -419,23 +423,23 @@ def iid_replace_spans(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
   tokens, keys = _iid_tokens_block(tokens, keys)
   noise_lib.check_density(noise_density, low_open=True,
                             high_open=True)
-  noise = iid_noise_mask(tokens.shape[1], noise_density, keys)
+  noise = iid_noise_mask_block(tokens.shape[1], noise_density, keys)
   return {"inputs": _unique_sentinel_rows(tokens, noise, vocab_size, num_extra_ids),
           "targets": _unique_sentinel_rows(tokens, ~noise, vocab_size, num_extra_ids)}
 
 
-def drop_tokens(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-                num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS,
+def drop_tokens_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+                num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS,
                 noise_density: float = 0.15) -> dict[str, list[np.ndarray]]:
   """Drop corrupted tokens (objectives.drop_tokens): lists of kept / dropped tokens per row."""
   del vocab_size, num_extra_ids
   tokens, keys = _iid_tokens_block(tokens, keys)
-  noise = iid_noise_mask(tokens.shape[1], noise_density, keys)
+  noise = iid_noise_mask_block(tokens.shape[1], noise_density, keys)
   return {"inputs": _split_rows(tokens, ~noise), "targets": _split_rows(tokens, noise)}
 
 
-def prefix_lm(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
-              num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS,
+def prefix_lm_block(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
+              num_extra_ids: int = noise_lib.DEFAULT_NUM_EXTRA_IDS,
               noise_density: float = 0.5) -> dict[str, list[np.ndarray]]:
   """Prefix LM (objectives.prefix_lm): prefix length uniform in [min_in, L - 1] from word 0.
 
@@ -455,19 +459,6 @@ def prefix_lm(tokens: np.ndarray, keys: np.ndarray, *, vocab_size: int,
     n_in = min_in + uniform_ints(random_words(keys, 1)[:, 0], max_in - min_in + 1)
   prefix = np.arange(length)[None, :] < n_in[:, None]
   return {"inputs": _split_rows(tokens, prefix), "targets": _split_rows(tokens, ~prefix)}
-
-
-# Objectives with a batched definition here (the mixture is not one of them yet).
-BATCHED = {
-    "span_corruption": span_corruption,
-    "iid_replace_spans": iid_replace_spans,
-    "drop_tokens": drop_tokens,
-    "bert": bert,
-    "mass": mass,
-    "prefix_lm": prefix_lm,
-    "full_lm": full_lm,
-}
-BATCHED_OBJECTIVES = tuple(BATCHED)  # their names
 
 
 # ----------------------------------------------------------------------------- conversion

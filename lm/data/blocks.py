@@ -37,7 +37,7 @@ class BlockObjective:
     features = block(range(i0, i0 + 256), chunks)   # list of 256 feature dicts
 
   Args:
-    name: a key of batched.BATCHED (objective name as in objectives.OBJECTIVES).
+    name: an objective of objectives.OBJECTIVES with a batched form (`objectives.batched_form`).
     vocab_size, num_extra_ids, **params: as objectives.make_objective.
     architecture, lengths, loss_on_inputs, eos_id: as converters.convert.
     seed_words: non-negative ints mixed into every example's key (e.g. (seed, shard)).
@@ -47,20 +47,22 @@ class BlockObjective:
                lengths: Mapping[str, int] | None = None, loss_on_inputs: bool = False,
                num_extra_ids: int = objectives.DEFAULT_NUM_EXTRA_IDS, eos_id: int = 1,
                seed_words: Sequence[int] = (), **params: Any):
-    if name not in batched.BATCHED:
-      raise ValueError(f"objective {name!r} has no batched version; batched: "
-                       f"{sorted(batched.BATCHED)} (use objectives.make_objective per example)")
-    if params.get("random_roll"):
-      raise ValueError("span_corruption random_roll=True has no batched version; use "
-                       "objectives.make_objective per example")
-    params = {k: v for k, v in params.items() if k != "random_roll"}
+    fn = objectives.batched_form(name, params)
+    lacks = objectives.OBJECTIVES[name].batched_lacks
+    if fn is None:
+      on = [k for k in lacks if params.get(k)]
+      why = (f"{name} {on[0]}=True has no batched version" if on else
+             f"objective {name!r} has no batched version; batched: "
+             f"{sorted(n for n, r in objectives.OBJECTIVES.items() if r.batched)}")
+      raise ValueError(f"{why}; use objectives.make_objective per example")
+    params = {k: v for k, v in params.items() if k not in lacks}
     objectives.make_objective(name, vocab_size=vocab_size, num_extra_ids=num_extra_ids,
                               **params)  # validates names and values with the reference's errors
     if architecture not in converters.ARCHITECTURES:
       raise ValueError(f"unknown architecture {architecture!r}; expected one of "
                        f"{list(converters.ARCHITECTURES)}")
     self.name = name
-    self._fn = batched.BATCHED[name]
+    self._fn = fn
     self._kw = dict(vocab_size=int(vocab_size), num_extra_ids=int(num_extra_ids), **params)
     # The objective's Layout decides whether the targets get an EOS (not full_lm's chunks).
     self._convert = dict(eos_id=eos_id, lengths=dict(lengths or {}),

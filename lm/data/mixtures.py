@@ -1,26 +1,27 @@
-"""Mixtures of objectives (UL2): the mixture objective, its members, presets and length rules.
+"""Mixtures of objectives (UL2): what a mixture is, its presets and its members.
 
 What lives here: `Mixture` (a weighted mixture of objectives with optional mode tokens, callable
-like any objective), the 7-denoiser UL2 preset (`ul2_denoisers`), the parsing of `denoisers=` /
-`preset=` / `mode_tokens=`, and the mixture's length rules (the max over its members), which the
-"mixture" record of `objectives.OBJECTIVES` points to. What does not: the members themselves
-(`objectives.py`) and how the pipeline gives each member its own stream (`pipeline.py`).
-
-Members are objectives and the mixture is one, so this module and `objectives.py` refer to each
-other: `objectives` imports this module for its "mixture" record, and the functions here import
-`objectives` when called.
+like any objective), the 7-denoiser UL2 preset (`ul2_denoisers`) and the parsing of
+`denoisers=` / `preset=` / `mode_tokens=` into members (`resolve_mixture`,
+`members_for_lengths`). What does not: the members themselves and the "mixture" record of the
+objective registry (`objectives.py`: the mixture's per-example function, its binding and its
+length rules, which ask each member's own record), and how the pipeline gives each member its
+own stream (`pipeline.py`). This module imports no objective: the names it may mix come in as
+an argument (`known`), so `objectives.py` imports it and not the other way round.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 from lm.data import noise
+from lm.data.records import Example, ObjectiveFn
 
-Example = dict  # {"inputs": int32[Li], "targets": int32[Lt]}
-ObjectiveFn = Callable[[np.ndarray, np.random.Generator], Example]
+# A parsed member: (objective name, params, weight, mode tokens int32[M], mode tokens counted
+# in its raw length: M with reserved ids, 0 with text mode tokens).
+Member = tuple[str, dict, float, np.ndarray, int]
 
 
 # The mode-token strings of UL2's released code (`_R_PROMPT`, `_X_PROMPT`, `_S_PROMPT` and its
@@ -121,10 +122,10 @@ class Mixture:
     return self.member(self.choose(rng))(tokens, rng)
 
 
-def _parse_denoisers(denoisers: Sequence[Mapping[str, Any]], reserve: bool = True
-                     ) -> list[tuple[str, dict, float, np.ndarray, int]]:
-  """-> [(name, params, weight, mode int32[M], mode tokens counted in the length)]."""
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
+def _parse_denoisers(denoisers: Sequence[Mapping[str, Any]], known: Collection[str],
+                     reserve: bool = True) -> list[Member]:
+  """-> [(name, params, weight, mode int32[M], mode tokens counted in the length)]; the names
+  must be among `known` (the objective registry's, "mixture" excluded: mixtures do not nest)."""
   if not denoisers:
     raise ValueError("mixture needs a non-empty list of denoisers (or preset='ul2')")
   out = []
@@ -135,10 +136,9 @@ def _parse_denoisers(denoisers: Sequence[Mapping[str, Any]], reserve: bool = Tru
       raise ValueError(f"denoiser {i}: keys must be objective, params, weight, mode_tokens "
                        f"(objective required); got {sorted(d)}")
     name = d["objective"]
-    names = objectives.OBJECTIVES
-    if name == "mixture" or name not in names:
+    if name == "mixture" or name not in known:
       raise ValueError(f"denoiser {i}: unknown objective {name!r}; expected one of "
-                       f"{sorted(set(names) - {'mixture'})}")
+                       f"{sorted(set(known) - {'mixture'})}")
     weight = float(d.get("weight", 1.0))
     if not (math.isfinite(weight) and weight > 0):
       raise ValueError(f"denoiser {i}: weight must be > 0, got {d.get('weight')!r}")
@@ -157,9 +157,10 @@ def _default_ul2_mode_tokens(vocab_size: int, num_extra_ids: int) -> dict:
   return {"R": base, "X": base + 1, "S": base + 2}
 
 
-def _resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mode_tokens,
-                     encode: Callable[[str], Any] | None = None):
-  """-> (parsed members, num_extra_ids left for the members' sentinels).
+def resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mode_tokens,
+                    encode: Callable[[str], Any] | None = None, *, known: Collection[str]
+                    ) -> tuple[list[Member], int]:
+  """-> (members, num_extra_ids left for the members' sentinels); see `objectives.mixture`.
 
   mode_tokens (with preset): None or "ids" = three reserved extra ids; "text" = the strings
   UL2_MODE_STRINGS tokenized by `encode` (without `encode`, as for length arithmetic, no ids:
@@ -188,105 +189,14 @@ def _resolve_mixture(vocab_size: int, num_extra_ids: int, denoisers, preset, mod
   elif mode_tokens is not None:
     raise ValueError("mode_tokens= goes with preset=; with denoisers= give each member's "
                      "mode_tokens")
-  return _parse_denoisers(denoisers, reserve), num_extra_ids
+  return _parse_denoisers(denoisers, known, reserve), num_extra_ids
 
 
-def mixture(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
-            num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS, denoisers=None,
-            preset: str | None = None,
-            mode_tokens: Mapping[str, Any] | str | None = None, inputs_length: int | None = None,
-            targets_length: int | None = None,
-            encode: Callable[[str], Any] | None = None) -> Example:
-  """UL2-style mixture of objectives; see `Mixture` and `ul2_denoisers`.
-
-  Args:
-    denoisers: list of {"objective": name, "params": {...}, "weight": w, "mode_tokens": ids}.
-    preset: "ul2" instead of denoisers (7 denoisers, S = 20 %).
-    mode_tokens: only with preset. None or "ids" (default): the three lowest extra ids
-      (R: V - N, X: V - N + 1, S: V - N + 2 with N = num_extra_ids), the members' span
-      sentinels then limited to N - 3, and each member's raw length computed for
-      inputs_length minus its mode token. "text": the strings "[NLU]", "[NLG]", "[S2S]"
-      tokenized by `encode` and prepended, as UL2's released code does (raw lengths for the
-      full inputs_length; the converter trims the inputs' end). Or a {"R","X","S"} -> ids dict.
-    inputs_length: required; each member cuts its input to its own raw_length.
-      targets_length: needed only by full_lm members.
-    encode: str -> token ids (the pipeline passes its tokenizer's), needed by mode_tokens="text".
-  """
-  return build_mixture(vocab_size, num_extra_ids, denoisers, preset, mode_tokens, inputs_length,
-                        targets_length, encode)(tokens, rng)
-
-
-def build_mixture(vocab_size, num_extra_ids, denoisers, preset, mode_tokens, inputs_length,
-                   targets_length, encode=None) -> Mixture:
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
-  if inputs_length is None:
-    raise ValueError("mixture needs inputs_length= (and targets_length= if a member is full_lm): "
-                     "each member cuts the raw segment to its own raw_length so its output fits")
-  if mode_tokens == "text" and encode is None:
-    raise ValueError("mixture mode_tokens='text' needs encode= (a str -> ids tokenizer function; "
-                     "the data pipeline passes its tokenizer's)")
-  parsed, member_extra_ids = _resolve_mixture(vocab_size, num_extra_ids, denoisers, preset,
-                                              mode_tokens, encode)
-  members = []
-  for name, params, weight, mode, reserved in parsed:
-    fn = objectives.make_objective(name, vocab_size=vocab_size, num_extra_ids=member_extra_ids,
-                                   **params)
-    raw = objectives.raw_length(name, inputs_length=int(inputs_length) - reserved,
-                                targets_length=targets_length, **params)
-    members.append((fn, weight, mode, raw))
-  return Mixture(members)
-
-
-# ----------------------------------------------------------------------------- length rules
-# The mixture's entries in objectives.OBJECTIVES: every rule recurses into the members' own
-# rules, each member at inputs_length minus its reserved mode tokens.
-
-
-def _members_for_lengths(resolved: Mapping[str, Any],
-                         num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS):
-  # Only the member names, params and mode-token counts matter for lengths; the vocabulary size
-  # is a placeholder large enough to pass the checks.
-  return _resolve_mixture(10**6, num_extra_ids, resolved["denoisers"], resolved["preset"],
-                          resolved["mode_tokens"])
-
-
-def raw_length_rule(resolved: Mapping[str, Any], inputs_length: int,
-                    targets_length: int | None) -> int:
-  """The largest member raw length (each member cuts its input to its own, see Mixture)."""
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
-  return max(objectives.raw_length(n, inputs_length=inputs_length - reserved,
-                                   targets_length=targets_length, **p)
-             for n, p, _, _, reserved in _members_for_lengths(resolved)[0])
-
-
-def targets_length_rule(resolved: Mapping[str, Any], inputs_length: int,
-                        targets_length: int | None, quantile: float) -> int:
-  """The largest member targets length."""
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
-  return max(objectives.required_targets_length(n, inputs_length=inputs_length - reserved,
-                                                targets_length=targets_length,
-                                                quantile=quantile, **p)
-             for n, p, _, _, reserved in _members_for_lengths(resolved)[0])
-
-
-def overflow_rule(resolved: Mapping[str, Any], inputs_length: int, targets_length: int | None,
-                  num_extra_ids: int) -> float:
-  """The members' overflow probabilities weighted by their mixing rates (with the ul2 preset's
-  3 reserved mode ids taken out of the members' sentinels)."""
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
-  parsed, member_extra = _members_for_lengths(resolved, num_extra_ids)
-  total = sum(w for _, _, w, _, _ in parsed)
-  return sum(w / total * objectives.sentinel_overflow_probability(
-      n, inputs_length=inputs_length - reserved, num_extra_ids=member_extra,
-      targets_length=targets_length, **p) for n, p, w, _, reserved in parsed)
-
-
-def check_segment_rule(params: Mapping[str, Any], inputs_length: int, reserved: int) -> None:
-  """Every member's own segment check, at inputs_length minus its mode tokens."""
-  from lm.data import objectives  # pylint: disable=g-import-not-at-top  (cycle, see top)
-  del reserved  # mixtures do not nest
-  resolved = objectives.resolve_params("mixture", params)
-  for n, p, _, _, member_reserved in _members_for_lengths(resolved)[0]:
-    check = objectives.OBJECTIVES[n].check_segment
-    if check is not None:
-      check(p, inputs_length, member_reserved)
+def members_for_lengths(resolved: Mapping[str, Any], known: Collection[str],
+                        num_extra_ids: int = noise.DEFAULT_NUM_EXTRA_IDS
+                        ) -> tuple[list[Member], int]:
+  """`resolve_mixture` for the length rules (objectives.py): only the member names, params,
+  weights and mode-token counts matter, so the vocabulary size is a placeholder large enough
+  to pass the checks and text mode tokens are not tokenized."""
+  return resolve_mixture(10**6, num_extra_ids, resolved["denoisers"], resolved["preset"],
+                         resolved["mode_tokens"], known=known)

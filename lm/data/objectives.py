@@ -1,41 +1,31 @@
-"""Pre-training objectives: pure NumPy maps from one token sequence to {inputs, targets}.
+"""Pre-training objectives and their registry: one record per objective, both data paths.
 
-What lives here: the objectives of the T5 study (Raffel et al. 2020) built from T5's
-preprocessors (`noise.py`), and their registry `OBJECTIVES`: one `Objective` record per name
-holding everything lm knows about it (the function and its parameters, the range of its
-noise_density, how the pipeline cuts its raw segments, how long those segments and its targets
-are, how likely it is to run out of sentinels), so a new objective touches one place. The
-per-name entry points read the records: `make_objective`, `layout`, `raw_length`,
-`required_targets_length`, `sentinel_overflow_probability`, `required_extra_ids`,
-`check_lengths`.
+What lives here: the per-example objectives of the T5 study (Raffel et al. 2020), pure NumPy
+maps fn(tokens int32[L], rng, *, vocab_size, num_extra_ids, **params) -> {"inputs",
+"targets"} (no EOS) built from T5's preprocessors (`noise.py`), the UL2 mixture's, and the
+registry `OBJECTIVES`: one `Objective` record (`records.py`) per name holding everything lm knows about it
+(its per-example form, its batched form in `batched.py` or None, its parameters and their
+checks, how the pipeline cuts its raw segments, its raw and targets lengths, how likely it is
+to run out of sentinels), so a new objective touches one place. The entry points read the
+records: `make_objective`, `batched_form`, `layout`, `raw_length`, `required_targets_length`,
+`sentinel_overflow_probability`, `required_extra_ids`, `check_lengths`.
 
-What does not: the noise masks and inputs/targets functions (`noise.py`), UL2 mixtures
-(`mixtures.py`; the "mixture" record points there), the length arithmetic the rules are written
-with (`lengths.py`), EOS (appended by `converters.convert`, seqio's `append_eos_after_trim`),
-tokenization, cutting raw segments and packing (`pipeline.py`, `packing.py`). No JAX, no TF.
-Conventions (token ids, sentinels, randomness, rounding) are those of `noise.py`.
-
-Each objective: fn(tokens int32[L], rng, *, vocab_size, num_extra_ids, **params)
-  -> {"inputs": int32[...], "targets": int32[...]} (no EOS).
-
-Worked example (T5 preprocessors.py), span corruption with noise mask [0 0 1 1 0 0 0 1 0 1]
-on tokens A..J and vocab_size 32100:
-    inputs  = A B 32099 E F G 32098 I 32097
-    targets = 32099 C D 32098 H 32097 J
+What does not: the noise masks (`noise.py`), the batched forms (`batched.py`), what a mixture is
+(`mixtures.py`), the length arithmetic (`lengths.py`), EOS (`converters.py`), cutting raw
+segments and packing (`pipeline.py`, `blocks.py`, `packing.py`). Example: span corruption
+with noise mask [0 0 1 1 0 0 0 1 0 1] on tokens A..J, vocab_size 32100:
+inputs = A B 32099 E F G 32098 I 32097, targets = 32099 C D 32098 H 32097 J.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from lm.data import lengths, mixtures, noise
+from lm.data import batched, lengths, mixtures, noise
 from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
-
-Example = dict  # {"inputs": int32[Li], "targets": int32[Lt]}
-ObjectiveFn = Callable[[np.ndarray, np.random.Generator], Example]
+from lm.data.records import BatchedFn, Example, Layout, Objective, ObjectiveFn, Params
 
 
 # ----------------------------------------------------------------------------- objectives
@@ -161,69 +151,33 @@ def full_lm(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
   return _example(np.zeros(0, np.int32), tokens)
 
 
+def mixture(tokens: np.ndarray, rng: np.random.Generator, *, vocab_size: int,
+            num_extra_ids: int = DEFAULT_NUM_EXTRA_IDS, denoisers=None,
+            preset: str | None = None,
+            mode_tokens: Mapping[str, Any] | str | None = None, inputs_length: int | None = None,
+            targets_length: int | None = None,
+            encode: Callable[[str], Any] | None = None) -> Example:
+  """UL2-style mixture of objectives; see `mixtures.Mixture` and `mixtures.ul2_denoisers`.
+
+  Args:
+    denoisers: list of {"objective": name, "params": {...}, "weight": w, "mode_tokens": ids}.
+    preset: "ul2" instead of denoisers (7 denoisers, S = 20 %).
+    mode_tokens: only with preset. None or "ids" (default): the three lowest extra ids
+      (R: V - N, X: V - N + 1, S: V - N + 2 with N = num_extra_ids), the members' span
+      sentinels then limited to N - 3, and each member's raw length computed for
+      inputs_length minus its mode token. "text": the strings "[NLU]", "[NLG]", "[S2S]"
+      tokenized by `encode` and prepended, as UL2's released code does (raw lengths for the
+      full inputs_length; the converter trims the inputs' end). Or a {"R","X","S"} -> ids dict.
+    inputs_length: required; each member cuts its input to its own raw_length.
+      targets_length: needed only by full_lm members.
+    encode: str -> token ids (the pipeline passes its tokenizer's), needed by mode_tokens="text".
+  """
+  return _bind_mixture(vocab_size, num_extra_ids, dict(
+      denoisers=denoisers, preset=preset, mode_tokens=mode_tokens, inputs_length=inputs_length,
+      targets_length=targets_length, encode=encode))(tokens, rng)
+
+
 # ----------------------------------------------------------------------------- the records
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-  """How the pipeline cuts an objective's raw segments out of documents, per T5's preprocessors.
-
-  Part of each objective's record (`Objective.layout`), so the pipeline never branches on
-  objective names.
-
-  Attributes:
-    concatenate: documents are joined into one token stream before it is split into raw
-      segments (T5 `reduce_concat_tokens`), so a segment may span several documents. False:
-      each document is split on its own (`select_random_chunk` then `split_tokens`) and no
-      example crosses a document boundary; a document's last segment is shorter.
-    document_eos: EOS is appended to every document before concatenation (T5 `full_lm`:
-      `append_eos` before `reduce_concat_tokens`), so EOS marks document ends only.
-    targets_eos: the converter appends EOS to the targets (seqio `append_eos_after_trim`).
-      False: the raw segment is the targets as they are (full_lm's chunks of the targets
-      length, whose EOS tokens are the document ends).
-    has_inputs: False: the objective's inputs are always empty, so a decoder-only row holds
-      only the targets (its length is targets_length: the config sets inputs_length = 0).
-  """
-  concatenate: bool = True
-  document_eos: bool = False
-  targets_eos: bool = True
-  has_inputs: bool = True
-
-
-Params = Mapping[str, Any]  # an objective's resolved keyword parameters
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-  """Everything lm knows about one objective (an entry of `OBJECTIVES`).
-
-  Attributes:
-    fn: fn(tokens int32[L], rng, *, vocab_size, num_extra_ids, **params) -> {inputs, targets}.
-    params: its keyword parameters and their defaults (the only ones make_objective accepts).
-    raw_length: rule(params, inputs_length, targets_length) -> raw tokens cut per example
-      (see `raw_length`). Objectives with inputs get inputs_length >= 2 (checked before).
-    targets_length: rule(params, inputs_length, targets_length, quantile) -> targets length
-      incl. EOS on a full raw segment (see `required_targets_length`).
-    layout: how the pipeline cuts its raw segments out of documents (`Layout`).
-    density: `noise.check_density` range of its noise_density; None: no noise_density.
-    check: further checks of the resolved params (raise ValueError); None: none.
-    overflow: rule(params, inputs_length, targets_length, num_extra_ids) -> probability that a
-      full raw segment needs more than num_extra_ids sentinels; None: it never does.
-    check_segment: rule(params as given, inputs_length, reserved mode tokens) that raises when a
-      full raw segment cannot be corrupted at all (check_lengths); None: always can.
-    bind: make_objective's binder for objectives that are not a plain partial of fn
-      (bind(vocab_size, num_extra_ids, resolved params) -> ObjectiveFn); None: the partial.
-  """
-  fn: Callable[..., Example]
-  params: Params
-  raw_length: Callable[[Params, int, int | None], int]
-  targets_length: Callable[[Params, int, int | None, float], int]
-  layout: Layout = Layout()
-  density: Mapping[str, Any] | None = None
-  check: Callable[[Params], None] | None = None
-  overflow: Callable[[Params, int, int | None, int], float] | None = None
-  check_segment: Callable[[Params, int, int], None] | None = None
-  bind: Callable[[int, int, Params], ObjectiveFn] | None = None
 
 
 def _check_span_length(p: Params) -> None:
@@ -316,10 +270,64 @@ def _check_span_segment(params: Params, inputs_length: int, reserved: int) -> No
                        f"spans exceed the {max(raw, 2) - num_noise} non-noise tokens")
 
 
-def _bind_mixture(vocab_size: int, num_extra_ids: int, p: Params) -> ObjectiveFn:
-  return mixtures.build_mixture(vocab_size, num_extra_ids, p["denoisers"], p["preset"],
-                                p["mode_tokens"], p["inputs_length"], p["targets_length"],
-                                p["encode"])
+def _bind_mixture(vocab_size: int, num_extra_ids: int, p: Params) -> mixtures.Mixture:
+  """The mixture's members bound (each by its own record) and cut to their own raw lengths."""
+  if p["inputs_length"] is None:
+    raise ValueError("mixture needs inputs_length= (and targets_length= if a member is full_lm): "
+                     "each member cuts the raw segment to its own raw_length so its output fits")
+  if p["mode_tokens"] == "text" and p["encode"] is None:
+    raise ValueError("mixture mode_tokens='text' needs encode= (a str -> ids tokenizer function; "
+                     "the data pipeline passes its tokenizer's)")
+  parsed, member_extra_ids = mixtures.resolve_mixture(
+      vocab_size, num_extra_ids, p["denoisers"], p["preset"], p["mode_tokens"], p["encode"],
+      known=OBJECTIVES)
+  members = []
+  for name, params, weight, mode, reserved in parsed:
+    fn = make_objective(name, vocab_size=vocab_size, num_extra_ids=member_extra_ids, **params)
+    raw = raw_length(name, inputs_length=int(p["inputs_length"]) - reserved,
+                     targets_length=p["targets_length"], **params)
+    members.append((fn, weight, mode, raw))
+  return mixtures.Mixture(members)
+
+
+# The mixture's rules recurse into its members' own, each member at inputs_length minus its
+# reserved mode tokens.
+
+
+def _raw_mixture(p: Params, inputs_length: int, targets_length: int | None) -> int:
+  """The largest member raw length (each member cuts its input to its own, see Mixture)."""
+  return max(raw_length(n, inputs_length=inputs_length - reserved, targets_length=targets_length,
+                        **mp)
+             for n, mp, _, _, reserved in mixtures.members_for_lengths(p, OBJECTIVES)[0])
+
+
+def _targets_mixture(p: Params, inputs_length: int, targets_length: int | None,
+                     quantile: float) -> int:
+  """The largest member targets length."""
+  return max(required_targets_length(n, inputs_length=inputs_length - reserved,
+                                     targets_length=targets_length, quantile=quantile, **mp)
+             for n, mp, _, _, reserved in mixtures.members_for_lengths(p, OBJECTIVES)[0])
+
+
+def _overflow_mixture(p: Params, inputs_length: int, targets_length: int | None,
+                      num_extra_ids: int) -> float:
+  """The members' overflow probabilities weighted by their mixing rates (with the ul2 preset's
+  3 reserved mode ids taken out of the members' sentinels)."""
+  parsed, member_extra = mixtures.members_for_lengths(p, OBJECTIVES, num_extra_ids)
+  total = sum(w for _, _, w, _, _ in parsed)
+  return sum(w / total * sentinel_overflow_probability(
+      n, inputs_length=inputs_length - reserved, num_extra_ids=member_extra,
+      targets_length=targets_length, **mp) for n, mp, w, _, reserved in parsed)
+
+
+def _check_mixture_segment(params: Params, inputs_length: int, reserved: int) -> None:
+  """Every member's own segment check, at inputs_length minus its mode tokens."""
+  del reserved  # mixtures do not nest
+  for n, mp, _, _, member_reserved in mixtures.members_for_lengths(
+      resolve_params("mixture", params), OBJECTIVES)[0]:
+    check = OBJECTIVES[n].check_segment
+    if check is not None:
+      check(mp, inputs_length, member_reserved)
 
 
 _OPEN = dict(low_open=True, high_open=True)  # density in (0, 1): 0 or 1 is degenerate
@@ -341,20 +349,23 @@ OBJECTIVES: dict[str, Objective] = {
         raw_length=lambda p, li, lt: _span_lengths(p, li)[0],
         targets_length=lambda p, li, lt, q: _span_lengths(p, li)[1],
         density={}, check=_check_span_length, overflow=_overflow_span,
-        check_segment=_check_span_segment),
+        check_segment=_check_span_segment, batched=batched.span_corruption_block,
+        batched_lacks=("random_roll",)),
     "iid_replace_spans": Objective(
         iid_replace_spans, dict(noise_density=0.15), raw_length=_raw_inputs_length,
-        targets_length=_targets_iid_spans, density=_OPEN, overflow=_overflow_iid_spans),
+        targets_length=_targets_iid_spans, density=_OPEN, overflow=_overflow_iid_spans,
+        batched=batched.iid_replace_spans_block),
     # targets 104 at 512/0.15 and quantile 0.999: T5's gin `iid_15_d_d` value.
     "drop_tokens": Objective(
         drop_tokens, dict(noise_density=0.15), raw_length=_raw_inputs_length,
-        targets_length=_targets_drop_tokens, density=_OPEN),
+        targets_length=_targets_drop_tokens, density=_OPEN, batched=batched.drop_tokens_block),
     "bert": Objective(
         bert, dict(noise_density=0.15, random_token_prob=0.1), raw_length=_raw_inputs_length,
-        targets_length=_targets_whole_segment, density=_OPEN, check=_check_random_token_prob),
+        targets_length=_targets_whole_segment, density=_OPEN, check=_check_random_token_prob,
+        batched=batched.bert_block),
     "mass": Objective(
         mass, dict(noise_density=0.15), raw_length=_raw_inputs_length,
-        targets_length=_targets_whole_segment, density=_OPEN),
+        targets_length=_targets_whole_segment, density=_OPEN, batched=batched.mass_block),
     "deshuffle": Objective(
         deshuffle, dict(noise_density=1.0), raw_length=_raw_inputs_length,
         targets_length=_targets_whole_segment, layout=Layout(concatenate=False),
@@ -363,17 +374,17 @@ OBJECTIVES: dict[str, Objective] = {
     "prefix_lm": Objective(
         prefix_lm, dict(noise_density=0.5), raw_length=_raw_inputs_length,
         targets_length=lambda p, li, lt, q: li - 1, layout=Layout(concatenate=False),
-        density=dict(low_open=True, high=0.5)),
+        density=dict(low_open=True, high=0.5), batched=batched.prefix_lm_block),
     "full_lm": Objective(
         full_lm, {}, raw_length=_raw_full_lm, targets_length=_targets_full_lm,
-        layout=Layout(document_eos=True, targets_eos=False, has_inputs=False)),
+        layout=Layout(document_eos=True, targets_eos=False, has_inputs=False),
+        batched=batched.full_lm_block),
     "mixture": Objective(
-        mixtures.mixture,
+        mixture,
         dict(denoisers=None, preset=None, mode_tokens=None, inputs_length=None,
              targets_length=None, encode=None),
-        raw_length=mixtures.raw_length_rule, targets_length=mixtures.targets_length_rule,
-        overflow=mixtures.overflow_rule, check_segment=mixtures.check_segment_rule,
-        bind=_bind_mixture),
+        raw_length=_raw_mixture, targets_length=_targets_mixture, overflow=_overflow_mixture,
+        check_segment=_check_mixture_segment, bind=_bind_mixture),
 }
 
 
@@ -429,6 +440,17 @@ def make_objective(name: str, *, vocab_size: int, num_extra_ids: int = DEFAULT_N
     return obj.bind(int(vocab_size), int(num_extra_ids), resolved)
   return functools.partial(obj.fn, vocab_size=int(vocab_size), num_extra_ids=int(num_extra_ids),
                            **params)
+
+
+def batched_form(name: str, params: Mapping[str, Any], *,
+                 concatenate: bool = True) -> BatchedFn | None:
+  """The objective's batched form where it applies (`Objective.batched_for`), else None.
+
+  The data pipeline runs it where `DataSpec.batched_objectives` is on and this gives one: not
+  for deshuffle or a mixture (no batched form), span_corruption with random_roll, or a layout
+  that cuts single documents; else the per-example form.
+  """
+  return _record(name).batched_for(params, concatenate=concatenate)
 
 
 def raw_length(name: str, *, inputs_length: int, targets_length: int | None = None,

@@ -1,82 +1,16 @@
 """The grain input pipeline: documents -> fixed-shape feature batches (the impure part).
 
-The documents are split into a fixed number of virtual shards (`shards.py`: shard k reads
-documents k::num_shards, each process reads the shards it owns, the global batch is every
-shard's rows in shard order, so batches and saved positions do not depend on the process
-count). This module builds the sub-pipeline of one shard.
+What lives here: `DataSpec` (what a run reads and produces; `fingerprint` digests the fields
+that change the batches) and `DataPipeline` (sources, tokenizer and the train and eval
+iterators of one process: one grain sub-pipeline per owned virtual shard, per-example or
+vectorised as the objective's record says). What does not: the grain stages it wires
+(`stages.py`, `blocks.py`), virtual shards and the iterator state (`shards.py`), objectives,
+conversion and packing (`objectives.py`, `converters.py`, `packing.py`). The narrative (the
+sub-pipeline step by step, determinism, resume, eval) is docs/pipeline.md. Example:
 
-Sub-pipeline of virtual shard k (train; grain dataset API):
-
-  source (documents)                                   sources.py
-  -> documents k::num_shards                           disjoint; together: everything
-  -> shuffle(seed(seed, k)), repeat(num_epochs)        a different order every epoch
-  -> tokenize (+EOS per document for full_lm)          read ahead on a shared thread pool
-  -> split into raw chunks of objectives.raw_length    the objective's Layout decides how:
-     (concatenate: true)  documents joined, then split grain ConcatThenSplitIterDataset
-                                                       (T5 reduce_concat_tokens + split_tokens)
-     (concatenate: false) each document split alone    grain FlatMapIterDataset (T5
-                                                       select_random_chunk + split_tokens)
-  -> objective(chunk, rng(seed, k, chunk index))       objectives.py, seeded per example
-  -> converters.convert(architecture, lengths)          EOS, trimming, decoder layout
-  -> pack (grain FirstFitPackIterDataset) or pad        packing.py names
-  -> batch [batch_size // num_shards, L]
-With DataSpec.batched_objectives (the default) and an objective of batched.BATCHED on a
-concatenating layout, the steps from the split to the packing are one vectorised stage
-(blocks.BlockExamplesIterDataset, docs/speed.md): BLOCK_SIZE chunks at a time, cut exactly as
-ConcatThenSplit cuts them, the batched objective keyed by (seed, k, chunk index), the batched
-converter, and first-fit packing within the block.
-A mixture (UL2) runs the steps from the shuffle to the objective once per member, member j
-reading documents j::M of the shard and splitting them to ITS raw length (UL2's
-`ul2_objective`: shard the concatenated stream over the denoisers, split each shard to its
-denoiser's length); each example is drawn from member j with probability weight_j (as
-tf.data's sample_from_datasets, from rng(seed, k, example index)), then packed.
-then: concatenate the owned shards' batches in shard order -> [batch_size // P, L],
-and one background thread prefetches those batches (overlaps with the train step).
-
-Determinism: every step after tokenization runs in one thread in a fixed order and
-the random generator of example i of shard k is derived from (seed, k, i), never
-from the process, so batches depend only on the spec. Tokenization is a pure
-function of the document, so reading it ahead on `num_threads` threads (one pool
-shared by all shards; SentencePiece releases the GIL) changes nothing but speed.
-The iterator's state (`get_state()`: a small JSON-serialisable dict) restores the
-exact position: batches after `set_state` are the ones an uninterrupted run would
-have produced.
-
-Why threads and not grain's `mp_prefetch`: mp_prefetch slices the dataset per
-worker BEFORE the stateful concatenate/pack steps, so its output would change with
-the worker count; the rest of the pipeline is vectorised NumPy.
-
-Eval: the same sub-pipelines over the validation documents (fixed seed, no
-shuffling, one epoch); eval batch i is the concatenation of every shard's i-th
-block of `eval_batch_size // num_shards` rows, a shard that has run out giving
-all-zero rows (loss weight 0). It ends when every shard has run out, so every
-process yields the same number of batches and the global eval batches do not
-depend on the process count either.
-
-Public API (what the trainer calls):
-
-  spec = DataSpec(format="jsonl", paths=("data/*.jsonl",), tokenizer="spm.model",
-                  objective="span_corruption", inputs_length=512, targets_length=114,
-                  batch_size=128, num_shards=8, seed=0)
-  data = DataPipeline(spec, process_index=jax.process_index(),
-                      process_count=jax.process_count())
-  it = data.train_iterator()          # infinite (num_epochs=None), a shards.TrainIterator
-  batch = next(it)                    # dict of np arrays [batch_size // process_count, L]
-  state = it.get_state()              # JSON-serialisable dict of this process's shards
-  merged = shards.merge_states(all_states)   # every process's get_state(): save this one
-  it.set_state(merged)                # on restore (any process count), before next()
-  it.packing_efficiency               # non-padding share of the last batch (log it)
-  it.close()                          # stops the prefetch thread and the tokenizer pool
-  for batch in data.eval_iterator(num_batches=N): ...   # finite, same every call
-  data.tokenizer                      # the Tokenizer
-
-The batches follow the batch contract of `features.py`.
-
-Why this module is long: it is the one stateful, threaded part of the data path, and its
-pieces share one determinism argument (the per-shard seeds, the fixed step order, the saved
-iterator state): the DataSpec that fixes a pipeline, the grain steps of a shard's
-sub-pipeline, the mixture's weighted sampling of member streams and DataPipeline that wires
-them. The pure parts already live elsewhere (objectives, converters, packing, shards).
+  data = DataPipeline(DataSpec(format="jsonl", paths=("data/*.jsonl",)),
+                      process_index=jax.process_index(), process_count=jax.process_count())
+  it = data.train_iterator(); batch = next(it)   # [batch_size // process_count, L] arrays
 """
 from __future__ import annotations
 
@@ -84,21 +18,18 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent import futures
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import (batched, blocks, converters, features, mixtures, objectives, packing,
-                     prepared, sources)
+from lm.data import (blocks, features, mixtures, objectives, packing, prepared, sources,
+                     stages)
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 
-# Documents tokenized per read-ahead task, and tasks in flight per shard per thread.
-_TOKENIZE_BLOCK = 16
 # Chunks per block of the vectorised stage (DataSpec.batched_objectives): a speed knob that
 # also bounds first-fit packing's window; part of what a batch is, like the spec's fields.
 BLOCK_SIZE = 256
@@ -143,11 +74,11 @@ class DataSpec:
       max(batch_size // num_shards, 16)); per-example path only.
     batched_objectives: run chunking, the objective, the converter and packing a block of
       BLOCK_SIZE chunks at a time with the vectorised definitions of lm/data/batched.py
-      (docs/speed.md), where the objective has one (batched.BATCHED, not random_roll) and
-      the layout concatenates documents; rows are packed by first fit within a block.
-      False, and for the other objectives and layouts: the per-example reference
-      (lm/data/objectives.py) with grain's packer. The two draw different (identically
-      distributed) examples, so the field is part of the fingerprint.
+      (docs/speed.md), where the objective's record gives one (`objectives.batched_form`:
+      not deshuffle or a mixture, not random_roll, documents concatenated); rows are packed
+      by first fit within a block. False, and for the other objectives and layouts: the
+      per-example reference (lm/data/objectives.py) with grain's packer. The two draw
+      different (identically distributed) examples, so the field is part of the fingerprint.
     document_eos: append EOS after each document before concatenation (None = the
       objective's Layout: only full_lm, as T5).
     concatenate: join documents into one stream before cutting raw segments (None = the
@@ -240,122 +171,6 @@ class DataSpec:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _tokenize_fn(tok: tokenizer_lib.Tokenizer, document_eos: bool):
-  eos = np.array([tok.eos_id], np.int32)
-
-  def tokenize(doc: str | np.ndarray) -> dict[str, np.ndarray]:
-    # A prepared source's documents are token ids already (lm/data/prepared.py).
-    ids = doc if isinstance(doc, np.ndarray) else tok.encode(doc)
-    return {"tokens": np.concatenate([ids, eos]) if document_eos else ids.astype(np.int32)}
-  return tokenize
-
-
-class _ThreadPool:
-  """One lazily started thread pool shared by all shards of an iterator."""
-
-  def __init__(self, num_threads: int):
-    self.num_threads = num_threads
-    self._executor: futures.ThreadPoolExecutor | None = None
-
-  def submit(self, fn: Callable[..., Any], *args) -> futures.Future:
-    if self._executor is None:
-      self._executor = futures.ThreadPoolExecutor(self.num_threads,
-                                                  thread_name_prefix="lm-tokenize")
-    return self._executor.submit(fn, *args)
-
-  def close(self) -> None:
-    if self._executor is not None:
-      self._executor.shutdown(wait=True, cancel_futures=True)
-      self._executor = None
-
-
-class _TokenizedDocs(grain.MapDataset):
-  """documents -> {"tokens": int32[n]}, tokenized ahead in blocks on a shared pool.
-
-  Element i depends only on the parent's element i (tokenization is pure), so the
-  read-ahead changes no result; it only overlaps tokenization with the rest of the
-  pipeline. Must be read by one thread at a time (the pipeline's thread).
-  """
-
-  def __init__(self, parent: grain.MapDataset, tokenize: Callable[[str], dict],
-               pool: _ThreadPool):
-    super().__init__(parent)
-    self._tokenize = tokenize
-    self._pool = pool
-    self._depth = pool.num_threads + 1  # blocks in flight ahead of the reader
-    self._blocks: dict[int, futures.Future] = {}
-
-  def __len__(self) -> int:
-    return len(self._parent)
-
-  def __str__(self) -> str:
-    return f"_TokenizedDocs(block={_TOKENIZE_BLOCK})"
-
-  def _tokenize_block(self, start: int, stop: int) -> list[dict[str, np.ndarray] | None]:
-    out = []
-    for i in range(start, stop):
-      doc = self._parent[i]
-      out.append(None if doc is None else self._tokenize(doc))
-    return out
-
-  def __getitem__(self, index):
-    if isinstance(index, slice):
-      return self.slice(index)
-    block = index // _TOKENIZE_BLOCK
-    last = (len(self) - 1) // _TOKENIZE_BLOCK
-    wanted = range(block, min(block + self._depth, last + 1))
-    for b in [b for b in self._blocks if b not in wanted]:  # after a jump (set_state)
-      self._blocks.pop(b).cancel()
-    for b in wanted:
-      if b not in self._blocks:
-        self._blocks[b] = self._pool.submit(
-            self._tokenize_block, b * _TOKENIZE_BLOCK,
-            min((b + 1) * _TOKENIZE_BLOCK, len(self)))
-    return self._blocks[block].result()[index - block * _TOKENIZE_BLOCK]
-
-
-class _ObjectiveAndConvert:
-  """chunk index, {"tokens", ...} -> converted features (objective seeded per example)."""
-
-  def __init__(self, spec: DataSpec, objective: objectives.ObjectiveFn,
-               seed_words: tuple[int, ...]):
-    self._objective = objective
-    self._arch = spec.architecture
-    self._lengths = {"inputs": spec.inputs_length, "targets": spec.targets_length}
-    self._loss_on_inputs = spec.loss_on_inputs
-    self._targets_eos = objectives.layout(spec.objective).targets_eos
-    self._seed_words = seed_words
-
-  def __call__(self, index: int, chunk: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    tokens = chunk["tokens"]
-    if "tokens_segment_ids" in chunk:  # Drop ConcatThenSplit's padding (last chunk only).
-      tokens = tokens[:np.count_nonzero(chunk["tokens_segment_ids"])]
-    key = np.array([*self._seed_words, index], np.uint64)
-    rng = np.random.Generator(np.random.Philox(key=_mix(key)))
-    example = self._objective(tokens, rng)
-    return converters.convert(example, self._arch, lengths=self._lengths,
-                              loss_on_inputs=self._loss_on_inputs,
-                              targets_eos=self._targets_eos)
-
-
-class _SplitDocument(grain_experimental.FlatMapTransform):
-  """{"tokens": int32[n]} -> [{"tokens": int32[<= raw]}, ...]: one document's raw segments.
-
-  T5's split_tokens on one document (the last segment is shorter). T5 first keeps one random
-  65536-token window of longer documents (select_random_chunk); here every segment of the
-  document is used (sources cut documents at max_document_chars anyway).
-  """
-
-  max_fan_out = 1 << 20  # grain's iterator flat map does not bound it; documents are capped
-
-  def __init__(self, raw_length: int):
-    self._raw = int(raw_length)
-
-  def flat_map(self, element: Mapping[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
-    tokens = element["tokens"]
-    return [{"tokens": tokens[i:i + self._raw]} for i in range(0, tokens.size, self._raw)]
-
-
 def _objective_params(spec: DataSpec, tokenizer: tokenizer_lib.Tokenizer | None = None
                       ) -> dict[str, Any]:
   """make_objective kwargs: a mixture also needs the feature lengths (from the spec) and,
@@ -367,77 +182,6 @@ def _objective_params(spec: DataSpec, tokenizer: tokenizer_lib.Tokenizer | None 
     if params.get("mode_tokens") == "text" and tokenizer is not None:
       params["encode"] = tokenizer.encode
   return params
-
-
-# Tag of the random draw that picks a mixture member per example (kept apart from the
-# objectives' own seeds).
-_SAMPLE_TAG = 0x53414D504C45
-
-
-class _SampleStreamsIterDataset(grain.IterDataset):
-  """Examples drawn from several streams: stream j with probability probs[j] per example.
-
-  The draw of example i comes from rng(seed words, _SAMPLE_TAG, i) (tf.data's
-  sample_from_datasets, as UL2's ul2_objective, made deterministic and checkpointable).
-  Ends when a drawn stream has ended.
-  """
-
-  def __init__(self, streams: Sequence[grain.IterDataset], weights: Sequence[float],
-               seed_words: tuple[int, ...]):
-    super().__init__(list(streams))
-    w = np.asarray(weights, np.float64)
-    self._probs = w / w.sum()
-    self._seed_words = seed_words
-
-  def __iter__(self) -> _SampleStreamsIterator:
-    return _SampleStreamsIterator([iter(p) for p in self.parents], self._probs,
-                                  self._seed_words)
-
-  def __str__(self) -> str:
-    return f"_SampleStreamsIterDataset(probs={self._probs.round(4).tolist()})"
-
-
-class _SampleStreamsIterator(grain.DatasetIterator):
-  """State: examples drawn so far and every stream's position."""
-
-  def __init__(self, iterators: Sequence[grain.DatasetIterator], probs: np.ndarray,
-               seed_words: tuple[int, ...]):
-    super().__init__(list(iterators))
-    self._iterators = list(iterators)
-    self._probs = probs
-    self._seed_words = seed_words
-    self._count = 0
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    key = np.array([*self._seed_words, _SAMPLE_TAG, self._count], np.uint64)
-    rng = np.random.Generator(np.random.Philox(key=_mix(key)))
-    j = int(rng.choice(len(self._iterators), p=self._probs))
-    example = next(self._iterators[j])
-    self._count += 1
-    return example
-
-  def get_state(self) -> dict[str, Any]:
-    return {"count": self._count, "streams": [it.get_state() for it in self._iterators]}
-
-  def set_state(self, state: Mapping[str, Any]) -> None:
-    self._count = int(state["count"])
-    for it, st in zip(self._iterators, state["streams"]):
-      it.set_state(st)
-
-
-def _mix(words: np.ndarray) -> np.ndarray:
-  """Hashes any number of uint64 words into a 2-word Philox key."""
-  digest = hashlib.blake2b(words.tobytes(), digest_size=16).digest()
-  return np.frombuffer(digest, np.uint64)
-
-
-def _shuffle_seed(seed: int, shard: int, *member: int) -> int:
-  """grain's 32-bit shuffle seed of one virtual shard (and mixture member)."""
-  words = np.array([seed, shard, 0x5348554646, *member], np.uint64)
-  return int(_mix(words)[0] >> np.uint64(32))
-
-
-
 
 
 def _tokenizer_path(spec: DataSpec) -> str | None:
@@ -499,11 +243,10 @@ class DataPipeline:
                       for i, (_, weight, _, raw) in enumerate(objective.members)]
     else:
       self.streams = [(objective, self.raw_length, 1.0)]
-    # The vectorised path (lm/data/batched.py, one stage of lm/data/blocks.py) where the
-    # objective has one and documents are concatenated; else the per-example reference.
-    self.blocks = (spec.batched_objectives and len(self.streams) == 1 and self.concatenate
-                   and spec.objective in batched.BATCHED
-                   and not spec.objective_params.get("random_roll"))
+    # The vectorised stage (lm/data/blocks.py) where the record gives a batched form for these
+    # parameters and this layout; else the per-example form.
+    self.blocks = spec.batched_objectives and objectives.batched_form(
+        spec.objective, spec.objective_params, concatenate=self.concatenate) is not None
     self.train_source, self.eval_source = self._build_sources()
     needed = self.num_shards * len(self.streams)
     if len(self.train_source) < needed:
@@ -540,14 +283,14 @@ class DataPipeline:
       return source, None
     return sources.split_validation(source, spec.validation_fraction, seed=spec.validation_seed)
 
-  def _shard_rows(self, source, shard: int, pool: _ThreadPool, *, shuffle: bool,
+  def _shard_rows(self, source, shard: int, pool: stages.ThreadPool, *, shuffle: bool,
                   num_epochs: int | None, seed: int) -> grain.IterDataset | None:
-    """Rows of one virtual shard (the module docstring's sub-pipeline); None if it has no documents."""
+    """Rows of one virtual shard (docs/pipeline.md's sub-pipeline); None if it has no documents."""
     spec = self.spec
     docs = grain.MapDataset.source(source)[shard::self.num_shards]
     if len(docs) == 0:
       return None
-    tokenize = _tokenize_fn(self.tokenizer, self.document_eos)
+    tokenize = stages.tokenize_fn(self.tokenizer, self.document_eos)
     m = len(self.streams)
     streams, weights = [], []
     for j, (objective, raw, weight) in enumerate(self.streams):
@@ -557,10 +300,10 @@ class DataPipeline:
       if len(ds) == 0:  # a small (eval) shard may leave a member without documents
         continue
       if shuffle:
-        ds = ds.shuffle(seed=_shuffle_seed(*words))
+        ds = ds.shuffle(seed=stages.shuffle_seed(*words))
       if num_epochs != 1:
         ds = ds.repeat(num_epochs)
-      ds = _TokenizedDocs(ds, tokenize, pool)
+      ds = stages.TokenizedDocs(ds, tokenize, pool)
       if self.blocks:  # the vectorised stage: chunking, objective, convert and packing
         rows = blocks.BlockExamplesIterDataset(
             ds, raw, self._block_objective(words), block_size=BLOCK_SIZE,
@@ -571,13 +314,17 @@ class DataPipeline:
       if self.concatenate:
         it = grain_experimental.ConcatThenSplitIterDataset(it, length_struct={"tokens": raw})
       else:
-        it = grain_experimental.FlatMapIterDataset(it, _SplitDocument(raw))
-      streams.append(it.map_with_index(_ObjectiveAndConvert(spec, objective, words)))
+        it = grain_experimental.FlatMapIterDataset(it, stages.SplitDocument(raw))
+      streams.append(it.map_with_index(stages.ObjectiveAndConvert(
+          objective, words, architecture=spec.architecture,
+          lengths={"inputs": spec.inputs_length, "targets": spec.targets_length},
+          loss_on_inputs=spec.loss_on_inputs,
+          targets_eos=objectives.layout(spec.objective).targets_eos)))
       weights.append(weight)
     if not streams:
       return None
     examples = (streams[0] if len(streams) == 1 else
-                _SampleStreamsIterDataset(streams, weights, (seed, shard)))
+                stages.SampleStreamsIterDataset(streams, weights, (seed, shard)))
     if not spec.pack:
       return examples.map(lambda ex: packing.pad_example(ex, self.lengths))
     length_struct = {k: self.lengths[packing.stack_of(k)] for k in self._keys}
@@ -601,9 +348,9 @@ class DataPipeline:
     return depth
 
   def train_iterator(self) -> shards_lib.TrainIterator:
-    """The training iterator of this process (see the module docstring)."""
+    """The training iterator of this process (docs/pipeline.md)."""
     spec = self.spec
-    pool = _ThreadPool(spec.num_threads)
+    pool = stages.ThreadPool(spec.num_threads)
     shards = {}
     for k in self.shards:
       rows = self._shard_rows(self.train_source, k, pool, shuffle=True,
@@ -617,7 +364,7 @@ class DataPipeline:
     return shards_lib.TrainIterator(iter(ds), pool.close, fingerprint=spec.fingerprint(),
                                     num_shards=self.num_shards, shards=self.shards)
 
-  def _eval_shard_batches(self, shards: Sequence[int], pool: _ThreadPool
+  def _eval_shard_batches(self, shards: Sequence[int], pool: stages.ThreadPool
                           ) -> dict[int, Iterator[dict[str, np.ndarray]] | None]:
     out = {}
     for k in shards:
@@ -635,7 +382,7 @@ class DataPipeline:
     if self.eval_source is None:
       raise ValueError("No validation data: set DataSpec.eval_paths or validation_fraction > 0.")
     if self._eval_total_batches is None:
-      pool = _ThreadPool(self.spec.num_threads)
+      pool = stages.ThreadPool(self.spec.num_threads)
       try:
         counts = [0 if it is None else sum(1 for _ in it)
                   for it in self._eval_shard_batches(range(self.num_shards), pool).values()]
@@ -669,7 +416,7 @@ class DataPipeline:
     zeros = features.zero_batch(spec.architecture, spec.inputs_length, spec.targets_length, r)
 
     def generate():
-      pool = _ThreadPool(spec.num_threads)
+      pool = stages.ThreadPool(spec.num_threads)
       try:
         yield from shards_lib.eval_batches(self._eval_shard_batches(self.shards, pool), zeros, r,
                                            total, owns_all=owns_all)

@@ -86,9 +86,9 @@ def test_span_corruption_exact_invariants_every_example(length, density, mu):
   b = 300
   t = tokens(b, length, seed=length)
   k = keys(b, length, 1)
-  out = bt.span_corruption(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
+  out = bt.span_corruption_block(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
                            mean_noise_span_length=mu)
-  mask = bt.random_spans_noise_mask(length, density, mu, k)
+  mask = bt.random_spans_noise_mask_block(length, density, mu, k)
   ref_mask = noise_lib.random_spans_noise_mask(length, density, mu, np.random.default_rng(0))
   num_noise, num_spans = int(ref_mask.sum()), runs(ref_mask)
   assert out["inputs"].shape == (b, length - num_noise + num_spans)
@@ -151,10 +151,10 @@ def test_span_corruption_equals_reference_wherever_it_is_deterministic():
                                  mean_noise_span_length=mu) for x in t]
     except ValueError as e:
       with pytest.raises(ValueError, match=str(e).split(":")[-1].strip()[:30]):
-        bt.span_corruption(t, keys(3), vocab_size=V, noise_density=density,
+        bt.span_corruption_block(t, keys(3), vocab_size=V, noise_density=density,
                            mean_noise_span_length=mu)
       continue
-    out = bt.span_corruption(t, keys(3), vocab_size=V, noise_density=density,
+    out = bt.span_corruption_block(t, keys(3), vocab_size=V, noise_density=density,
                              mean_noise_span_length=mu)
     for i in range(3):
       np.testing.assert_array_equal(out["inputs"][i], ref[i]["inputs"])
@@ -168,44 +168,44 @@ def test_span_corruption_edge_cases_as_the_reference():
   x0 = V - 1
   for length, (inputs, targets) in {0: ([], []), 1: ([5], [x0]), 2: ([5, x0], [x0, 6]),
                                     3: ([5, 6, x0], [x0, 7])}.items():
-    out = bt.span_corruption(t[:, :length], keys(1), vocab_size=V)
+    out = bt.span_corruption_block(t[:, :length], keys(1), vocab_size=V)
     np.testing.assert_array_equal(out["inputs"][0], inputs)
     np.testing.assert_array_equal(out["targets"][0], targets)
-  np.testing.assert_array_equal(bt.random_spans_noise_mask(20, 0.15, 3.0, keys(2)),
+  np.testing.assert_array_equal(bt.random_spans_noise_mask_block(20, 0.15, 3.0, keys(2)),
                                 [[False] * 17 + [True] * 3] * 2)
-  out = bt.span_corruption(tokens(2, 10), keys(2), vocab_size=V, noise_density=0.0)
+  out = bt.span_corruption_block(tokens(2, 10), keys(2), vocab_size=V, noise_density=0.0)
   np.testing.assert_array_equal(out["inputs"], tokens(2, 10))
   np.testing.assert_array_equal(out["targets"], [[x0], [x0]])
-  np.testing.assert_array_equal(bt.random_spans_noise_mask(10, 1.0, 10.0, keys(1)),
+  np.testing.assert_array_equal(bt.random_spans_noise_mask_block(10, 1.0, 10.0, keys(1)),
                                 [[False] + [True] * 9])
-  assert bt.random_spans_noise_mask(0, 0.15, 3.0, keys(4)).shape == (4, 0)
-  empty = bt.span_corruption(np.zeros((0, 568), np.int32), keys(0), vocab_size=V)
+  assert bt.random_spans_noise_mask_block(0, 0.15, 3.0, keys(4)).shape == (4, 0)
+  empty = bt.span_corruption_block(np.zeros((0, 568), np.int32), keys(0), vocab_size=V)
   assert empty["inputs"].shape == (0, 511) and empty["targets"].shape == (0, 113)
 
 
 def test_span_corruption_errors_match_the_reference():
   with pytest.raises(ValueError, match="28 spans need 28 sentinels but num_extra_ids=27"):
-    bt.span_corruption(tokens(2, 568), keys(2), vocab_size=V, num_extra_ids=27)
+    bt.span_corruption_block(tokens(2, 568), keys(2), vocab_size=V, num_extra_ids=27)
   with pytest.raises(ValueError, match="non-noise"):
-    bt.span_corruption(tokens(2, 10), keys(2), vocab_size=V, noise_density=1.0,
+    bt.span_corruption_block(tokens(2, 10), keys(2), vocab_size=V, noise_density=1.0,
                        mean_noise_span_length=3.0)
   with pytest.raises(ValueError, match="noise_density"):
-    bt.span_corruption(tokens(2, 10), keys(2), vocab_size=V, noise_density=1.5)
+    bt.span_corruption_block(tokens(2, 10), keys(2), vocab_size=V, noise_density=1.5)
   with pytest.raises(ValueError, match="keys must be uint64"):
-    bt.span_corruption(tokens(2, 10), np.arange(2), vocab_size=V)
+    bt.span_corruption_block(tokens(2, 10), np.arange(2), vocab_size=V)
   with pytest.raises(ValueError, match=r"block int32\[B, L\]"):
-    bt.span_corruption(tokens(1, 10)[0], keys(1), vocab_size=V)
+    bt.span_corruption_block(tokens(1, 10)[0], keys(1), vocab_size=V)
 
 
 def test_outputs_do_not_depend_on_the_block():
   # An example's output depends only on its tokens and key: one at a time == all at once ==
   # a shuffled block.
   t, k = tokens(40, 568), keys(40, 5, 2)
-  whole = bt.span_corruption(t, k, vocab_size=V)
+  whole = bt.span_corruption_block(t, k, vocab_size=V)
   perm = np.random.default_rng(1).permutation(40)
-  shuffled = bt.span_corruption(t[perm], k[perm], vocab_size=V)
+  shuffled = bt.span_corruption_block(t[perm], k[perm], vocab_size=V)
   for i in range(40):
-    one = bt.span_corruption(t[i:i + 1], k[i:i + 1], vocab_size=V)
+    one = bt.span_corruption_block(t[i:i + 1], k[i:i + 1], vocab_size=V)
     np.testing.assert_array_equal(one["inputs"][0], whole["inputs"][i])
     np.testing.assert_array_equal(one["targets"][0], whole["targets"][i])
   np.testing.assert_array_equal(shuffled["inputs"], whole["inputs"][perm])
@@ -219,7 +219,7 @@ def test_span_masks_uniform_over_compositions():
   # each count ~ Binomial(n, 1/9), sd = 42; 5 sd per mask. Also chi-square with 8 dof:
   # P(chi2_8 > 40) < 1e-5.
   n = 18000
-  masks = bt.random_spans_noise_mask(8, 0.5, 2.0, keys(n, 11))
+  masks = bt.random_spans_noise_mask_block(8, 0.5, 2.0, keys(n, 11))
   counts = {}
   for m in masks:
     counts[m.tobytes()] = counts.get(m.tobytes(), 0) + 1
@@ -252,7 +252,7 @@ def test_noise_positions_match_the_reference_samples():
   # from n batched masks vs n reference masks. Both are Bernoulli(p_pos) means: the difference
   # has sd sqrt(2 p (1 - p) / n) <= sqrt(0.5 / n); 5 sd per position (141 positions).
   n = 4000
-  ours = bt.random_spans_noise_mask(141, 0.15, 3.0, keys(n, 13)).mean(0)
+  ours = bt.random_spans_noise_mask_block(141, 0.15, 3.0, keys(n, 13)).mean(0)
   g = np.random.default_rng(13)
   ref = np.mean([noise_lib.random_spans_noise_mask(141, 0.15, 3.0, g) for _ in range(n)], axis=0)
   p = (ours + ref) / 2
@@ -268,9 +268,9 @@ def test_noise_positions_match_the_reference_samples():
 def test_iid_replace_spans_and_drop_tokens_every_example(density):
   b, length = 200, 511
   t, k = tokens(b, length, seed=3), keys(b, 3)
-  mask = bt.iid_noise_mask(length, density, k)
-  rs = bt.iid_replace_spans(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density)
-  dt = bt.drop_tokens(t, k, vocab_size=V, noise_density=density)
+  mask = bt.iid_noise_mask_block(length, density, k)
+  rs = bt.iid_replace_spans_block(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density)
+  dt = bt.drop_tokens_block(t, k, vocab_size=V, noise_density=density)
   for i in range(b):
     ri, rt = reference_pair(t[i], mask[i])
     np.testing.assert_array_equal(rs["inputs"][i], ri)
@@ -285,15 +285,15 @@ def test_iid_replace_spans_and_drop_tokens_every_example(density):
 
 def test_iid_replace_spans_sentinel_overflow_raises():
   with pytest.raises(ValueError, match="num_extra_ids=100"):
-    bt.iid_replace_spans(tokens(4, 511), keys(4), vocab_size=V, noise_density=0.5)
+    bt.iid_replace_spans_block(tokens(4, 511), keys(4), vocab_size=V, noise_density=0.5)
 
 
 def test_bert_and_mass_every_example_and_ratios():
   b, length = 300, 511
   t, k = tokens(b, length, seed=5), keys(b, 5)
-  noise = bt.iid_noise_mask(length, 0.15, k)
-  be = bt.bert(t, k, vocab_size=V)
-  ma = bt.mass(t, k, vocab_size=V)
+  noise = bt.iid_noise_mask_block(length, 0.15, k)
+  be = bt.bert_block(t, k, vocab_size=V)
+  ma = bt.mass_block(t, k, vocab_size=V)
   np.testing.assert_array_equal(be["targets"], t)
   np.testing.assert_array_equal(ma["targets"], t)
   np.testing.assert_array_equal(be["inputs"][~noise], t[~noise])  # clean tokens kept
@@ -308,22 +308,22 @@ def test_bert_and_mass_every_example_and_ratios():
 
 def test_prefix_lm_split_is_uniform_in_the_reference_range():
   t, k = np.tile(np.arange(3, 9, dtype=np.int32), (3000, 1)), keys(3000, 7)
-  out = bt.prefix_lm(t, k, vocab_size=V)
+  out = bt.prefix_lm_block(t, k, vocab_size=V)
   sizes = np.array([x.size for x in out["inputs"]])
   for i in range(3000):
     np.testing.assert_array_equal(np.concatenate([out["inputs"][i], out["targets"][i]]), t[i])
   # uniform on {1..5}: Binomial(3000, 1/5) per value, 5 sd
   c = np.bincount(sizes, minlength=6)
   assert c[0] == 0 and np.all(np.abs(c[1:] - 600) < 5 * math.sqrt(3000 * 0.2 * 0.8))
-  quarter = bt.prefix_lm(t[:300], k[:300], vocab_size=V, noise_density=0.25)
+  quarter = bt.prefix_lm_block(t[:300], k[:300], vocab_size=V, noise_density=0.25)
   assert {x.size for x in quarter["inputs"]} == {2, 3, 4, 5}  # min_in = round(2.5) = 2
-  one = bt.prefix_lm(t[:2, :1], k[:2], vocab_size=V)
+  one = bt.prefix_lm_block(t[:2, :1], k[:2], vocab_size=V)
   assert one["inputs"][0].size == 0 and one["targets"][0].tolist() == [3]
 
 
 def test_full_lm():
   t = tokens(3, 9)
-  out = bt.full_lm(t, keys(3), vocab_size=V)
+  out = bt.full_lm_block(t, keys(3), vocab_size=V)
   assert out["inputs"].shape == (3, 0) and out["inputs"].dtype == np.int32
   np.testing.assert_array_equal(out["targets"], t)
 
@@ -364,7 +364,7 @@ def test_block_objective_mixed_lengths_in_order_and_deterministic():
   out = block(idx, chunks)
   assert len(out) == 12
   for i, c in enumerate(chunks):
-    ex = bt.span_corruption(c[None], bt.example_keys((0, 2), idx[i:i + 1]), vocab_size=V)
+    ex = bt.span_corruption_block(c[None], bt.example_keys((0, 2), idx[i:i + 1]), vocab_size=V)
     want = converters.convert({"inputs": ex["inputs"][0], "targets": ex["targets"][0]},
                               "encoder_decoder", lengths={"inputs": 512, "targets": 114})
     for key in want:
@@ -376,7 +376,7 @@ def test_block_objective_mixed_lengths_in_order_and_deterministic():
   np.testing.assert_array_equal(dense["decoder_target_tokens"][0], out[1]["decoder_target_tokens"])
 
 
-@pytest.mark.parametrize("name", bt.BATCHED_OBJECTIVES)
+@pytest.mark.parametrize("name", [n for n, r in obj.OBJECTIVES.items() if r.batched])
 def test_block_objective_every_objective_matches_reference_shapes(name):
   block = blocks.BlockObjective(name, vocab_size=V, architecture="prefix_lm", num_extra_ids=140,
                             lengths={"inputs": 512, "targets": 512}, seed_words=(1,))
@@ -440,12 +440,12 @@ def test_span_corruption_large_sweep(seed):
     t, k = tokens(50, length, seed=length), keys(50, seed, length)
     if num_spans > length - num_noise:
       with pytest.raises(ValueError, match="non-noise"):
-        bt.span_corruption(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
+        bt.span_corruption_block(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
                            mean_noise_span_length=mu)
       continue
-    out = bt.span_corruption(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
+    out = bt.span_corruption_block(t, k, vocab_size=V, num_extra_ids=1000, noise_density=density,
                              mean_noise_span_length=mu)
-    mask = bt.random_spans_noise_mask(length, density, mu, k)
+    mask = bt.random_spans_noise_mask_block(length, density, mu, k)
     for i in range(50):
       m = mask[i]
       assert m.sum() == num_noise and runs(m) == num_spans == runs(~m) and m[-1] and not m[0]

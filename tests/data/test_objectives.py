@@ -495,7 +495,7 @@ def test_mean_span_length_is_at_least_one():
     with pytest.raises(ValueError, match="mean_noise_span_length must be >= 1"):
       obj.make_objective("span_corruption", vocab_size=V, mean_noise_span_length=m)
     with pytest.raises(ValueError, match="mean_noise_span_length must be >= 1"):
-      batched.span_corruption(np.zeros((1, 8), np.int32), np.zeros(1, np.uint64),
+      batched.span_corruption_block(np.zeros((1, 8), np.int32), np.zeros(1, np.uint64),
                               vocab_size=V, mean_noise_span_length=m)
   fn = obj.make_objective("span_corruption", vocab_size=V, mean_noise_span_length=1.0)
   out = fn(np.arange(10, 73, dtype=np.int32), np.random.default_rng(0))
@@ -699,3 +699,34 @@ def test_random_roll_offsets_are_uniform():
   freq = np.bincount(pos, minlength=4) / n
   assert np.all(np.abs(freq - 0.25) < 5 * np.sqrt(0.25 * 0.75 / n)), freq
 
+
+
+def test_the_registry_is_complete():
+  """One record per objective holds both data paths: every objective a config or the UL2
+  preset can choose has a record; every batched form takes its per-example form's parameters
+  with the same defaults (less the switches it lacks); only deshuffle and the mixture run per
+  example only; `batched_form` (the pipeline's question) answers from the record. That each
+  batched form gives the reference's features is tested per record in test_batched.py."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from configs import t5  # pylint: disable=g-import-not-at-top
+  chosen = {name for name, _ in t5.OBJECTIVE_PRESETS.values()}
+  chosen |= {m["objective"] for m in mixtures_lib.ul2_denoisers()}
+  assert chosen <= set(obj.OBJECTIVES) and len(chosen) == len(obj.OBJECTIVES)
+
+  def keywords(fn):
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and k != "vocab_size"}
+  assert {n for n, r in obj.OBJECTIVES.items() if r.batched is None} == {"deshuffle", "mixture"}
+  for name, record in obj.OBJECTIVES.items():
+    assert set(record.batched_lacks) <= set(record.params), name
+    if record.batched is not None:
+      want = {k: v for k, v in keywords(record.fn).items() if k not in record.batched_lacks}
+      assert keywords(record.batched) == want, name
+      assert obj.batched_form(name, {}) is record.batched
+      assert obj.batched_form(name, {}, concatenate=False) is None
+    else:
+      assert obj.batched_form(name, {}) is None
+  assert obj.batched_form("span_corruption", {"random_roll": True}) is None
+  assert obj.batched_form("span_corruption", {"random_roll": False}) is not None
+  with pytest.raises(ValueError, match="unknown objective 'nope'"):
+    obj.batched_form("nope", {})
