@@ -66,6 +66,7 @@ import numpy as np
 from lm import metrics as metrics_lib
 from lm import partitioning, restore, steps
 from lm import score as score_lib
+from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
 from lm.data import converters, objectives, packing
@@ -627,21 +628,6 @@ def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> 
     print(json.dumps({"written": str(path), **flat_metrics(result)}, indent=1))
 
 
-def _initialize_distributed(args) -> None:
-  from lm.main import multi_host_environment  # pylint: disable=g-import-not-at-top
-  if not (args.distributed or args.coordinator_address or multi_host_environment()):
-    return
-  kwargs = {}
-  if args.coordinator_address:
-    if args.num_processes is None or args.process_id is None:
-      raise ValueError("--coordinator_address needs --num_processes and --process_id.")
-    kwargs = dict(coordinator_address=args.coordinator_address,
-                  num_processes=args.num_processes, process_id=args.process_id)
-  if args.cpu_collectives != "none":
-    jax.config.update("jax_cpu_collectives_implementation", args.cpu_collectives)
-  jax.distributed.initialize(**kwargs)
-
-
 def run(argv: Sequence[str] | None = None) -> int:
   """Command-line entry: returns the exit status (2 on bad input)."""
   parser = _parser()
@@ -653,7 +639,10 @@ def run(argv: Sequence[str] | None = None) -> int:
       raise ValueError(f"unknown arguments {unknown}; see --help.")
     if flag_problem(args):
       raise ValueError(flag_problem(args))
-    _initialize_distributed(args)
+    cli.initialize_distributed(
+        distributed=args.distributed, coordinator_address=args.coordinator_address,
+        num_processes=args.num_processes, process_id=args.process_id,
+        cpu_collectives=args.cpu_collectives)
     if bool(args.workdir) == bool(args.workdirs):
       raise ValueError("pass exactly one of --workdir=RUN or --workdirs=RUN1,RUN2,...")
     workdirs = [args.workdir] if args.workdir else [w for w in args.workdirs.split(",") if w]

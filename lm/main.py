@@ -38,6 +38,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from lm import cli
 from lm import libtpu_env
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -68,33 +69,6 @@ EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
 
 
-def multi_host_environment(env=None) -> bool:
-  """True when the environment describes a multi-process job jax can auto-detect.
-
-  SLURM (`srun` with more than one task) and multi-host TPU VMs (several worker
-  hostnames) are initialised without flags; jax.distributed.initialize() reads the rest.
-  """
-  env = os.environ if env is None else env
-  if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in env:
-    return True
-  return len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
-
-
-def _initialize_distributed() -> None:
-  import jax  # pylint: disable=g-import-not-at-top
-  if not (_DISTRIBUTED.value or _COORDINATOR.value or multi_host_environment()):
-    return
-  if _CPU_COLLECTIVES.value != "none":
-    jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
-  kwargs = {}
-  if _COORDINATOR.value:
-    if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
-      raise app.UsageError("--coordinator_address needs --num_processes and --process_id.")
-    kwargs = dict(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                  process_id=_PROCESS_ID.value)
-  jax.distributed.initialize(**kwargs)
-
-
 def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -104,7 +78,13 @@ def main(argv) -> int:
   if _RETAIN_HOST_MEMORY.value:
     from lm import hostmem  # pylint: disable=g-import-not-at-top
     hostmem.retain_for_cpu()  # before JAX starts its threads (a no-op on a GPU or TPU host)
-  _initialize_distributed()
+  try:  # before anything touches jax's backends
+    cli.initialize_distributed(
+        distributed=_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
+        cpu_collectives=_CPU_COLLECTIVES.value)
+  except ValueError as e:  # --coordinator_address without --num_processes / --process_id
+    return cli.bad_input_exit(e)
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
   try:

@@ -115,3 +115,10 @@ def test_bad_input_exit_prints_one_line():
                             file=out) == cli.EXIT_BAD_INPUT
   assert out.getvalue() == "lm.decode: error: missing.txt\n"
   assert cli.first_line(ValueError()) == "ValueError"
+
+
+def test_commands_refuse_a_coordinator_without_process_count(tmp_path, capsys):
+  from lm import evaluate  # pylint: disable=g-import-not-at-top
+  assert evaluate.run([f"--workdir={tmp_path}", "--coordinator_address=localhost:1"]) == 2
+  assert capsys.readouterr().err == (
+      "error: --coordinator_address needs --num_processes and --process_id.\n")

@@ -296,3 +296,31 @@ def test_named_commands_are_console_scripts():
   assert "lm-train" in named
   missing = {name: where for name, where in named.items() if name not in SCRIPTS}
   assert not missing, f"commands not in pyproject.toml's [project.scripts]: {missing}"
+
+
+# -- what the commands share (lm/cli.py) -----------------------------------------------------
+
+def _calls(path: pathlib.Path, dotted: str) -> list[int]:
+  """Lines of `path` that call `dotted` (e.g. "jax.distributed.initialize") by that name."""
+  lines = []
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == dotted:
+      lines.append(node.lineno)
+  return lines
+
+
+def test_only_lm_cli_starts_jax_distributed():
+  where = [f"{_rel(p)}:{n}" for p in CODE_FILES for n in _calls(p, "jax.distributed.initialize")]
+  assert where and all(w.startswith("lm/cli.py:") for w in where), (
+      "start jax.distributed with lm.cli.initialize_distributed: " + ", ".join(where))
+
+
+def test_one_typed_value_parser():
+  """String -> typed value lives in lm.cli.parse_value; no other module literal_evals a flag
+  or spells the boolean words."""
+  bool_words = re.compile(r"""\(\s*["']1["'],\s*["']true["'],\s*["']yes["']""")
+  where = [f"{_rel(p)}" for p in CODE_FILES if _rel(p) != "lm/cli.py"
+           and bool_words.search(p.read_text(encoding="utf-8"))]
+  assert not where, f"parse booleans with lm.cli.parse_value: {where}"
+  assert "cli.parse_value" in (REPO / "configs" / "common.py").read_text(encoding="utf-8")
+  assert "cli.parse_value" in (REPO / "lm" / "config.py").read_text(encoding="utf-8")
