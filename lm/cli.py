@@ -157,15 +157,13 @@ def first_line(e: BaseException) -> str:
   return text.splitlines()[0] if text.strip() else type(e).__name__
 
 
-def bad_input_exit(e: BaseException, *, message: str | None = None, prefix: str = "error",
-                   file=None) -> int:
-  """Prints a bad-input exception as lm's one line, `<prefix>: <message>`; returns 2.
+def bad_input_exit(problem: BaseException | str, *, prefix: str = "error", file=None) -> int:
+  """Prints bad input as lm's one line, `<prefix>: <problem>`, and returns 2.
 
   Every command reports bad input (a config, a flag, a missing file, a workdir in use) this
   way: one line on stderr naming the problem and the fix, no traceback, exit status 2
-  (EXIT_BAD_INPUT). `message` defaults to str(e) (commands that want one line of a longer
-  message pass first_line(e)).
+  (EXIT_BAD_INPUT). `problem` is the exception (its message is printed) or the line itself
+  (commands that reword or shorten a message: first_line(e)).
   """
-  print(f"{prefix}: {str(e) if message is None else message}",
-        file=sys.stderr if file is None else file)
+  print(f"{prefix}: {problem}", file=sys.stderr if file is None else file)
   return EXIT_BAD_INPUT

@@ -680,9 +680,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         f.write(markdown_table(results))
       os.replace(tmp, args.output)
       print(f"wrote {args.output}")
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  except cli.BAD_INPUT_ERRORS as e:
+    return cli.bad_input_exit(e)
   return 0
 
 

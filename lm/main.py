@@ -63,7 +63,7 @@ _RETAIN_HOST_MEMORY = flags.DEFINE_bool(
     "CPU training steps); --noretain_host_memory lets the process shrink between steps.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = cli.EXIT_BAD_INPUT  # every command's: one `error:` line (lm.cli.bad_input_exit)
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
@@ -100,22 +100,18 @@ def main(argv) -> int:
   except train.NonFiniteError as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_DIVERGED
-  except (ValueError, FileNotFoundError, workdir.WorkdirInUseError) as e:
+  except (*cli.BAD_INPUT_ERRORS, workdir.WorkdirInUseError) as e:
     # Bad input (config, data, checkpoint, workdir): one clear message, no traceback.
-    print(f"error: {e}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(e)
   except ImportError as e:  # an optional reader (parquet, array_record, hf datasets)
-    print(f"error: {e}; install the data extras: pip install -e '.[data]'", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(f"{e}; install the data extras: pip install -e '.[data]'")
   except OSError as e:  # workdir is a file, permission denied, disk full, ...
-    print(f"error: {_describe_os_error(e)}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(_describe_os_error(e))
   except Exception as e:  # noqa: BLE001 - orbax/tensorstore errors about the workdir
     if not _is_checkpoint_io_error(e):
       raise
-    print(f"error: checkpoint I/O in {_WORKDIR.value} failed: {type(e).__name__}: "
-          f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(f"checkpoint I/O in {_WORKDIR.value} failed: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
   return 0
 
 
@@ -179,9 +175,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
   `error:` line (exit 2) instead of a traceback from ml_collections' override parsing."""
   value = _config_arg(argv)
   if value and not os.path.isfile(value.partition(":")[0]):
-    print(f"error: --config={value}: no config file {value.partition(':')[0]!r} (run from the "
-          "repository root, e.g. --config=configs/t5.py:runlocal).", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(cli.bad_input_exit(
+        f"--config={value}: no config file {value.partition(':')[0]!r} (run from the "
+        "repository root, e.g. --config=configs/t5.py:runlocal)."))
   try:
     return flags.FLAGS(argv)
   except SystemExit as e:  # absl's --help (and --helpfull, ...) prints the help, then exits 1
@@ -199,8 +195,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
       lines = [l.strip() for l in str(e).splitlines() if l.strip()]
       # A config file's own error comes last, after ml_collections' traceback.
       message = lines[-1] if len(lines) > 1 and "Traceback" in str(e) else " ".join(lines)
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(cli.bad_input_exit(message))
 
 
 def _describe_os_error(e: OSError) -> str:

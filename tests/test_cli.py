@@ -111,7 +111,7 @@ def test_bad_input_exit_prints_one_line():
   assert out.getvalue() == "error: no such task 'x'\n"
   out = io.StringIO()
   e = FileNotFoundError("missing.txt\nmore detail")
-  assert cli.bad_input_exit(e, message=cli.first_line(e), prefix="lm.decode: error",
+  assert cli.bad_input_exit(cli.first_line(e), prefix="lm.decode: error",
                             file=out) == cli.EXIT_BAD_INPUT
   assert out.getvalue() == "lm.decode: error: missing.txt\n"
   assert cli.first_line(ValueError()) == "ValueError"
