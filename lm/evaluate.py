@@ -566,21 +566,6 @@ def flag_problem(args: argparse.Namespace) -> str | None:
   return None
 
 
-def parse_tasks(text: str) -> list[str]:
-  """`--task=a,b` -> the task names, each checked against the registry.
-
-  Raises:
-    ValueError: an empty list or an unknown name (the message lists the known ones).
-  """
-  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
-  names = [n.strip() for n in text.split(",") if n.strip()]
-  if not names:
-    raise ValueError("--task is empty; pass task names, e.g. --task=glue_cola.")
-  for name in names:
-    task_lib.get_task(name)  # unknown -> "unknown task 'x'; expected one of [...]"
-  return names
-
-
 def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "validation",
                    data_dir: str | None = None, max_examples: int | None = None,
                    max_decode_length: int | None = None, batch_size: int | None = None,
@@ -611,7 +596,11 @@ def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "v
 def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> None:
   """`--task`: restore, evaluate each task, write eval/tasks_step_<N>.json, log to wandb."""
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
-  names = parse_tasks(args.task)  # before restoring: a typo fails fast
+  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  # config.finetune.tasks' form (a rate is allowed and unused); before restoring: a typo
+  # fails fast.
+  names = [name for name, _ in task_lib.parse_tasks(
+      args.task, empty="--task is empty; pass task names, e.g. --task=glue_cola.")]
   if args.max_examples is not None and args.max_examples <= 0:
     raise ValueError(f"--max_examples must be positive, got {args.max_examples}.")
   r = restore.load_run(workdir, step=args.step, overrides=overrides, mesh_shape=args.mesh_shape)
