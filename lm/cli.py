@@ -19,9 +19,10 @@ from typing import Any
 
 EXIT_BAD_INPUT = 2
 
-# The words a boolean value may be written as, lower-cased (parse_value strips and lowers).
-TRUE_WORDS = ("1", "true", "yes", "y", "on")
-FALSE_WORDS = ("0", "false", "no", "n", "off")
+# The words a boolean value may be written as, lower-cased (parse_value strips and lowers);
+# "t" and "f" are absl's, which lm.main's overrides took before they used parse_value.
+TRUE_WORDS = ("1", "true", "yes", "y", "on", "t")
+FALSE_WORDS = ("0", "false", "no", "n", "off", "f")
 
 
 def _tuples(value: Any) -> Any:
@@ -33,13 +34,14 @@ def _tuples(value: Any) -> Any:
   return value
 
 
-def parse_value(text: str, like: Any, *, name: str) -> Any:
+def parse_value(text: str, like: Any, *, name: str | None) -> Any:
   """`text` as a value of the type of `like` (the default or current value it replaces).
 
   | like          | accepted text                        | result                       |
   |---------------|--------------------------------------|------------------------------|
   | bool          | TRUE_WORDS / FALSE_WORDS, any case   | True / False                 |
-  | int           | what int() takes ("3", " 3 ", "-1")  | int                          |
+  | int           | what int() takes ("3", " 3 ", "-1"), | int                          |
+  |               | or with a base prefix ("0x10")       |                              |
   | float         | what float() takes ("1e-3", "3")     | float                        |
   | str           | anything                             | the text unchanged           |
   | None, others  | a Python literal ("32", "(2, 2)")    | the literal, else the text   |
@@ -52,29 +54,34 @@ def parse_value(text: str, like: Any, *, name: str) -> Any:
     text: the string from the command line.
     like: the value `text` replaces; only its type is used.
     name: how the user wrote the setting, for the message ("--config.train.steps",
-      "config arg steps").
+      "config arg steps"); None where the caller names it (absl: "flag --x=y: ...").
 
   Raises:
     ValueError: "<name>=<text>: expected a boolean (true/false).", "... an int.",
-      "... a float.".
+      "... a float." (without "<name>=<text>: " when name is None).
   """
+  where = f"{name}={text!r}: " if name is not None else ""
   if isinstance(like, bool):
     low = text.strip().lower()
     if low in TRUE_WORDS:
       return True
     if low in FALSE_WORDS:
       return False
-    raise ValueError(f"{name}={text!r}: expected a boolean (true/false).")
+    raise ValueError(f"{where}expected a boolean (true/false).")
   if isinstance(like, int):
     try:
       return int(text)
     except ValueError:
-      raise ValueError(f"{name}={text!r}: expected an int.") from None
+      pass
+    try:  # 0x10, 0o20, 0b10 (absl's integer flags took these)
+      return int(text.strip(), 0)
+    except ValueError:
+      raise ValueError(f"{where}expected an int.") from None
   if isinstance(like, float):
     try:
       return float(text)
     except ValueError:
-      raise ValueError(f"{name}={text!r}: expected a float.") from None
+      raise ValueError(f"{where}expected a float.") from None
   if isinstance(like, str):
     return text
   try:  # None (a placeholder), tuples and other literals: a Python literal, else the text
@@ -84,6 +91,39 @@ def parse_value(text: str, like: Any, *, name: str) -> Any:
   if isinstance(like, tuple) and not isinstance(value, (tuple, list)):
     value = (value,)
   return _tuples(value) if isinstance(value, list) else value
+
+
+def parse_config_flags_with_parse_value() -> None:
+  """Makes ml_collections' `--config.<field>=` flags (lm.main, lm.plan) use parse_value.
+
+  ml_collections parses an override with absl's parser of the field's type; registering
+  parse_value for bool, int, float and tuple gives lm.main and lm.plan the values that
+  lm.evaluate's, lm.restore's and the config files' arguments get for the same text. Fields
+  of other types (str, placeholders' types) keep ml_collections' parsers. Idempotent.
+  """
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  from ml_collections.config_flags import tuple_parser  # pylint: disable=g-import-not-at-top
+
+  class Parser(flags.ArgumentParser):
+    def __init__(self, kind: type):  # absl caches parsers by these arguments: a type, not 0
+      self.like = kind()
+
+    def parse(self, argument):  # absl also parses the (typed) default through here
+      return parse_value(argument, self.like, name=None) if isinstance(argument, str) else argument
+
+    def flag_type(self):
+      return type(self.like).__name__
+
+  class TupleParser(tuple_parser.TupleParser):  # repeated --config.t=a --config.t=b still work
+    def parse(self, argument):
+      if isinstance(argument, str):
+        return parse_value(argument, (), name=None)
+      return super().parse(argument)
+
+  for kind in (bool, int, float):
+    config_flags.register_flag_parser_for_type(kind, Parser(kind))
+  config_flags.register_flag_parser_for_type(tuple, TupleParser())
 
 
 # ---------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from ml_collections import config_flags
 from lm import cli
 from lm import libtpu_env
 
+cli.parse_config_flags_with_parse_value()  # before --config's overrides are parsed
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/t5.py:runlocal (get_config's arg after ':').",
     lock_config=True)

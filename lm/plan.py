@@ -588,6 +588,7 @@ def main(argv=None) -> int:
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv if argv is None else argv)
   fv = flags.FlagValues()
+  cli.parse_config_flags_with_parse_value()
   # sys_argv: ml_collections defines the --config.<field> override flags from the argument
   # list it is given (sys.argv by default), so main(argv) must hand it the same list.
   config_flag = config_flags.DEFINE_config_file(

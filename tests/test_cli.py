@@ -19,6 +19,8 @@ TABLE = [
     ("x", "abc", "abc"), ("x", "3", "3"), ("x", "None", "None"), ("x", "a b", "a b"),
     ("", "", ""),
 ]
+# Forms only lm.main's and lm.plan's overrides took before (absl's flag parsers).
+ABSL_FORMS = [(False, "t", True), (True, "F", False), (1, "0x10", 16), (1, "0o20", 16)]
 # Only --config.<field> overrides reach these (parse_arg takes bool, int, float, str, None).
 LITERALS = [
     (None, "32", 32), (None, "0.5", 0.5), (None, "abc", "abc"), (None, "None", None),
@@ -28,7 +30,7 @@ LITERALS = [
 ]
 
 
-@pytest.mark.parametrize("like, text, expected", TABLE + LITERALS)
+@pytest.mark.parametrize("like, text, expected", TABLE + ABSL_FORMS + LITERALS)
 def test_parse_value_table(like, text, expected):
   value = cli.parse_value(text, like, name="x")
   assert value == expected and type(value) is type(expected)
@@ -40,6 +42,38 @@ def test_parse_arg_and_overrides_agree_with_the_table(like, text, expected):
   assert config_lib.apply_overrides(
       config_lib.ml_collections.ConfigDict({"s": {"k": like}}),
       [f"--config.s.k={text}"]).s.k == expected
+
+
+def _config_flag_value(tmp_path, like, text):
+  """The value lm.main's `--config.s.k=<text>` (ml_collections' config_flags) gives."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  cli.parse_config_flags_with_parse_value()
+  path = tmp_path / "cfg.py"
+  path.write_text("import ml_collections\n"
+                  f"def get_config():\n  return ml_collections.ConfigDict({{'s': {{'k': {like!r}}}}})\n")
+  argv = ["p", f"--config={path}", f"--config.s.k={text}"]
+  fv = flags.FlagValues()
+  flag = config_flags.DEFINE_config_file("config", None, "", flag_values=fv, lock_config=True,
+                                         sys_argv=argv)
+  fv(argv)
+  return flag.value.s.k
+
+
+# ml_collections refuses overrides of None fields (lm's are typed placeholders), and absl
+# reads `--config.s.k=` of a str field as its default: those two rows are not lm.main's.
+@pytest.mark.parametrize("like, text, expected", [
+    r for r in TABLE + ABSL_FORMS + LITERALS if r[0] is not None and r[1] != ""])
+def test_lm_main_overrides_agree_with_the_table(tmp_path, like, text, expected):
+  value = _config_flag_value(tmp_path, like, text)
+  assert value == expected and type(value) is type(expected)
+
+
+def test_lm_main_override_errors_are_parse_values(tmp_path):
+  with pytest.raises(Exception, match=r"flag --config.s.k=ten: expected an int\.$"):
+    _config_flag_value(tmp_path, 1, "ten")
+  with pytest.raises(Exception, match=r"flag --config.s.k=maybe: expected a boolean"):
+    _config_flag_value(tmp_path, True, "maybe")
 
 
 def test_parse_arg_none_default_takes_a_string_overrides_a_literal():

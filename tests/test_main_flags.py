@@ -31,7 +31,7 @@ def test_override_error_names_the_field_and_the_closest_match():
      "error: --config.optim.nmae: config.optim has no field 'nmae'; did you mean "
      "--config.optim.name?"),
     (["--config=configs/t5.py:runlocal", "--config.data.batch_size=abc"],
-     "error: flag --config.data.batch_size=abc: invalid literal for int() with base 10: 'abc'"),
+     "error: flag --config.data.batch_size=abc: expected an int."),
     (["--config=configs/t5.py:bogus=1"], "error: ValueError: unknown config arg 'bogus'; expected one of "),
     (["--config=configs/nope.py:runlocal"], "error: --config=configs/nope.py:runlocal: no config "
      "file 'configs/nope.py'"),
