@@ -333,3 +333,9 @@ def test_commands_report_bad_input_through_lm_cli():
   where = [_rel(p) for p in LM_FILES
            if _rel(p) not in not_yet and literal_two.search(p.read_text(encoding="utf-8"))]
   assert not where, f"return cli.bad_input_exit(...) instead of a literal exit 2: {where}"
+
+
+def test_lm_cli_imports_nothing_from_lm():
+  """Every command (and lm/config.py, configs/common.py) imports lm.cli: it must stay a leaf."""
+  inner = sorted(m for m in _imported_modules(REPO / "lm" / "cli.py") if m.split(".")[0] == "lm")
+  assert not inner, f"lm/cli.py imports {inner}"
