@@ -11,32 +11,10 @@ from typing import Any
 
 import ml_collections
 
-from lm.config import FALSE_WORDS, TRUE_WORDS
+from lm import cli
 
 
-def _parse_value(key: str, text: str, default: Any) -> Any:
-  kind = type(default)
-  if kind is bool:
-    low = text.strip().lower()
-    if low in TRUE_WORDS:
-      return True
-    if low in FALSE_WORDS:
-      return False
-    raise ValueError(f"config arg {key}={text!r}: expected a boolean (True/False).")
-  if kind is int:
-    try:
-      return int(text)
-    except ValueError:
-      raise ValueError(f"config arg {key}={text!r}: expected an int.") from None
-  if kind is float:
-    try:
-      return float(text)
-    except ValueError:
-      raise ValueError(f"config arg {key}={text!r}: expected a float.") from None
-  if default is None or kind is str:
-    return text
-  raise TypeError(f"parse_arg: default of {key!r} has unsupported type {kind.__name__}; "
-                  "use bool, int, float, str or None.")
+_ARG_TYPES = (bool, int, float, str, type(None))
 
 
 def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
@@ -59,6 +37,10 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
     >>> parse_arg("arch=prefix_lm,runlocal", arch="encoder_decoder", runlocal=False).arch
     'prefix_lm'
   """
+  for key, default in defaults.items():
+    if type(default) not in _ARG_TYPES:
+      raise TypeError(f"parse_arg: default of {key!r} has unsupported type "
+                      f"{type(default).__name__}; use bool, int, float, str or None.")
   values = dict(defaults)
   seen = set()
   for item in (arg or "").split(","):
@@ -76,8 +58,9 @@ def parse_arg(arg: str | None, **defaults: Any) -> ml_collections.ConfigDict:
       if type(defaults[key]) is not bool:
         raise ValueError(f"config arg {key!r} needs a value ({key}=...).")
       values[key] = True
-    else:
-      values[key] = _parse_value(key, text, defaults[key])
+    else:  # a None default takes the text as a string (not a literal as --config.<field>)
+      default = "" if defaults[key] is None else defaults[key]
+      values[key] = cli.parse_value(text, default, name=f"config arg {key}")
   cfg = ml_collections.ConfigDict(values)
   cfg.lock()
   return cfg

@@ -26,7 +26,6 @@ config.json files written before the architecture had one owner (`model.preset`,
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import json
 import os
@@ -37,6 +36,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from lm import architecture as architecture_lib
+from lm import cli
 from lm import optim
 from lm.data import pipeline
 from lm.model import presets
@@ -368,39 +368,9 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(_tuples(raw))
 
 
-# The words a boolean value may be written as (here and in configs/common.py's `parse_arg`).
-TRUE_WORDS = ("1", "true", "yes", "y", "on")
-FALSE_WORDS = ("0", "false", "no", "n", "off")
-
-
 def _parse_override_value(field: str, text: str, current: Any) -> Any:
-  """`text` converted to the type of the field's current value (literal if it is None)."""
-  if isinstance(current, bool):
-    low = text.strip().lower()
-    if low in TRUE_WORDS:
-      return True
-    if low in FALSE_WORDS:
-      return False
-    raise ValueError(f"--config.{field}={text!r}: expected a boolean (true/false).")
-  if isinstance(current, int):
-    try:
-      return int(text)
-    except ValueError:
-      raise ValueError(f"--config.{field}={text!r}: expected an int.") from None
-  if isinstance(current, float):
-    try:
-      return float(text)
-    except ValueError:
-      raise ValueError(f"--config.{field}={text!r}: expected a float.") from None
-  if isinstance(current, str):
-    return text
-  try:  # None (placeholder in the run), tuples: a Python literal, else the plain string
-    value = ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text
-  if isinstance(current, tuple) and not isinstance(value, (tuple, list)):
-    value = (value,)
-  return _tuples(list(value)) if isinstance(value, list) else value
+  """`text` converted to the type of the field's current value (lm.cli.parse_value)."""
+  return cli.parse_value(text, current, name=f"--config.{field}")
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str]

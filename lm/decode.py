@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lm import cli
+
 DEFAULT_HF_INPUT_LENGTH = 512
 DEFAULT_MAX_DECODE_LENGTH = 64
 
@@ -234,10 +236,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(argv)
   try:
     write_records(run(args), args.output)
-  except (DecodeError, FileNotFoundError, ValueError) as e:
-    message = str(e).splitlines()[0] if str(e) else type(e).__name__
-    print(f"lm.decode: error: {message}", file=sys.stderr)
-    return 2
+  except (DecodeError, *cli.BAD_INPUT_ERRORS) as e:
+    return cli.bad_input_exit(cli.first_line(e), prefix="lm.decode: error")
   return 0
 
 

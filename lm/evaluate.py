@@ -66,6 +66,7 @@ import numpy as np
 from lm import metrics as metrics_lib
 from lm import partitioning, restore, steps
 from lm import score as score_lib
+from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
 from lm.data import converters, objectives, packing
@@ -565,21 +566,6 @@ def flag_problem(args: argparse.Namespace) -> str | None:
   return None
 
 
-def parse_tasks(text: str) -> list[str]:
-  """`--task=a,b` -> the task names, each checked against the registry.
-
-  Raises:
-    ValueError: an empty list or an unknown name (the message lists the known ones).
-  """
-  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
-  names = [n.strip() for n in text.split(",") if n.strip()]
-  if not names:
-    raise ValueError("--task is empty; pass task names, e.g. --task=glue_cola.")
-  for name in names:
-    task_lib.get_task(name)  # unknown -> "unknown task 'x'; expected one of [...]"
-  return names
-
-
 def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "validation",
                    data_dir: str | None = None, max_examples: int | None = None,
                    max_decode_length: int | None = None, batch_size: int | None = None,
@@ -610,7 +596,11 @@ def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "v
 def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> None:
   """`--task`: restore, evaluate each task, write eval/tasks_step_<N>.json, log to wandb."""
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
-  names = parse_tasks(args.task)  # before restoring: a typo fails fast
+  from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  # config.finetune.tasks' form (a rate is allowed and unused); before restoring: a typo
+  # fails fast.
+  names = [name for name, _ in task_lib.parse_tasks(
+      args.task, empty="--task is empty; pass task names, e.g. --task=glue_cola.")]
   if args.max_examples is not None and args.max_examples <= 0:
     raise ValueError(f"--max_examples must be positive, got {args.max_examples}.")
   r = restore.load_run(workdir, step=args.step, overrides=overrides, mesh_shape=args.mesh_shape)
@@ -627,21 +617,6 @@ def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> 
     print(json.dumps({"written": str(path), **flat_metrics(result)}, indent=1))
 
 
-def _initialize_distributed(args) -> None:
-  from lm.main import multi_host_environment  # pylint: disable=g-import-not-at-top
-  if not (args.distributed or args.coordinator_address or multi_host_environment()):
-    return
-  kwargs = {}
-  if args.coordinator_address:
-    if args.num_processes is None or args.process_id is None:
-      raise ValueError("--coordinator_address needs --num_processes and --process_id.")
-    kwargs = dict(coordinator_address=args.coordinator_address,
-                  num_processes=args.num_processes, process_id=args.process_id)
-  if args.cpu_collectives != "none":
-    jax.config.update("jax_cpu_collectives_implementation", args.cpu_collectives)
-  jax.distributed.initialize(**kwargs)
-
-
 def run(argv: Sequence[str] | None = None) -> int:
   """Command-line entry: returns the exit status (2 on bad input)."""
   parser = _parser()
@@ -653,7 +628,10 @@ def run(argv: Sequence[str] | None = None) -> int:
       raise ValueError(f"unknown arguments {unknown}; see --help.")
     if flag_problem(args):
       raise ValueError(flag_problem(args))
-    _initialize_distributed(args)
+    cli.initialize_distributed(
+        distributed=args.distributed, coordinator_address=args.coordinator_address,
+        num_processes=args.num_processes, process_id=args.process_id,
+        cpu_collectives=args.cpu_collectives)
     if bool(args.workdir) == bool(args.workdirs):
       raise ValueError("pass exactly one of --workdir=RUN or --workdirs=RUN1,RUN2,...")
     workdirs = [args.workdir] if args.workdir else [w for w in args.workdirs.split(",") if w]
@@ -691,9 +669,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         f.write(markdown_table(results))
       os.replace(tmp, args.output)
       print(f"wrote {args.output}")
-  except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+  except cli.BAD_INPUT_ERRORS as e:
+    return cli.bad_input_exit(e)
   return 0
 
 

@@ -38,8 +38,10 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from lm import cli
 from lm import libtpu_env
 
+cli.parse_config_flags_with_parse_value()  # before --config's overrides are parsed
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Config file, e.g. configs/t5.py:runlocal (get_config's arg after ':').",
     lock_config=True)
@@ -62,37 +64,10 @@ _RETAIN_HOST_MEMORY = flags.DEFINE_bool(
     "CPU training steps); --noretain_host_memory lets the process shrink between steps.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = cli.EXIT_BAD_INPUT  # every command's: one `error:` line (lm.cli.bad_input_exit)
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
-
-
-def multi_host_environment(env=None) -> bool:
-  """True when the environment describes a multi-process job jax can auto-detect.
-
-  SLURM (`srun` with more than one task) and multi-host TPU VMs (several worker
-  hostnames) are initialised without flags; jax.distributed.initialize() reads the rest.
-  """
-  env = os.environ if env is None else env
-  if int(env.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_JOB_ID" in env:
-    return True
-  return len([h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]) > 1
-
-
-def _initialize_distributed() -> None:
-  import jax  # pylint: disable=g-import-not-at-top
-  if not (_DISTRIBUTED.value or _COORDINATOR.value or multi_host_environment()):
-    return
-  if _CPU_COLLECTIVES.value != "none":
-    jax.config.update("jax_cpu_collectives_implementation", _CPU_COLLECTIVES.value)
-  kwargs = {}
-  if _COORDINATOR.value:
-    if _NUM_PROCESSES.value is None or _PROCESS_ID.value is None:
-      raise app.UsageError("--coordinator_address needs --num_processes and --process_id.")
-    kwargs = dict(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                  process_id=_PROCESS_ID.value)
-  jax.distributed.initialize(**kwargs)
 
 
 def main(argv) -> int:
@@ -104,7 +79,13 @@ def main(argv) -> int:
   if _RETAIN_HOST_MEMORY.value:
     from lm import hostmem  # pylint: disable=g-import-not-at-top
     hostmem.retain_for_cpu()  # before JAX starts its threads (a no-op on a GPU or TPU host)
-  _initialize_distributed()
+  try:  # before anything touches jax's backends
+    cli.initialize_distributed(
+        distributed=_DISTRIBUTED.value, coordinator_address=_COORDINATOR.value,
+        num_processes=_NUM_PROCESSES.value, process_id=_PROCESS_ID.value,
+        cpu_collectives=_CPU_COLLECTIVES.value)
+  except ValueError as e:  # --coordinator_address without --num_processes / --process_id
+    return cli.bad_input_exit(e)
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
   try:
@@ -120,22 +101,18 @@ def main(argv) -> int:
   except train.NonFiniteError as e:
     print(f"error: {e}", file=sys.stderr)
     return EXIT_DIVERGED
-  except (ValueError, FileNotFoundError, workdir.WorkdirInUseError) as e:
+  except (*cli.BAD_INPUT_ERRORS, workdir.WorkdirInUseError) as e:
     # Bad input (config, data, checkpoint, workdir): one clear message, no traceback.
-    print(f"error: {e}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(e)
   except ImportError as e:  # an optional reader (parquet, array_record, hf datasets)
-    print(f"error: {e}; install the data extras: pip install -e '.[data]'", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(f"{e}; install the data extras: pip install -e '.[data]'")
   except OSError as e:  # workdir is a file, permission denied, disk full, ...
-    print(f"error: {_describe_os_error(e)}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(_describe_os_error(e))
   except Exception as e:  # noqa: BLE001 - orbax/tensorstore errors about the workdir
     if not _is_checkpoint_io_error(e):
       raise
-    print(f"error: checkpoint I/O in {_WORKDIR.value} failed: {type(e).__name__}: "
-          f"{str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return cli.bad_input_exit(f"checkpoint I/O in {_WORKDIR.value} failed: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
   return 0
 
 
@@ -199,9 +176,9 @@ def _parse_flags(argv: list[str]) -> list[str]:
   `error:` line (exit 2) instead of a traceback from ml_collections' override parsing."""
   value = _config_arg(argv)
   if value and not os.path.isfile(value.partition(":")[0]):
-    print(f"error: --config={value}: no config file {value.partition(':')[0]!r} (run from the "
-          "repository root, e.g. --config=configs/t5.py:runlocal).", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(cli.bad_input_exit(
+        f"--config={value}: no config file {value.partition(':')[0]!r} (run from the "
+        "repository root, e.g. --config=configs/t5.py:runlocal)."))
   try:
     return flags.FLAGS(argv)
   except SystemExit as e:  # absl's --help (and --helpfull, ...) prints the help, then exits 1
@@ -219,8 +196,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
       lines = [l.strip() for l in str(e).splitlines() if l.strip()]
       # A config file's own error comes last, after ml_collections' traceback.
       message = lines[-1] if len(lines) > 1 and "Traceback" in str(e) else " ".join(lines)
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(cli.bad_input_exit(message))
 
 
 def _describe_os_error(e: OSError) -> str:

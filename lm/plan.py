@@ -66,6 +66,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
 from lm import metrics as metrics_lib
@@ -587,6 +588,7 @@ def main(argv=None) -> int:
   from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv if argv is None else argv)
   fv = flags.FlagValues()
+  cli.parse_config_flags_with_parse_value()
   # sys_argv: ml_collections defines the --config.<field> override flags from the argument
   # list it is given (sys.argv by default), so main(argv) must hand it the same list.
   config_flag = config_flags.DEFINE_config_file(
@@ -616,11 +618,9 @@ def main(argv=None) -> int:
   try:
     rest = fv(argv)
   except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit(e)
   if len(rest) > 1:
-    print(f"error: unexpected arguments {rest[1:]}", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit(f"unexpected arguments {rest[1:]}")
   for noisy in ("absl", "jax._src"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   try:
@@ -654,8 +654,7 @@ def main(argv=None) -> int:
             config, target, [p for p in fv.remat_policies.split(",") if p])
         print(format_remat_policies(out["remat_policies"]))
   except (PlanError, ValueError) as e:
-    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit(" ".join(str(e).split()))
   if fv.json:
     write_json(fv.json, out)
   return status

@@ -347,3 +347,46 @@ def test_lm_data_has_no_import_cycle():
   cycle = _import_cycle(graph)
   assert cycle is None, f"lm/data import cycle: {' -> '.join(cycle)}"
   assert _import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+# -- what the commands share (lm/cli.py) -----------------------------------------------------
+
+def _calls(path: pathlib.Path, dotted: str) -> list[int]:
+  """Lines of `path` that call `dotted` (e.g. "jax.distributed.initialize") by that name."""
+  lines = []
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == dotted:
+      lines.append(node.lineno)
+  return lines
+
+
+def test_only_lm_cli_starts_jax_distributed():
+  where = [f"{_rel(p)}:{n}" for p in CODE_FILES for n in _calls(p, "jax.distributed.initialize")]
+  assert where and all(w.startswith("lm/cli.py:") for w in where), (
+      "start jax.distributed with lm.cli.initialize_distributed: " + ", ".join(where))
+
+
+def test_one_typed_value_parser():
+  """String -> typed value lives in lm.cli.parse_value; no other module literal_evals a flag
+  or spells the boolean words."""
+  bool_words = re.compile(r"""\(\s*["']1["'],\s*["']true["'],\s*["']yes["']""")
+  where = [f"{_rel(p)}" for p in CODE_FILES if _rel(p) != "lm/cli.py"
+           and bool_words.search(p.read_text(encoding="utf-8"))]
+  assert not where, f"parse booleans with lm.cli.parse_value: {where}"
+  assert "cli.parse_value" in (REPO / "configs" / "common.py").read_text(encoding="utf-8")
+  assert "cli.parse_value" in (REPO / "lm" / "config.py").read_text(encoding="utf-8")
+
+
+def test_commands_report_bad_input_through_lm_cli():
+  """Exit status 2 and its `error:` line come from lm.cli.bad_input_exit, not each command."""
+  literal_two = re.compile(r"^\s*(return 2|(sys\.)?exit\(2\))\s*(#.*)?$", re.M)
+  not_yet = {"lm/downstream/mini_suite.py"}  # moving out of lm (issue 29, "names")
+  where = [_rel(p) for p in LM_FILES
+           if _rel(p) not in not_yet and literal_two.search(p.read_text(encoding="utf-8"))]
+  assert not where, f"return cli.bad_input_exit(...) instead of a literal exit 2: {where}"
+
+
+def test_lm_cli_imports_nothing_from_lm():
+  """Every command (and lm/config.py, configs/common.py) imports lm.cli: it must stay a leaf."""
+  inner = sorted(m for m in _imported_modules(REPO / "lm" / "cli.py") if m.split(".")[0] == "lm")
+  assert not inner, f"lm/cli.py imports {inner}"

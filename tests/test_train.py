@@ -302,15 +302,6 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
     assert abs(got - scratch) > 1e-3 * abs(scratch), (source, got, scratch)
 
 
-def test_multi_host_environment_detection():
-  from lm import main
-  assert not main.multi_host_environment({})
-  assert not main.multi_host_environment({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "1"})
-  assert main.multi_host_environment({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "4"})
-  assert not main.multi_host_environment({"TPU_WORKER_HOSTNAMES": "t1k-0"})
-  assert main.multi_host_environment({"TPU_WORKER_HOSTNAMES": "t1k-0,t1k-1"})
-
-
 def test_help_explains_the_flags():
   out = _main(["--helpshort"])  # absl prints the help and exits (status 1, its convention)
   for flag in ("--config", "--workdir", "--coordinator_address"):

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 from etils import epath
 
+from lm import cli
 from lm import workdir as workdir_lib
 from lm.data import prepared, remote, sources
 from lm.data import tokenizer as tokenizer_lib
@@ -389,11 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        process_index=process_index, process_count=process_count,
                        progress=not args.no_progress, wait_s=args.wait_s)
   except ImportError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  except (ValueError, FileNotFoundError, OSError) as e:
-    print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit(e)
+  except (*cli.BAD_INPUT_ERRORS, OSError) as e:
+    return cli.bad_input_exit(cli.first_line(e))
   if manifest is None:
     print(f"prepared this host's shards in {args.output} ({time.time() - start:.1f} s); the "
           "manifest is written by the host that finishes last")

@@ -36,6 +36,7 @@ import sentencepiece as spm
 from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
+from lm import cli
 from lm.data import corpus
 
 PAD_ID = 0
@@ -401,9 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           extra_ids=args.extra_ids, character_coverage=args.character_coverage,
           byte_fallback=args.byte_fallback, max_sentences=args.max_sentences,
           seed=args.seed, num_threads=args.num_threads, output=args.output)
-    except (ValueError, FileNotFoundError) as e:
-      print(f"error: {e}", file=sys.stderr)
-      return 2
+    except cli.BAD_INPUT_ERRORS as e:
+      return cli.bad_input_exit(e)
     print(f"wrote {args.output}")
   print(f"vocab_size={tok.vocab_size} (pieces={tok.vocab_size - tok.extra_ids}, "
         f"extra_ids={tok.extra_ids}), embedding size={padded_vocab_size(tok.vocab_size)}, "

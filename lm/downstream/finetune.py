@@ -33,28 +33,9 @@ SCORE_KEY = "eval/finetune_score"
 
 
 def parse_tasks(text: str) -> tuple[tuple[str, float], ...]:
-  """"name[:rate],name[:rate]" -> ((name, rate), ...) (rate 1.0 when left out).
-
-  Raises:
-    ValueError: empty text, a malformed rate, or an unknown task (listing the known ones).
-  """
-  out = []
-  for item in str(text or "").split(","):
-    item = item.strip()
-    if not item:
-      continue
-    name, sep, rate = item.partition(":")
-    try:
-      value = float(rate) if sep else 1.0
-    except ValueError:
-      raise ValueError(f"finetune task {item!r}: the rate after ':' must be a number, "
-                       f"e.g. {name}:1.0.") from None
-    task_lib.get_task(name.strip())  # unknown -> "unknown task 'x'; expected one of [...]"
-    out.append((name.strip(), value))
-  if not out:
-    raise ValueError("config.finetune.tasks is empty; set task=NAME or mixture=... "
-                     "(configs/finetune.py).")
-  return tuple(out)
+  """config.finetune.tasks' "name[:rate],..." -> ((name, rate), ...) (task.parse_tasks)."""
+  return task_lib.parse_tasks(text, empty="config.finetune.tasks is empty; set task=NAME or "
+                              "mixture=... (configs/finetune.py).")
 
 
 def enabled(config: ml_collections.ConfigDict) -> bool:

@@ -103,6 +103,37 @@ def get_task(name: str) -> Task:
   return _REGISTRY[name]
 
 
+def parse_tasks(text: str | None, *, empty: str) -> tuple[tuple[str, float], ...]:
+  """"name[:rate],name[:rate]" -> ((name, rate), ...) (rate 1.0 when left out).
+
+  The one reader of a task list: config.finetune.tasks (and eval_tasks), configs/finetune.py's
+  task= and mixture= args, and `lm.evaluate --task` (which uses the names).
+
+  Args:
+    text: comma-separated task names, each with an optional ":rate" (a mixing rate).
+    empty: the error message when `text` names no task (it says what to set).
+
+  Raises:
+    ValueError: empty text, a malformed rate, or an unknown task (listing the known ones).
+  """
+  out = []
+  for item in str(text or "").split(","):
+    item = item.strip()
+    if not item:
+      continue
+    name, sep, rate = item.partition(":")
+    try:
+      value = float(rate) if sep else 1.0
+    except ValueError:
+      raise ValueError(f"task {item!r}: the rate after ':' must be a number, "
+                       f"e.g. {name}:1.0.") from None
+    get_task(name.strip())  # unknown -> "unknown task 'x'; expected one of [...]"
+    out.append((name.strip(), value))
+  if not out:
+    raise ValueError(empty)
+  return tuple(out)
+
+
 def task_names() -> list[str]:
   """Every registered task's name, sorted."""
   _load_builtin_tasks()
