@@ -210,7 +210,7 @@ def model_section(family: str, size: str, architecture: str,
     if value is None:
       kind = {"head_dim": int, "max_length": int, "num_kv_heads": int,
               "query_pre_attn_scalar": float, "attn_logit_softcapping": float,
-              "final_logit_softcapping": float}.get(field.name, str)
+              "final_logit_softcapping": float, "sliding_window": int}.get(field.name, str)
       model[field.name] = config_dict.placeholder(kind)
     else:
       model[field.name] = value

@@ -76,6 +76,8 @@ class AttentionMask:
     causal: static; keys after the query are masked.
     packed: static; rows may hold several segments (False: one segment, then padding).
     name: static; the stack and kind, for the log ("encoder self-attention", ...).
+    window: static; a local layer's sliding window W (``bias`` masks |i - j| >= W; the
+      fused kernels do not rebuild it, so these calls run XLA), or None.
   """
   bias: Any
   q_segment_ids: Any = None
@@ -84,6 +86,7 @@ class AttentionMask:
   causal: bool = flax.struct.field(pytree_node=False, default=False)
   packed: bool = flax.struct.field(pytree_node=False, default=True)
   name: str = flax.struct.field(pytree_node=False, default="attention")
+  window: int | None = flax.struct.field(pytree_node=False, default=None)
 
 
 def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, mask,
@@ -120,6 +123,8 @@ def choose_kernel(impl: str, *, platform: str, query_shape, key_shape, dtype, ma
     return "xla", "KV-cache call (prefill or decode step)"
   if softcap:
     return "xla", "attention-logit soft-capping (lm's fused kernels have none)"
+  if mask is not None and mask.window is not None:
+    return "xla", f"sliding window {mask.window} (lm's fused kernels get no window)"
   if mask is None or mask.q_segment_ids is None or mask.kv_segment_ids is None:
     return "xla", "no segment ids to build the mask from"
   (_, l, _, h), s = query_shape, key_shape[1]

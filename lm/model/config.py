@@ -53,7 +53,8 @@ EXECUTION_FIELDS = ("attention_impl",)
 # and an old run's config.json takes the default (lm.config.load_config_json).
 ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
                 "attn_logit_softcapping": None, "final_logit_softcapping": None,
-                "scale_embeddings": False}
+                "scale_embeddings": False, "sliding_window": None, "layer_pattern": None}
+LAYER_KINDS = {"L": "local", "G": "global"}  # layer_pattern's letters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +108,13 @@ class TransformerConfig:
     final_logit_softcapping: None (off) or a cap c > 0: logits = c * tanh(logits / c).
     scale_embeddings: the token embeddings are multiplied by sqrt(emb_dim) (in the
       activation dtype) before the stacks (Gemma); tied logits are not. T5: False.
+    sliding_window: W, the window of the local layers: their self-attention lets query
+      position i see key position j only where |i - j| < W (with the stack's own mask:
+      causal in a decoder, so i - j < W there). None: no local layers.
+    layer_pattern: which layers are local ("L") and which global ("G"), cycled over each
+      stack's layers: "LG" is Gemma 2's and T5Gemma's alternation (layer 0 local),
+      "LLLLLG" Gemma 3's. None: every layer global (T5). An "L" needs sliding_window; a
+      pattern with both letters needs scan_layers=False (a scanned stack is one layer).
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -138,6 +146,8 @@ class TransformerConfig:
   attn_logit_softcapping: float | None = None
   final_logit_softcapping: float | None = None
   scale_embeddings: bool = False
+  sliding_window: int | None = None
+  layer_pattern: str | None = None
 
   def __post_init__(self):
     def check(ok, msg):
@@ -166,6 +176,23 @@ class TransformerConfig:
             f"{name} must be a positive finite number or None (off), got {value!r}")
     check(isinstance(self.scale_embeddings, bool),
           f"scale_embeddings must be a bool, got {self.scale_embeddings!r}")
+    check(self.sliding_window is None or (isinstance(self.sliding_window, int) and not
+                                          isinstance(self.sliding_window, bool)
+                                          and self.sliding_window > 0),
+          f"sliding_window must be a positive int or None, got {self.sliding_window!r}")
+    pattern = self.layer_pattern
+    check(pattern is None or (isinstance(pattern, str) and pattern
+                              and set(pattern) <= set(LAYER_KINDS)),
+          f"layer_pattern must be a string of L (local) and G (global) layers, e.g. 'LG', "
+          f"or None (all global), got {pattern!r}")
+    has_local = pattern is not None and "L" in pattern
+    check(has_local == (self.sliding_window is not None),
+          f"sliding_window ({self.sliding_window!r}) and local layers in layer_pattern "
+          f"({pattern!r}) go together: set both (e.g. sliding_window=4096, "
+          f"layer_pattern='LG') or neither")
+    check(not (self.scan_layers and pattern is not None and len(set(pattern)) > 1),
+          f"layer_pattern {pattern!r} mixes local and global layers: set scan_layers=False "
+          f"(a scanned stack runs one layer body)")
     check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
     check(self.mlp_activation in MLP_ACTIVATIONS,
           f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")
@@ -203,6 +230,11 @@ class TransformerConfig:
       check(self.relative_num_buckets >= 4 and self.relative_max_distance > self.relative_num_buckets // 2,
             "relative_num_buckets must be >= 4 and relative_max_distance > num_buckets / 2")
 
+  def layer_kind(self, index: int) -> str:
+    """"local" or "global": the kind of layer `index` of a stack (layer_pattern)."""
+    return "global" if self.layer_pattern is None else LAYER_KINDS[
+        self.layer_pattern[index % len(self.layer_pattern)]]
+
   @property
   def resolved_head_dim(self) -> int:
     """H: head_dim, or emb_dim // num_heads when head_dim is None."""
@@ -226,4 +258,5 @@ class TransformerConfig:
 
 
 __all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
-           "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS"]
+           "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS",
+           "LAYER_KINDS"]

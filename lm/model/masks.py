@@ -170,6 +170,25 @@ def make_cross_attention_mask(decoder_segment_ids, encoder_segment_ids):
           & make_segment_mask(decoder_segment_ids, encoder_segment_ids))
 
 
+def window_mask(query_positions, key_positions, window: int):
+  """A local layer's sliding window: query position i sees key position j iff |i - j| < W.
+
+  Combined with the stack's own mask (``&``): bidirectional in an encoder, i - j < W in a
+  causal decoder. Positions restart in each packed segment, and pairs across segments are
+  masked by the segment mask, so per-segment positions give the per-segment window.
+
+  Args:
+    query_positions: int[B or 1, L].
+    key_positions: int[B or 1, S].
+    window: W > 0.
+  Returns:
+    bool[B or 1, 1, L, S].
+  """
+  q = jnp.asarray(query_positions)[:, None, :, None]
+  k = jnp.asarray(key_positions)[:, None, None, :]
+  return jnp.abs(q - k) < window
+
+
 def mask_to_bias(mask, dtype=jnp.float32):
   """bool[..., L, S] -> additive bias: 0 where True, -1e10 where False."""
   return jnp.where(mask, jnp.asarray(0.0, dtype), jnp.asarray(NEG_INF, dtype))

@@ -205,8 +205,8 @@ class Stack(nn.Module):
       raise ValueError("the decoder of an encoder-decoder needs encoded and encoder_segment_ids")
     name = "encoder" if encoder_pass else "decoder"
     if cache_mode == "step":
-      self_mask, q_positions, k_positions, cross_bias, cache_index = self._step_masks(x, positions)
-      self_mask = AttentionMask(bias=masks_lib.mask_to_bias(self_mask), causal=True,
+      bool_mask, q_positions, k_positions, cross_bias, cache_index = self._step_masks(x, positions)
+      self_mask = AttentionMask(bias=masks_lib.mask_to_bias(bool_mask), causal=True,
                                 name=f"{name} self-attention")
       cross_mask = None if cross_bias is None else AttentionMask(
           bias=cross_bias, name=f"{name} cross-attention")
@@ -223,13 +223,18 @@ class Stack(nn.Module):
       cross_mask = None if cross_bias is None else AttentionMask(
           bias=cross_bias, q_segment_ids=segment_ids, kv_segment_ids=encoder_segment_ids,
           packed=self.packed, name=f"{name} cross-attention")
+    local_mask = None
+    if cfg.sliding_window is not None:  # the local layers' self-attention (layer_pattern)
+      near = masks_lib.window_mask(q_positions, k_positions, cfg.sliding_window)
+      local_mask = self_mask.replace(bias=masks_lib.mask_to_bias(bool_mask & near),
+                                     window=cfg.sliding_window, name=f"{name} local self-attention")
 
     x, self_bias, rope_positions = self._position_encoding(
         x, q_positions, k_positions, bidirectional=encoder_pass, full_pass=cache_mode is None)
     x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
     x = self._layers(x, (self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index),
-                     deterministic=deterministic, encoder_pass=encoder_pass,
+                     local_mask, deterministic=deterministic, encoder_pass=encoder_pass,
                      cache_mode=cache_mode, max_length=max_length)
     if cfg.norm_position != "post":
       x = make_norm(cfg.norm_type, cfg.activation_dtype, "final_norm")(x)
@@ -350,12 +355,15 @@ class Stack(nn.Module):
       x = x + position.sinusoidal_embedding(q_positions, cfg.emb_dim).astype(x.dtype)
     return x, self_bias, q_positions if pe == "rope" else None
 
-  def _layers(self, x, args, **mode):
+  def _layers(self, x, args, local_mask, **mode):
     """The ``num_layers`` layers (remat and scan as configured), each given ``args``.
 
     Args:
       x: dtype[B, L, D].
-      args: TransformerLayer's arguments after x (arrays or None).
+      args: TransformerLayer's arguments after x (arrays or None); the first is the
+        self-attention mask, which a local layer (``config.layer_kind``) replaces by
+        ``local_mask``.
+      local_mask: the local layers' AttentionMask, or None (no sliding window).
       **mode: TransformerLayer's run attributes (deterministic, encoder_pass, cache_mode,
         max_length).
     Returns:
@@ -372,10 +380,13 @@ class Stack(nn.Module):
                         split_rngs={"params": True, "dropout": True},
                         in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
                         metadata_params={nn.PARTITION_NAME: "layers"})
+      if cfg.layer_kind(0) == "local":  # a scanned pattern is uniform (config check)
+        args = (local_mask,) + tuple(args[1:])
       x, _ = scanned(cfg, self.has_cross_attention, **mode, name="layers")(x, *args)
     else:
       for i in range(self.num_layers):
-        x, _ = layer_cls(cfg, self.has_cross_attention, **mode, name=f"layers_{i}")(x, *args)
+        layer_args = args if cfg.layer_kind(i) == "global" else (local_mask,) + tuple(args[1:])
+        x, _ = layer_cls(cfg, self.has_cross_attention, **mode, name=f"layers_{i}")(x, *layer_args)
     return x
 
 

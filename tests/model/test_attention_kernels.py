@@ -85,6 +85,14 @@ def _rule(impl, platform, mask=None, **overrides):
   return choose_kernel(impl, platform=platform, mask=mask, **{**BASE, **overrides})
 
 
+def test_a_local_layer_runs_xla():
+  """A sliding window lives only in the mask's bias: no fused kernel may take the call."""
+  mask = _mask("encoder", np.ones((2, 128)), packed=False).replace(window=64)
+  for impl, platform in (("auto", "tpu"), ("pallas", "tpu"), ("auto", "gpu"), ("cudnn", "gpu")):
+    assert _rule(impl, platform, mask=mask) == ("xla", "sliding window 64 (lm's fused kernels get no window)")
+  assert _rule("auto", "tpu")[0] == "pallas_flash"  # the same call without a window
+
+
 @pytest.mark.parametrize("impl,platform,overrides,mask_kind,kernel,reason", [
     ("auto", "cpu", {}, "encoder", "xla", "platform cpu"),
     ("xla", "gpu", {}, "encoder", "xla", "attention_impl='xla'"),

@@ -57,15 +57,17 @@ def check_cached_equals_full(cfg, lt=6, prefix=1, ragged=False):
     (tiny(mask_type="prefix_lm"), 3),
     (tiny(mask_type="causal", position_encoding="learned", max_length=8), 2),
     # T5Gemma's knobs: grouped-query attention (the caches hold K heads), the query scale
-    # and both soft-caps, in self- and cross-attention caches, sandwich norms.
+    # and both soft-caps, in self- and cross-attention caches, sandwich norms, local
+    # (window 2: the cache slots the window leaves out are masked) and global layers.
     (tiny(num_heads=4, num_kv_heads=2, query_pre_attn_scalar=8.0, attn_logit_softcapping=2.0,
           final_logit_softcapping=3.0, norm_type="gemma_rmsnorm", scale_embeddings=True,
-          norm_position="sandwich"), 2),
+          norm_position="sandwich", sliding_window=2, layer_pattern="LG"), 2),
     (tiny(mask_type="prefix_lm", position_encoding="rope", num_kv_heads=1,
-          attn_logit_softcapping=2.0, final_logit_softcapping=3.0), 3),
+          attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=2,
+          layer_pattern="L"), 3),
 ], ids=["enc_dec-relative", "prefix_lm-rope", "causal-relative", "causal-alibi",
-        "prefix_lm-relative", "causal-learned", "enc_dec-gqa-scale-softcaps",
-        "prefix_lm-rope-mqa-softcaps"])
+        "prefix_lm-relative", "causal-learned", "enc_dec-gqa-scale-softcaps-sandwich-window",
+        "prefix_lm-rope-mqa-softcaps-window"])
 def test_cached_decoding_equals_full_forward(cfg, prefix):
   check_cached_equals_full(cfg, prefix=prefix)
 

@@ -148,10 +148,14 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
     return norm(x + fn(x), lp[norm_name])
 
   n_layers = cfg.num_encoder_layers if encoder else cfg.num_decoder_layers
+  pattern = cfg.layer_pattern or "G"
+  local_bias = np.where(np.abs(pos[:, None] - pos[None, :]) < (cfg.sliding_window or 0),
+                        bias, NEG)
   for i in range(n_layers):
     lp = p[f"layers_{i}"]
+    self_bias = local_bias if pattern[i % len(pattern)] == "L" else bias
     x = sub(x, lp, "pre_self_attention_layer_norm",
-            lambda h: _attention(cfg, lp["self_attention"], h, h, bias, rope_pos))
+            lambda h: _attention(cfg, lp["self_attention"], h, h, self_bias, rope_pos))
     if encoded is not None:
       cb = np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
       x = sub(x, lp, "pre_cross_attention_layer_norm",
@@ -221,9 +225,15 @@ VARIANTS = {
                                               tie_embeddings=True, position_encoding="rope"),
     "sandwich_gemma_norm_gqa_enc_dec": dict(norm_position="sandwich", norm_type="gemma_rmsnorm",
                                             num_kv_heads=2),
+    # Local layer 0, global layer 1 in both stacks; windows shorter than both sequences.
+    "sliding_local_global_enc_dec": dict(sliding_window=3, layer_pattern="LG",
+                                         position_encoding="rope"),
+    "sliding_local_prefix_lm": dict(mask_type="prefix_lm", num_encoder_layers=0,
+                                    sliding_window=2, layer_pattern="L"),
 }
 KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
-         "final_logit_softcapping", "scale_embeddings", "norm_type", "norm_position")
+         "final_logit_softcapping", "scale_embeddings", "norm_type", "norm_position",
+         "sliding_window")
 T5_DEFAULTS = {**ADDED_FIELDS, "norm_type": "rmsnorm", "norm_position": "pre"}
 
 
@@ -288,7 +298,8 @@ def test_logits_match_numpy_forward(name):
 
 @pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal",
                                   "gemma_norm_scaled_embeddings_tied",
-                                  "sandwich_gemma_norm_gqa_enc_dec"])
+                                  "sandwich_gemma_norm_gqa_enc_dec",
+                                  "sliding_local_global_enc_dec", "sliding_local_prefix_lm"])
 def test_knob_variants_differ_from_t5(name):
   """Each knob of a knob variant changes the reference's logits (so the match above tests
   it): the same params with one knob back at T5's default. For GQA, which head reads
@@ -302,7 +313,10 @@ def test_knob_variants_differ_from_t5(name):
     default = T5_DEFAULTS[knob]
     if getattr(cfg, knob) == default or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
       continue  # (one key/value head: every grouping is the same)
-    other, p = cfg.replace(**{knob: default}), params
+    # (a window without local layers is refused: the two knobs go back together)
+    back = dict(sliding_window=None, layer_pattern=None) if knob == "sliding_window" else {
+        knob: default}
+    other, p = cfg.replace(**back), params
     if knob == "num_kv_heads":
       group = [n % cfg.num_kv_heads for n in range(N)]
       p = jax.tree_util.tree_map_with_path(
