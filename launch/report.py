@@ -112,7 +112,7 @@ MINI_RESULTS = ("mini", "mini_suite.json")   # <workdir>/mini/mini_suite.json: t
 # The mini column's name in reports: what it measures (docs/downstream_mini.md).
 FLUENCY = "decoder fluency (mini)"
 # The random-initialisation baseline of the blank-input control, by default (launch.sweep's
-# random_init_stage at tiny scale, or `python -m lm.downstream.mini_suite --from_scratch
+# random_init_stage at tiny scale, or `python -m lm.mini_suite --from_scratch
 # --output=<root>/random_init/mini`).
 RANDOM_INIT_RESULTS = ("random_init", "mini", "mini_suite.json")
 WHY_NO_TAU = (
@@ -424,7 +424,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       where = os.path.dirname(random_init_path)
       lines += ["", f"*kept blank* needs the random-initialisation baseline, "
                 f"`{random_init_path}`, which is not there yet: run the sweep again (its "
-                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.downstream.mini_suite "
+                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.mini_suite "
                 f"--from_scratch --output={where}` with the points' --config, then this "
                 "report again."]
     else:
@@ -525,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   if args.random_init and not os.path.isfile(args.random_init):
     print(f"error: --random_init {args.random_init} does not exist (python -m "
-          "lm.downstream.mini_suite --from_scratch --output=DIR writes DIR/mini_suite.json)",
+          "lm.mini_suite --from_scratch --output=DIR writes DIR/mini_suite.json)",
           file=sys.stderr)
     return 2
   write_report(args.root, points, experiment=args.experiment,

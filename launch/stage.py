@@ -13,7 +13,8 @@ another command (say `--config.train.num_steps=30` where the stage now says 60) 
 difference, and its command continues what it can (lm.main trains on from its last step) or
 refuses with its own error. A stage also runs again when a stage it comes after (--after, the
 pre-training stage for the mini suite and the evaluation) was run again since its marker was
-written. The interpreter's path (the command's first word) is not compared.
+written. The interpreter's path (the command's first word) is not compared, and a module
+that moved is compared by its current name (MOVED_MODULES).
 Markers may live in a `gs://` bucket (etils.epath), like the workdirs. On several processes
 (srun, every TPU worker) each process checks the marker, runs its part of the command and
 writes the same marker.
@@ -41,6 +42,11 @@ from etils import epath
 def _shown(args: Sequence[str]) -> str:
   text = shlex.join(args) if args else "(nothing)"
   return text if text.isprintable() else repr(text)
+
+
+# Modules a stage's command ran before they moved, by their current names: a marker written
+# before a move still records the same command.
+MOVED_MODULES = {"lm.downstream.mini_suite": "lm.mini_suite"}
 
 
 def command_difference(old: Sequence[str], new: Sequence[str]) -> str:
@@ -82,6 +88,7 @@ def stage_status(done: str, argv: Sequence[str], version: str = "",
   except (ValueError, KeyError, TypeError, AttributeError):
     return False, f"its marker {done} is unreadable or has no command"
   why = []
+  old = [MOVED_MODULES.get(a, a) for a in old]
   if list(old[1:]) != list(argv[1:]):  # argv[0]: the interpreter's path, not compared
     why.append(f"the command changed: {command_difference(old[1:], argv[1:])}")
   if old_version != version:

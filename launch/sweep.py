@@ -15,7 +15,7 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
 
   pretrain   lm.main with the point's config and overrides (wandb group = the study,
              tags = the swept values)
-  finetune   tiny scale: the mini suite (`lm.downstream.mini_suite`, the "mini" column) in
+  finetune   tiny scale: the mini suite (`lm.mini_suite`, the "mini" column) in
              `<root>/<name>/mini` (and, locally, once from random initialisation in
              `<root>/random_init/mini`: `random_init_stage`); paper scale: one lm.main
              fine-tuning run per benchmark column (configs/finetune.py, `ckpt.init_from` =
@@ -189,11 +189,11 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
                        for k, v in point.overrides.items()
                        if k.startswith("model.") or k == "train.seed"]
     if scale == "tiny":
-      from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+      from lm import mini_suite  # pylint: disable=g-import-not-at-top
       # The suite's lengths (runlocal's own would cut its examples, and mini_suite refuses them).
       config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
                 f"{_finetune_arg(point, scale)},{mini_suite.LENGTHS_ARG}")
-      argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
+      argv = [python, "-m", "lm.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,

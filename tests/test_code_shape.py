@@ -296,3 +296,41 @@ def test_named_commands_are_console_scripts():
   assert "lm-train" in named
   missing = {name: where for name, where in named.items() if name not in SCRIPTS}
   assert not missing, f"commands not in pyproject.toml's [project.scripts]: {missing}"
+
+
+# -- no import runs back up -----------------------------------------------------------------
+
+# The commands and the trainer sit at the top of lm; the packages below them are what they
+# build on (docs/architecture.md, "Folders").
+COMMANDS = ("lm.train", "lm.main", "lm.evaluate", "lm.decode", "lm.plan", "lm.mini_suite")
+PACKAGE_FILES = _py_files("lm/downstream", "lm/data", "lm/model", "lm/checkpoint")
+
+
+def _imported_names(path: pathlib.Path) -> set[str]:
+  """_imported_modules, plus `pkg.name` for every `from pkg import name` (a module or not)."""
+  names = _imported_modules(path)
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names.update(f"{node.module}.{a.name}" for a in node.names)
+  return names
+
+
+def _commands_imported(path: pathlib.Path) -> list[str]:
+  return sorted(m for m in _imported_names(path)
+                if any(m == c or m.startswith(c + ".") for c in COMMANDS))
+
+
+@pytest.mark.parametrize("path", PACKAGE_FILES, ids=_rel)
+def test_packages_import_no_command_or_the_trainer(path):
+  found = _commands_imported(path)
+  assert not found, (f"{_rel(path)} imports {found}: the commands and the trainer build on "
+                     "lm's packages, not the other way round")
+
+
+def test_the_command_check_sees_every_import_form(tmp_path):
+  module = tmp_path / "m.py"
+  module.write_text("import lm.plan\nfrom lm.evaluate import main\nfrom lm import decoding\n"
+                    "def f():\n  from lm import train, mini_suite\n"
+                    "  importlib.import_module('lm.main')\n")
+  assert _commands_imported(module) == ["lm.evaluate", "lm.evaluate.main", "lm.main",
+                                        "lm.mini_suite", "lm.plan", "lm.train"]

@@ -64,10 +64,10 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   assert "--config.wandb.group=t5_span_length" in pre and "--config.wandb.name=span_03" in pre
   assert all(arg in pre for arg in span3.override_args())
   mini = list(got[1].argv)
-  assert mini[:3] == ["python", "-m", "lm.downstream.mini_suite"]
+  assert mini[:3] == ["python", "-m", "lm.mini_suite"]
   assert "--workdir=runs/t7/span_03" in mini and "--output=runs/t7/span_03/mini" in mini
   # The mini suite accepts the config the stage passes (its lengths fit the suite's examples).
-  from lm.downstream import mini_suite
+  from lm import mini_suite
   config = next(a for a in mini if a.startswith("--config="))[len("--config="):]
   mini_suite.suite_config(mini_suite.load_config(config), "runs/t7/span_03")
   assert [s.done for s in got] == [f"runs/t7/span_03/sweep/{n}.json"
@@ -346,6 +346,15 @@ def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
   assert "all stages done" in messages[0]
 
 
+def test_a_marker_naming_a_module_before_it_moved_records_the_same_command(tmp_path):
+  """The mini suite moved out of lm/downstream: studies finished before keep their mini stage."""
+  done = tmp_path / "mini.json"
+  done.write_text(json.dumps({"command": ["py", "-m", "lm.downstream.mini_suite", "--steps=4"]}))
+  assert stage.stage_status(str(done), ["python", "-m", "lm.mini_suite", "--steps=4"]) == (True, "")
+  finished, why = stage.stage_status(str(done), ["python", "-m", "lm.mini_suite", "--steps=8"])
+  assert not finished and why == "the command changed: --steps=4 -> --steps=8"
+
+
 def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
   """evaluate comes after pretrain (Stage.after): a rerun pretrain makes it stale."""
   point = local.Point(name="a", config="c", overrides={})
@@ -367,7 +376,8 @@ def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
 
 
 def test_the_mini_stage_marker_carries_the_suite_version():
-  from lm.downstream import mini, mini_suite  # pylint: disable=g-import-not-at-top
+  from lm import mini_suite  # pylint: disable=g-import-not-at-top
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
   point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
   [mini_stage] = sweep.stages(point, "r", scale="tiny", study="s", which=["finetune"])
   # The record's version too: a record without the blank-input control is scored again.

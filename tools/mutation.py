@@ -91,7 +91,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                                   "tests/downstream/test_best_results.py"],
     "lm/downstream/sources.py": ["tests/downstream/test_downstream_sources.py"],
     "lm/downstream/mini.py": ["tests/downstream/test_mini.py"],
-    "lm/downstream/mini_suite.py": ["tests/test_mini_suite.py"],
+    "lm/mini_suite.py": ["tests/test_mini_suite.py"],
     "lm/downstream/evaluation.py": ["tests/test_downstream_evaluation.py",
                                     "tests/test_evaluate_task.py",
                                     "tests/downstream/test_best_results.py"],

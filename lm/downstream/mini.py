@@ -19,7 +19,7 @@ docs/downstream_mini.md): mini_next_line (which of two lines follows line A), mi
 (which of two lines is from line A's document), mini_unshuffle (write 3 shuffled lines in
 order). They ask how lines relate; the suite's separating tasks ask what a line is.
 
-Every task has `choices` and the suite (lm.downstream.mini_suite) scores them by rank
+Every task has `choices` and the suite (lm.mini_suite) scores them by rank
 classification; chance levels are those of a uniformly random choice (`chance_level`).
 
     task = get_task("mini_cloze")

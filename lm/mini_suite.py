@@ -3,10 +3,10 @@ r"""The mini suite end to end: fine-tune a pre-trained run on it, report the "mi
 The column measures decoder fluency (docs/downstream_mini.md), so each task is also scored
 with blank inputs (`mini.blank_inputs`): the blank-input control.
 
-  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
-  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
+  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
+  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
       --from_scratch                     # the same fine-tuning from random initialisation
-  python -m lm.downstream.mini_suite --workdir=RUN --output=DIR --steps=300 \
+  python -m lm.mini_suite --workdir=RUN --output=DIR --steps=300 \
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
 
 One fine-tuning run on an equal mixture of the suite's five tasks (`mini.SUITE`;
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
   libtpu_env.quiet_libtpu_off_tpu()
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(
-      prog="python -m lm.downstream.mini_suite",
+      prog="python -m lm.mini_suite",
       description="Fine-tune a pre-trained run on the mini suite (an equal mixture of its "
       "five tasks), score each task's validation split and write the 'mini' column to "
       f"OUTPUT/{RESULTS_FILE}.")
