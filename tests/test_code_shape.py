@@ -221,7 +221,7 @@ def test_every_named_path_exists(path):
 def test_the_path_check_finds_names_and_misses():
   """The scanner itself: real names pass, stale ones are caught, URLs and placeholders skipped."""
   assert _path_exists("lm/plan.py") and _path_exists("lm/data/converters")
-  assert _path_exists("configs/*.py") and _path_exists("lm/{plan,targets}.py")
+  assert _path_exists("configs/*.py") and _path_exists("lm/{plan,hardware}.py")
   assert not _path_exists("lm/nope.py") and not _path_exists("lm/{plan,nope}.py")
   assert _dotted_exists("lm.plan") and _dotted_exists("lm.model.accounting.activation_bytes")
   assert not _dotted_exists("lm.model.hf_t5.write") and not _dotted_exists("lm.nope")
