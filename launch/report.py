@@ -155,12 +155,12 @@ def downstream_scores(workdir: str) -> dict[str, float]:
     results = _best_task_results(os.path.join(workdir, folder))
     if results is None:
       continue
-    from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+    from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
     try:
       if column == "GLUE":
-        out[column] = mixtures.glue_average(results)
+        out[column] = task_mixtures.glue_average(results)
       elif column == "SGLUE":
-        out[column] = mixtures.super_glue_average(results)
+        out[column] = task_mixtures.super_glue_average(results)
       else:
         out[column] = float(results[task][metric])
     except (KeyError, ValueError):

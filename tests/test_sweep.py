@@ -421,9 +421,9 @@ def test_report_ranks_paper_scale_columns_beside_the_paper(tmp_path):
 
 def _write_glue_squad(workdir, glue: float, squad: float):
   """A paper-scale point's GLUE and SQuAD fine-tuning results (every GLUE task at `glue`)."""
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   glue_results = {}
-  for parts in mixtures.GLUE_AVERAGE.values():
+  for parts in task_mixtures.GLUE_AVERAGE.values():
     for task, metric in parts:
       glue_results.setdefault(task, {})[metric] = glue
   for folder, results in (("ft_glue", glue_results),
@@ -499,15 +499,15 @@ def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
   # A GLUE mixture run evaluated at steps 100 and 200: CoLA and SST-2 peak at 100, the rest
   # at 200 (MNLI matched and mismatched together, MRPC's two metrics together), as T5
   # reported them; a single common step (either) would give a lower average.
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
-  tasks = {t: m for parts in mixtures.GLUE_AVERAGE.values() for t, m in parts}
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
+  tasks = {t: m for parts in task_mixtures.GLUE_AVERAGE.values() for t, m in parts}
   early = {"glue_cola", "glue_sst2"}
   eval_dir = tmp_path / "p" / "ft_glue" / "eval"
   eval_dir.mkdir(parents=True)
   best = {}
   for step in (100, 200):
     results = {}
-    for parts in mixtures.GLUE_AVERAGE.values():
+    for parts in task_mixtures.GLUE_AVERAGE.values():
       for task, metric in parts:
         good = (task in early) == (step == 100)
         results.setdefault(task, {})[metric] = 80.0 if good else 50.0
@@ -516,7 +516,7 @@ def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
     (eval_dir / f"tasks_step_{step}.json").write_text(json.dumps({"results": results}))
   assert set(best) == set(tasks)
   scores = report.downstream_scores(str(tmp_path / "p"))
-  assert scores == {"GLUE": mixtures.glue_average(best)} and scores["GLUE"] == 80.0
+  assert scores == {"GLUE": task_mixtures.glue_average(best)} and scores["GLUE"] == 80.0
 
 
 def test_report_command_line(tmp_path, capsys):
