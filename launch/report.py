@@ -21,15 +21,10 @@ import json
 import math
 import os
 import shlex
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
-
-if TYPE_CHECKING:
-  from launch.local import Point
-
-# Files the report writes in the sweep's root.
-REPORT_FILES = ("report.md", "eval_loss.png")
+from launch.points import Point, collect, seed_replicates
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -494,7 +489,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   """`python -m launch.report EXPERIMENT --root=DIR`: (re)writes the study's report."""
   import argparse  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  from launch import local  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(prog="python -m launch.report", description=(
       "Writes <root>/report.md and eval_loss.png of a study from its workdirs: our losses and "
       "downstream scores beside the paper's, the mini column's blank-input control, "
@@ -513,9 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "of the baseline, <name>_seed<k>)")
   args = parser.parse_args(argv)
   try:
-    points = local.collect(args.experiment, runlocal=args.scale == "tiny")
+    points = collect(args.experiment, runlocal=args.scale == "tiny")
     seeds = args.seeds or 1 + _replicates_present(args.root, points)
-    points = local.seed_replicates(points, seeds)
+    points = seed_replicates(points, seeds)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

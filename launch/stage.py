@@ -25,6 +25,7 @@ resume later"); 0 at once when the marker records this command; 2 for a bad invo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import difflib
 import hashlib
@@ -42,6 +43,36 @@ from etils import epath
 def _shown(args: Sequence[str]) -> str:
   text = shlex.join(args) if args else "(nothing)"
   return text if text.isprintable() else repr(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """One step of a point's pipeline.
+
+  Attributes:
+    name: "pretrain", "mini", "evaluate", or "ft_<column>" at paper scale.
+    argv: the step's command, starting with the Python interpreter's name.
+    done: its marker (launch.stage writes it when argv exits 0).
+    every_process: run on every process of a multi-process job (lm.main); else on one.
+    version: what else the result depends on (the mini suite's version), recorded in the
+      marker beside the command: a marker of another version does not count.
+    after: markers of the stages it reads the output of (the pre-training run's): when one
+      of them ran again since, this stage runs again too.
+  """
+  name: str
+  argv: tuple[str, ...]
+  done: str
+  every_process: bool
+  version: str = ""
+  after: tuple[str, ...] = ()
+
+  def command(self) -> list[str]:
+    """`python -m launch.stage --done=<marker> [--version=<v>] [--after=<m> ...] -- <argv>`."""
+    extra = ([f"--version={self.version}"] if self.version else []) + [
+        f"--after={a}" for a in self.after]
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *extra, "--",
+            *self.argv]
+
 
 
 # Modules a stage's command ran before they moved, by their current names: a marker written

@@ -334,3 +334,43 @@ def test_the_command_check_sees_every_import_form(tmp_path):
                     "  importlib.import_module('lm.main')\n")
   assert _commands_imported(module) == ["lm.evaluate", "lm.evaluate.main", "lm.main",
                                         "lm.mini_suite", "lm.plan", "lm.train"]
+
+
+def _import_cycles(files: list[pathlib.Path], package: str) -> list[list[str]]:
+  """The import cycles among a package's modules (each once, from its smallest name);
+  every import counts, a function's or an `if TYPE_CHECKING:` one too."""
+  graph = {}
+  for path in files:
+    name = f"{package}.{path.stem}"
+    graph[name] = sorted(m for m in _imported_names(path)
+                         if m in {f"{package}.{p.stem}" for p in files} and m != name)
+  cycles = set()
+
+  def walk(node, trail):
+    for nxt in graph[node]:
+      if nxt in trail:
+        cycle = trail[trail.index(nxt):]
+        i = cycle.index(min(cycle))
+        cycles.add(tuple(cycle[i:] + cycle[:i]))
+      else:
+        walk(nxt, trail + [nxt])
+  for start in graph:
+    walk(start, [start])
+  return sorted(list(c) for c in cycles)
+
+
+def test_launch_modules_import_each_other_without_a_cycle():
+  """launch.local and launch.report both build on launch.points, not on each other."""
+  files = [p for p in (REPO / "launch").glob("*.py") if p.stem != "__init__"]
+  assert not _import_cycles(files, "launch")
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+  (tmp_path / "a.py").write_text("from launch import b\n")
+  (tmp_path / "b.py").write_text("if TYPE_CHECKING:\n  from launch.c import X\n")
+  (tmp_path / "c.py").write_text("def f():\n  from launch import a\n")
+  (tmp_path / "d.py").write_text("import launch.a\n")
+  files = sorted(tmp_path.glob("*.py"))
+  assert _import_cycles(files, "launch") == [["launch.a", "launch.b", "launch.c"]]
+  (tmp_path / "c.py").write_text("")
+  assert _import_cycles(files, "launch") == []
