@@ -5,7 +5,7 @@ Commands:
   python -m lm.main --workdir=/tmp/ft_cola \
       --config=configs/finetune.py:task=glue_cola,size=base,data_dir=/data/glue \
       --config.ckpt.init_from=/tmp/t5_base
-  # a mixture: a registered one (lm.downstream.mixtures) or explicit "task:rate,..." rates
+  # a mixture: a registered one (lm.downstream.task_mixtures) or explicit "task:rate,..." rates
   python -m lm.main --workdir=/tmp/ft_glue --config=configs/finetune.py:mixture=glue_v002_proportional,data_dir=/data/glue
   python -m lm.main --workdir=/tmp/ft_two \
       --config="configs/finetune.py:mixture=glue_cola:1+glue_sst2:2"
@@ -49,7 +49,7 @@ from __future__ import annotations
 import ml_collections
 
 from configs import common, t5
-from lm.downstream import finetune, mixtures
+from lm.downstream import finetune, task_mixtures
 
 SCORE_KEY = "eval/finetune_score"  # lm.downstream.finetune.SCORE_KEY
 
@@ -64,7 +64,7 @@ def _resolve_tasks(task: str, mixture: str) -> str:
   elif ":" in mixture or "+" in mixture:
     pairs = finetune.parse_tasks(mixture.replace("+", ","))
   else:
-    m = mixtures.get_mixture(mixture)
+    m = task_mixtures.get_mixture(mixture)
     pairs = tuple(zip(m.tasks, m.rates))
   return ",".join(f"{n}:{float(r):g}" for n, r in pairs)
 

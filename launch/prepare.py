@@ -16,6 +16,8 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 
+from launch.stage import Stage
+
 
 @dataclasses.dataclass(frozen=True)
 class Prepare:
@@ -37,15 +39,14 @@ class Prepare:
   extra: tuple[str, ...] = ()
 
   def stage(self, done: str, *, python: str = "python", hosts: bool = False):
-    """The prepare stage (a sweep.Stage with marker `done`); `hosts`: run on every process
+    """The prepare stage (a Stage with marker `done`); `hosts`: run on every process
     of a multi-host job, each converting its share of the files (`--process_index=auto`)."""
-    from launch import sweep  # pylint: disable=g-import-not-at-top  (sweep imports this module)
     argv = [python, "-m", "lm.data.prepare", *(f"--input={i}" for i in self.inputs),
             f"--tokenizer={self.tokenizer}", f"--output={self.output}",
             f"--format={self.format}", f"--workers={int(self.workers)}", "--no_progress",
             # every host waits for the others, so the stage ends when the dataset is complete
             *(["--process_index=auto", "--wait_s=172800"] if hosts else []), *self.extra]
-    return sweep.Stage("prepare", tuple(argv), done, every_process=hosts)
+    return Stage("prepare", tuple(argv), done, every_process=hosts)
 
   def train_args(self) -> list[str]:
     """The arguments that point a pre-training run at the prepared dataset."""

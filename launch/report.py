@@ -21,15 +21,10 @@ import json
 import math
 import os
 import shlex
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
-
-if TYPE_CHECKING:
-  from launch.local import Point
-
-# Files the report writes in the sweep's root.
-REPORT_FILES = ("report.md", "eval_loss.png")
+from launch.points import Point, collect, seed_replicates
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -112,7 +107,7 @@ MINI_RESULTS = ("mini", "mini_suite.json")   # <workdir>/mini/mini_suite.json: t
 # The mini column's name in reports: what it measures (docs/downstream_mini.md).
 FLUENCY = "decoder fluency (mini)"
 # The random-initialisation baseline of the blank-input control, by default (launch.sweep's
-# random_init_stage at tiny scale, or `python -m lm.downstream.mini_suite --from_scratch
+# random_init_stage at tiny scale, or `python -m lm.mini_suite --from_scratch
 # --output=<root>/random_init/mini`).
 RANDOM_INIT_RESULTS = ("random_init", "mini", "mini_suite.json")
 WHY_NO_TAU = (
@@ -155,12 +150,12 @@ def downstream_scores(workdir: str) -> dict[str, float]:
     results = _best_task_results(os.path.join(workdir, folder))
     if results is None:
       continue
-    from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+    from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
     try:
       if column == "GLUE":
-        out[column] = mixtures.glue_average(results)
+        out[column] = task_mixtures.glue_average(results)
       elif column == "SGLUE":
-        out[column] = mixtures.super_glue_average(results)
+        out[column] = task_mixtures.super_glue_average(results)
       else:
         out[column] = float(results[task][metric])
     except (KeyError, ValueError):
@@ -424,7 +419,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
       where = os.path.dirname(random_init_path)
       lines += ["", f"*kept blank* needs the random-initialisation baseline, "
                 f"`{random_init_path}`, which is not there yet: run the sweep again (its "
-                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.downstream.mini_suite "
+                f"`{RANDOM_INIT_RESULTS[0]}` stage), or `python -m lm.mini_suite "
                 f"--from_scratch --output={where}` with the points' --config, then this "
                 "report again."]
     else:
@@ -494,7 +489,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   """`python -m launch.report EXPERIMENT --root=DIR`: (re)writes the study's report."""
   import argparse  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  from launch import local  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(prog="python -m launch.report", description=(
       "Writes <root>/report.md and eval_loss.png of a study from its workdirs: our losses and "
       "downstream scores beside the paper's, the mini column's blank-input control, "
@@ -513,9 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "of the baseline, <name>_seed<k>)")
   args = parser.parse_args(argv)
   try:
-    points = local.collect(args.experiment, runlocal=args.scale == "tiny")
+    points = collect(args.experiment, runlocal=args.scale == "tiny")
     seeds = args.seeds or 1 + _replicates_present(args.root, points)
-    points = local.seed_replicates(points, seeds)
+    points = seed_replicates(points, seeds)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -525,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
   if args.random_init and not os.path.isfile(args.random_init):
     print(f"error: --random_init {args.random_init} does not exist (python -m "
-          "lm.downstream.mini_suite --from_scratch --output=DIR writes DIR/mini_suite.json)",
+          "lm.mini_suite --from_scratch --output=DIR writes DIR/mini_suite.json)",
           file=sys.stderr)
     return 2
   write_report(args.root, points, experiment=args.experiment,

@@ -205,7 +205,7 @@ def _plot(path: str, fits: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  from launch import local  # pylint: disable=g-import-not-at-top
+  from launch import points as points_lib  # pylint: disable=g-import-not-at-top
   p = argparse.ArgumentParser(prog="python -m launch.scaling", description=__doc__.split(
       "\n\n")[0])
   p.add_argument("experiment", help="a scaling study, e.g. experiments/scaling.py")
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--bootstrap", type=int, default=200, help="bootstrap resamples")
   args = p.parse_args(argv)
   try:
-    points = local.collect(args.experiment)
+    points = points_lib.collect(args.experiment)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -13,7 +13,8 @@ another command (say `--config.train.num_steps=30` where the stage now says 60) 
 difference, and its command continues what it can (lm.main trains on from its last step) or
 refuses with its own error. A stage also runs again when a stage it comes after (--after, the
 pre-training stage for the mini suite and the evaluation) was run again since its marker was
-written. The interpreter's path (the command's first word) is not compared.
+written. The interpreter's path (the command's first word) is not compared, and a module
+that moved is compared by its current name (MOVED_MODULES).
 Markers may live in a `gs://` bucket (etils.epath), like the workdirs. On several processes
 (srun, every TPU worker) each process checks the marker, runs its part of the command and
 writes the same marker.
@@ -24,6 +25,7 @@ resume later"); 0 at once when the marker records this command; 2 for a bad invo
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import difflib
 import hashlib
@@ -41,6 +43,41 @@ from etils import epath
 def _shown(args: Sequence[str]) -> str:
   text = shlex.join(args) if args else "(nothing)"
   return text if text.isprintable() else repr(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """One step of a point's pipeline.
+
+  Attributes:
+    name: "pretrain", "mini", "evaluate", or "ft_<column>" at paper scale.
+    argv: the step's command, starting with the Python interpreter's name.
+    done: its marker (launch.stage writes it when argv exits 0).
+    every_process: run on every process of a multi-process job (lm.main); else on one.
+    version: what else the result depends on (the mini suite's version), recorded in the
+      marker beside the command: a marker of another version does not count.
+    after: markers of the stages it reads the output of (the pre-training run's): when one
+      of them ran again since, this stage runs again too.
+  """
+  name: str
+  argv: tuple[str, ...]
+  done: str
+  every_process: bool
+  version: str = ""
+  after: tuple[str, ...] = ()
+
+  def command(self) -> list[str]:
+    """`python -m launch.stage --done=<marker> [--version=<v>] [--after=<m> ...] -- <argv>`."""
+    extra = ([f"--version={self.version}"] if self.version else []) + [
+        f"--after={a}" for a in self.after]
+    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *extra, "--",
+            *self.argv]
+
+
+
+# Modules a stage's command ran before they moved, by their current names: a marker written
+# before a move still records the same command.
+MOVED_MODULES = {"lm.downstream.mini_suite": "lm.mini_suite"}
 
 
 def command_difference(old: Sequence[str], new: Sequence[str]) -> str:
@@ -82,6 +119,7 @@ def stage_status(done: str, argv: Sequence[str], version: str = "",
   except (ValueError, KeyError, TypeError, AttributeError):
     return False, f"its marker {done} is unreadable or has no command"
   why = []
+  old = [MOVED_MODULES.get(a, a) for a in old]
   if list(old[1:]) != list(argv[1:]):  # argv[0]: the interpreter's path, not compared
     why.append(f"the command changed: {command_difference(old[1:], argv[1:])}")
   if old_version != version:

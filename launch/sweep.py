@@ -9,13 +9,13 @@ r"""One command per study: every point pre-trained, fine-tuned and evaluated, he
       --data_dir=gs://bucket/t5_data [--create] [--delete] [--dry_run]
   python -m launch.report experiments/t5_span_length.py --root=runs/table7   # the report
 
-Each point of the study (`sweep(add)` in the experiment file, launch/local.py's `collect`)
+Each point of the study (`sweep(add)` in the experiment file, launch/points.py's `collect`)
 runs its stages in order, each through `python -m launch.stage` (a finished stage is
 skipped, an interrupted one resumes), in `<root>/<name>`:
 
   pretrain   lm.main with the point's config and overrides (wandb group = the study,
              tags = the swept values)
-  finetune   tiny scale: the mini suite (`lm.downstream.mini_suite`, the "mini" column) in
+  finetune   tiny scale: the mini suite (`lm.mini_suite`, the "mini" column) in
              `<root>/<name>/mini` (and, locally, once from random initialisation in
              `<root>/random_init/mini`: `random_init_stage`); paper scale: one lm.main
              fine-tuning run per benchmark column (configs/finetune.py, `ckpt.init_from` =
@@ -62,7 +62,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from launch import local
+from launch import points as points_lib
 from launch import prepare as prepare_lib
+from launch import stage as stage_lib
+from launch.stage import Stage
 from launch.tpu import (TpuTarget, plan_command, tpu_delete_command, tpu_point_command,
                         tpu_setup_commands, wait_until_active)
 
@@ -91,35 +94,6 @@ RANDOM_INIT = "random_init"
 MARKER_DIR = "sweep"  # <root>/<name>/sweep/<stage>.json: the finished stages
 
 
-@dataclasses.dataclass(frozen=True)
-class Stage:
-  """One step of a point's pipeline.
-
-  Attributes:
-    name: "pretrain", "mini", "evaluate", or "ft_<column>" at paper scale.
-    argv: the step's command, starting with the Python interpreter's name.
-    done: its marker (launch.stage writes it when argv exits 0).
-    every_process: run on every process of a multi-process job (lm.main); else on one.
-    version: what else the result depends on (the mini suite's version), recorded in the
-      marker beside the command: a marker of another version does not count.
-    after: markers of the stages it reads the output of (the pre-training run's): when one
-      of them ran again since, this stage runs again too.
-  """
-  name: str
-  argv: tuple[str, ...]
-  done: str
-  every_process: bool
-  version: str = ""
-  after: tuple[str, ...] = ()
-
-  def command(self) -> list[str]:
-    """`python -m launch.stage --done=<marker> [--version=<v>] [--after=<m> ...] -- <argv>`."""
-    extra = ([f"--version={self.version}"] if self.version else []) + [
-        f"--after={a}" for a in self.after]
-    return [self.argv[0], "-m", "launch.stage", f"--done={self.done}", *extra, "--",
-            *self.argv]
-
-
 def _join(root: str, *parts: str) -> str:
   return "/".join([root.rstrip("/"), *parts])
 
@@ -131,26 +105,26 @@ def config_args(config: str) -> dict[str, str]:
   return {k: (v if sep else "True") for k, sep, v in (a.partition("=") for a in items)}
 
 
-def tags(point: local.Point) -> list[str]:
+def tags(point: points_lib.Point) -> list[str]:
   """wandb tags of a point: its config arg items and overrides ("objective=bert", ...)."""
   out = [f"{k}={v}" for k, v in config_args(point.config).items() if k != "runlocal"]
-  return out + [f"{k}={local._format_value(v)}" for k, v in point.overrides.items()]
+  return out + [f"{k}={points_lib.format_value(v)}" for k, v in point.overrides.items()]
 
 
-def _finetune_arg(point: local.Point, scale: str) -> str:
+def _finetune_arg(point: points_lib.Point, scale: str) -> str:
   model = {k: v for k, v in config_args(point.config).items() if k in _MODEL_ARGS}
   items = [f"{k}={v}" for k, v in model.items()]
   return ",".join(items + (["runlocal"] if scale == "tiny" else []))
 
 
-def stages(point: local.Point, root: str, *, scale: str, study: str, python: str = "python",
+def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python: str = "python",
            data_dir: str = "", extra: Sequence[str] = (), finetune_extra: Sequence[str] = (),
            evaluate_extra: Sequence[str] = (), which: Sequence[str] = STAGE_NAMES
            ) -> list[Stage]:
   """A point's stages at `scale` (module docstring), workdirs under `root`.
 
   Args:
-    point: from local.collect (its config already carries `runlocal` at tiny scale).
+    point: from points_lib.collect (its config already carries `runlocal` at tiny scale).
     root: the study's root (local path or gs://).
     scale: "tiny" or "paper".
     study: the wandb group (the experiment's name).
@@ -166,7 +140,7 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     ValueError: an unsafe point name, an unknown scale or stage, or paper scale without
       data_dir while fine-tuning.
   """
-  problem = local.point_name_problem(point.name)
+  problem = points_lib.point_name_problem(point.name)
   if problem:
     raise ValueError(f"point name {point.name!r} {problem}")
   if scale not in SCALES:
@@ -185,15 +159,15 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
     out.append(Stage("pretrain", tuple(argv), marker("pretrain"), every_process=True))
   if "finetune" in which:
     # The model's overrides, and a replicate's seed (the fine-tuning run's own train.seed).
-    model_overrides = [f"--config.{k}={local._format_value(v)}"
+    model_overrides = [f"--config.{k}={points_lib.format_value(v)}"
                        for k, v in point.overrides.items()
                        if k.startswith("model.") or k == "train.seed"]
     if scale == "tiny":
-      from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+      from lm import mini_suite  # pylint: disable=g-import-not-at-top
       # The suite's lengths (runlocal's own would cut its examples, and mini_suite refuses them).
       config = (f"configs/finetune.py:mixture={mini_suite.MIXTURE},"
                 f"{_finetune_arg(point, scale)},{mini_suite.LENGTHS_ARG}")
-      argv = [python, "-m", "lm.downstream.mini_suite", f"--workdir={workdir}",
+      argv = [python, "-m", "lm.mini_suite", f"--workdir={workdir}",
               f"--output={_join(workdir, MINI_DIR)}", f"--config={config}", *model_overrides,
               *finetune_extra]
       out.append(Stage("mini", tuple(argv), marker("mini"), every_process=False,
@@ -221,8 +195,8 @@ def stages(point: local.Point, root: str, *, scale: str, study: str, python: str
   return out
 
 
-def random_init_stage(points: Sequence[local.Point], root: str, *, python: str = "python",
-                      finetune_extra: Sequence[str] = ()) -> tuple[local.Point, Stage]:
+def random_init_stage(points: Sequence[points_lib.Point], root: str, *, python: str = "python",
+                      finetune_extra: Sequence[str] = ()) -> tuple[points_lib.Point, Stage]:
   """Tiny scale: the mini suite fine-tuned from random initialisation in
   `<root>/random_init/mini`, with the baseline point's model (the ★ row, else the first) and
   the points' fine-tuning arguments: the baseline the report's blank-input control shares
@@ -240,7 +214,7 @@ def random_init_stage(points: Sequence[local.Point], root: str, *, python: str =
     raise ValueError(f"point name {RANDOM_INIT!r} is taken by the random-initialisation "
                      "baseline of the mini suite; rename the point.")
   base = next((p for p in points if p.baseline), points[0])
-  point = local.Point(name=RANDOM_INIT, config=base.config, reference={}, overrides={
+  point = points_lib.Point(name=RANDOM_INIT, config=base.config, reference={}, overrides={
       k: v for k, v in base.overrides.items() if k.startswith("model.")})
   [stage] = stages(point, root, scale="tiny", study="", python=python,
                    finetune_extra=finetune_extra, which=["finetune"])
@@ -254,7 +228,6 @@ def random_init_stage(points: Sequence[local.Point], root: str, *, python: str =
 
 def _status(stage: Stage) -> tuple[bool, str]:
   """launch.stage's verdict on a stage: (finished, why it runs again or "")."""
-  from launch import stage as stage_lib  # pylint: disable=g-import-not-at-top
   return stage_lib.stage_status(stage.done, stage.argv, stage.version, stage.after)
 
 
@@ -283,7 +256,7 @@ def run_point(point_stages: Sequence[Stage], log_path: str, *,
   return 0, ""
 
 
-def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, parallel: int = 1,
+def run_local(plan: Sequence[tuple[points_lib.Point, list[Stage]]], root: str, *, parallel: int = 1,
               popen: Callable[..., subprocess.Popen] = subprocess.Popen,
               echo: Callable[[str], None] = print) -> dict[str, tuple[int, str]]:
   """Runs the points, `parallel` at a time; returns {name: (exit status, failed stage)}.
@@ -298,7 +271,7 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
   results: dict[str, tuple[int, str]] = {}
   lock = threading.Lock()
 
-  def one(i: int, point: local.Point, point_stages: list[Stage]) -> None:
+  def one(i: int, point: points_lib.Point, point_stages: list[Stage]) -> None:
     if stop.is_set():
       return
     todo, rerun = [], set()  # a stage after one that runs runs again too (Stage.after)
@@ -348,7 +321,7 @@ def run_local(plan: Sequence[tuple[local.Point, list[Stage]]], root: str, *, par
 # slurm
 
 
-def slurm_script(point: local.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
+def slurm_script(point: points_lib.Point, point_stages: Sequence[Stage], *, repo: str, nodes: int,
                  gpus_per_node: int, venv: str = ".venv",
                  sbatch_options: Sequence[str] = ()) -> str:
   """The sbatch script that runs a point's stages (every value shell-quoted). Raises
@@ -454,8 +427,8 @@ def _fail(message: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   try:
-    points = local.seed_replicates(local.collect(args.experiment, runlocal=args.scale == "tiny"),
-                                   args.seeds)
+    points = points_lib.seed_replicates(
+        points_lib.collect(args.experiment, runlocal=args.scale == "tiny"), args.seeds)
   except ValueError as e:
     return _fail(str(e))
   names = [p.name for p in points]

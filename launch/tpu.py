@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from launch import local
+from launch import points as points_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ def tpu_setup_commands(target: TpuTarget, *, create: bool) -> list[list[str]]:
 def tpu_point_command(target: TpuTarget, point_stages: Sequence[Any]) -> list[str]:
   """One ssh to every worker that runs the point's stages in order (each quoted).
 
-  `point_stages`: launch.sweep.Stage objects (anything with `command() -> list[str]`).
+  `point_stages`: launch.stage.Stage objects (anything with `command() -> list[str]`).
   """
   remote = " && ".join([f"cd {shlex.quote(target.remote_dir)}", ". .venv/bin/activate",
                         *(shlex.join(s.command()) for s in point_stages)])
@@ -68,7 +68,7 @@ def tpu_delete_command(target: TpuTarget) -> list[str]:
           *target.flags(), "--force", "--quiet"]
 
 
-def plan_command(point: local.Point, accelerator: str, python: str = sys.executable
+def plan_command(point: points_lib.Point, accelerator: str, python: str = sys.executable
                  ) -> list[str]:
   """lm.plan of a point's pre-training step on `accelerator` (JSON on stdout's last line)."""
   return [python, "-m", "lm.plan", f"--config={point.config}", f"--topology={accelerator}",

@@ -26,7 +26,7 @@ Exit status (docs/robustness.md):
 
 This is the training entry point's flag module; the other command-line tools (lm.evaluate,
 lm.decode, lm.plan; the `main` of lm.data.tokenizer, lm.checkpoint.hf_t5 and
-lm.downstream.mini_suite) parse their own arguments, and no library function does.
+lm.mini_suite) parse their own arguments, and no library function does.
 """
 from __future__ import annotations
 

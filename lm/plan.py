@@ -15,7 +15,7 @@ lowered and compiled. Targets (`--topology`):
   local: the devices present (a GPU, when there is one).
   a100-N, a100_80gb-N, h100-N, h200-N: no compiler for the target on this machine; the plan
   is lm's analytic estimate alone, and says so in its first line.
-  (lm/targets.py turns these names into devices and meshes.)
+  (lm/hardware.py turns these names into devices and meshes.)
 
 Reported per device: parameters, optimizer state, gradients and activations from lm's own
 accounting (analytic: the shardings' shard shapes and `lm.model.accounting.activation_bytes`)
@@ -46,7 +46,7 @@ Why this module is long: it is the whole `lm.plan` command: the plan of one comp
 accounting, XLA's memory, cost and program beside it, the roofline), the batch search and
 the per-policy memory table that repeat it, its console table and flags; the target names
 and meshes are already in
-lm/targets.py.
+lm/hardware.py.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ from lm import libtpu_env
 from lm import metrics as metrics_lib
 from lm import partitioning
 from lm.model import accounting
-from lm.targets import GIB, PlanError, Target, make_target_mesh, resolve_target
+from lm.hardware import GIB, PlanError, Target, make_target_mesh, resolve_target
 
 
 

@@ -221,7 +221,7 @@ def test_every_named_path_exists(path):
 def test_the_path_check_finds_names_and_misses():
   """The scanner itself: real names pass, stale ones are caught, URLs and placeholders skipped."""
   assert _path_exists("lm/plan.py") and _path_exists("lm/data/converters")
-  assert _path_exists("configs/*.py") and _path_exists("lm/{plan,targets}.py")
+  assert _path_exists("configs/*.py") and _path_exists("lm/{plan,hardware}.py")
   assert not _path_exists("lm/nope.py") and not _path_exists("lm/{plan,nope}.py")
   assert _dotted_exists("lm.plan") and _dotted_exists("lm.model.accounting.activation_bytes")
   assert not _dotted_exists("lm.model.hf_t5.write") and not _dotted_exists("lm.nope")
@@ -380,9 +380,7 @@ def test_one_typed_value_parser():
 def test_commands_report_bad_input_through_lm_cli():
   """Exit status 2 and its `error:` line come from lm.cli.bad_input_exit, not each command."""
   literal_two = re.compile(r"^\s*(return 2|(sys\.)?exit\(2\))\s*(#.*)?$", re.M)
-  not_yet = {"lm/downstream/mini_suite.py"}  # moving out of lm (issue 29, "names")
-  where = [_rel(p) for p in LM_FILES
-           if _rel(p) not in not_yet and literal_two.search(p.read_text(encoding="utf-8"))]
+  where = [_rel(p) for p in LM_FILES if literal_two.search(p.read_text(encoding="utf-8"))]
   assert not where, f"return cli.bad_input_exit(...) instead of a literal exit 2: {where}"
 
 
@@ -390,3 +388,80 @@ def test_lm_cli_imports_nothing_from_lm():
   """Every command (and lm/config.py, configs/common.py) imports lm.cli: it must stay a leaf."""
   inner = sorted(m for m in _imported_modules(REPO / "lm" / "cli.py") if m.split(".")[0] == "lm")
   assert not inner, f"lm/cli.py imports {inner}"
+
+# -- no import runs back up -----------------------------------------------------------------
+
+# The commands and the trainer sit at the top of lm; the packages below them are what they
+# build on (docs/architecture.md, "Folders").
+COMMANDS = ("lm.train", "lm.main", "lm.evaluate", "lm.decode", "lm.plan", "lm.mini_suite")
+PACKAGE_FILES = _py_files("lm/downstream", "lm/data", "lm/model", "lm/checkpoint")
+
+
+def _imported_names(path: pathlib.Path) -> set[str]:
+  """_imported_modules, plus `pkg.name` for every `from pkg import name` (a module or not)."""
+  names = _imported_modules(path)
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names.update(f"{node.module}.{a.name}" for a in node.names)
+  return names
+
+
+def _commands_imported(path: pathlib.Path) -> list[str]:
+  return sorted(m for m in _imported_names(path)
+                if any(m == c or m.startswith(c + ".") for c in COMMANDS))
+
+
+@pytest.mark.parametrize("path", PACKAGE_FILES, ids=_rel)
+def test_packages_import_no_command_or_the_trainer(path):
+  found = _commands_imported(path)
+  assert not found, (f"{_rel(path)} imports {found}: the commands and the trainer build on "
+                     "lm's packages, not the other way round")
+
+
+def test_the_command_check_sees_every_import_form(tmp_path):
+  module = tmp_path / "m.py"
+  module.write_text("import lm.plan\nfrom lm.evaluate import main\nfrom lm import decoding\n"
+                    "def f():\n  from lm import train, mini_suite\n"
+                    "  importlib.import_module('lm.main')\n")
+  assert _commands_imported(module) == ["lm.evaluate", "lm.evaluate.main", "lm.main",
+                                        "lm.mini_suite", "lm.plan", "lm.train"]
+
+
+def _import_cycles(files: list[pathlib.Path], package: str) -> list[list[str]]:
+  """The import cycles among a package's modules (each once, from its smallest name);
+  every import counts, a function's or an `if TYPE_CHECKING:` one too."""
+  graph = {}
+  for path in files:
+    name = f"{package}.{path.stem}"
+    graph[name] = sorted(m for m in _imported_names(path)
+                         if m in {f"{package}.{p.stem}" for p in files} and m != name)
+  cycles = set()
+
+  def walk(node, trail):
+    for nxt in graph[node]:
+      if nxt in trail:
+        cycle = trail[trail.index(nxt):]
+        i = cycle.index(min(cycle))
+        cycles.add(tuple(cycle[i:] + cycle[:i]))
+      else:
+        walk(nxt, trail + [nxt])
+  for start in graph:
+    walk(start, [start])
+  return sorted(list(c) for c in cycles)
+
+
+def test_launch_modules_import_each_other_without_a_cycle():
+  """launch.local and launch.report both build on launch.points, not on each other."""
+  files = [p for p in (REPO / "launch").glob("*.py") if p.stem != "__init__"]
+  assert not _import_cycles(files, "launch")
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+  (tmp_path / "a.py").write_text("from launch import b\n")
+  (tmp_path / "b.py").write_text("if TYPE_CHECKING:\n  from launch.c import X\n")
+  (tmp_path / "c.py").write_text("def f():\n  from launch import a\n")
+  (tmp_path / "d.py").write_text("import launch.a\n")
+  files = sorted(tmp_path.glob("*.py"))
+  assert _import_cycles(files, "launch") == [["launch.a", "launch.b", "launch.c"]]
+  (tmp_path / "c.py").write_text("")
+  assert _import_cycles(files, "launch") == []

@@ -20,6 +20,7 @@ from lm import config as config_lib  # pylint: disable=wrong-import-position
 from lm.validate import validate  # pylint: disable=wrong-import-position
 from experiments import common  # pylint: disable=wrong-import-position
 from launch import local  # pylint: disable=wrong-import-position
+from launch import points as points_lib  # pylint: disable=wrong-import-position
 from launch import report  # pylint: disable=wrong-import-position
 
 EXPERIMENTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").glob("t5_*.py"))
@@ -45,7 +46,7 @@ def test_every_experiment_is_covered():
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 @pytest.mark.parametrize("runlocal", [False, True])
 def test_points_build_valid_configs(experiment, runlocal):
-  points = local.collect(experiment, runlocal=runlocal)
+  points = points_lib.collect(experiment, runlocal=runlocal)
   assert len(points) == EXPECTED_ROWS[experiment]
   names = [p.name for p in points]
   assert len(set(names)) == len(names)
@@ -65,7 +66,7 @@ def test_points_build_valid_configs(experiment, runlocal):
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_baseline_is_the_papers(experiment):
-  (baseline,) = [p for p in local.collect(experiment) if p.baseline]
+  (baseline,) = [p for p in points_lib.collect(experiment) if p.baseline]
   assert baseline.reference == common.BASELINE
   config = local.build_config(baseline)
   assert (config.model.family, config.model.size, config.model.architecture) == (
@@ -77,7 +78,8 @@ def test_baseline_is_the_papers(experiment):
 
 
 def test_architecture_rows():
-  points = {p.name: local.build_config(p) for p in local.collect("experiments/t5_architectures.py")}
+  points = {p.name: local.build_config(p)
+            for p in points_lib.collect("experiments/t5_architectures.py")}
   # Denoising half: the baseline objective on every architecture; LM half: prefix_lm, and
   # full_lm for the plain language model (paper §3.2).
   for name, config in points.items():
@@ -101,20 +103,20 @@ def test_architecture_rows():
     assert (model.num_encoder_layers, model.num_decoder_layers) == (6, 6)
   # runlocal halves the tiny model's layers instead of growing it to 6+6.
   tiny = {p.name: config_lib.model_config(local.build_config(p))
-          for p in local.collect("experiments/t5_architectures.py", runlocal=True)}
+          for p in points_lib.collect("experiments/t5_architectures.py", runlocal=True)}
   assert tiny["encdec6_lm"].num_encoder_layers == tiny["encdec6_lm"].num_decoder_layers == 1
   assert tiny["encdec_lm"].num_encoder_layers == 2
 
 
 def test_sweep_parameters():
   rates = [local.build_config(p).data.objective_params.noise_density
-           for p in local.collect("experiments/t5_corruption_rate.py")]
+           for p in points_lib.collect("experiments/t5_corruption_rate.py")]
   assert rates == [0.10, 0.15, 0.25, 0.50]
-  spans = [local.build_config(p) for p in local.collect("experiments/t5_span_length.py")]
+  spans = [local.build_config(p) for p in points_lib.collect("experiments/t5_span_length.py")]
   assert [c.data.objective for c in spans] == ["iid_replace_spans"] + ["span_corruption"] * 4
   assert [c.data.objective_params.mean_noise_span_length for c in spans[1:]] == [2, 3, 5, 10]
   objectives = [local.build_config(p).data.objective
-                for p in local.collect("experiments/t5_objectives.py")]
+                for p in points_lib.collect("experiments/t5_objectives.py")]
   assert objectives == ["prefix_lm", "bert", "deshuffle", "mass", "iid_replace_spans",
                         "drop_tokens"]
 
@@ -148,14 +150,15 @@ REF = "dict(GLUE=1, CNNDM=2, SQuAD=3, SGLUE=4, EnDe=5, EnFr=6, EnRo=7)"
 ])
 def test_collect_errors(tmp_path, body, message):
   with pytest.raises(ValueError, match=message):
-    local.collect(_write_experiment(tmp_path, body))
+    points_lib.collect(_write_experiment(tmp_path, body))
 
 
 def test_command_refuses_a_point_outside_root():
-  point = local.Point(name="..", config="configs/t5.py:runlocal", overrides={}, reference={})
+  point = points_lib.Point(name="..", config="configs/t5.py:runlocal", overrides={}, reference={})
   with pytest.raises(ValueError, match="not a plain folder name"):
     local.command(point, "/runs/table6")
-  ok = local.Point(name="noise_.15", config="configs/t5.py:runlocal", overrides={}, reference={})
+  ok = points_lib.Point(name="noise_.15", config="configs/t5.py:runlocal", overrides={},
+                        reference={})
   assert "--workdir=/runs/table6/noise_.15" in local.command(ok, "/runs/table6")
 
 
@@ -164,16 +167,17 @@ def test_bad_override_fails_validation(tmp_path):
       tmp_path, f"  add(name='a', config='configs/t5.py:runlocal', reference={REF},\n"
       "      overrides={'model.num_layerz': 3})\n")
   with pytest.raises(ValueError, match="num_layerz"):
-    local.validate(local.collect(experiment))
+    local.validate(points_lib.collect(experiment))
   result = subprocess.run([sys.executable, "-m", "launch.local", experiment, "--root=unused",
                            "--dry_run"], capture_output=True, text=True, cwd=REPO, check=False)
   assert result.returncode == 2 and "num_layerz" in result.stderr
 
 
 def test_runlocal_arg():
-  assert local._runlocal_arg("configs/t5.py") == "configs/t5.py:runlocal"
-  assert local._runlocal_arg("configs/t5.py:arch=causal") == "configs/t5.py:arch=causal,runlocal"
-  assert local._runlocal_arg("configs/t5.py:runlocal") == "configs/t5.py:runlocal"
+  assert points_lib._runlocal_arg("configs/t5.py") == "configs/t5.py:runlocal"
+  assert (points_lib._runlocal_arg("configs/t5.py:arch=causal")
+          == "configs/t5.py:arch=causal,runlocal")
+  assert points_lib._runlocal_arg("configs/t5.py:runlocal") == "configs/t5.py:runlocal"
 
 
 def test_dry_run_prints_one_command_per_point(tmp_path):
@@ -184,7 +188,7 @@ def test_dry_run_prints_one_command_per_point(tmp_path):
        "--runlocal", "--extra=--config.train.num_steps=7"],
       capture_output=True, text=True, cwd=REPO, check=True)
   lines = result.stdout.strip().splitlines()
-  points = local.collect(experiment, runlocal=True)
+  points = points_lib.collect(experiment, runlocal=True)
   assert len(lines) == len(points)
   for line, point in zip(lines, points):
     argv = shlex.split(line)
@@ -218,7 +222,7 @@ def _write_metrics(workdir, records, num_steps):
 
 
 def test_report_from_fake_root(tmp_path):
-  points = local.collect("experiments/t5_corruption_rate.py")
+  points = points_lib.collect("experiments/t5_corruption_rate.py")
   root = str(tmp_path / "table6")
   _write_metrics(os.path.join(root, "noise_10"), [
       {"step": 2, "loss": 5.0}, {"step": 2, "eval_loss": 4.5},
@@ -264,7 +268,7 @@ def test_reference_is_optional(tmp_path):
       tmp_path, f"  add(name='paper', config='configs/t5.py:runlocal', reference={REF})\n"
       "  add(name='ours', config='configs/t5.py:runlocal')\n"
       "  add(name='half', config='configs/t5.py:runlocal', reference=dict(GLUE=80, EnRo=20.5))\n")
-  paper, ours, half = local.collect(experiment)
+  paper, ours, half = points_lib.collect(experiment)
   assert ours.reference == {} and not ours.baseline
   assert half.reference == {"GLUE": 80.0, "EnRo": 20.5}
   assert tuple(paper.reference) == common.COLUMNS

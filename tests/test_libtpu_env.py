@@ -70,7 +70,7 @@ def test_every_command_line_entry_point_calls_it_first():
   import textwrap  # pylint: disable=g-import-not-at-top
   from lm import decode, evaluate, main, plan  # pylint: disable=g-import-not-at-top
   from lm.checkpoint import hf_t5  # pylint: disable=g-import-not-at-top
-  from lm.downstream import mini_suite  # pylint: disable=g-import-not-at-top
+  from lm import mini_suite  # pylint: disable=g-import-not-at-top
   for entry in (main.run, evaluate.main, decode.main, plan.main, mini_suite.main, hf_t5.main):
     [fn] = ast.parse(textwrap.dedent(inspect.getsource(entry))).body
     body = [n for n in fn.body if not isinstance(n, (ast.Import, ast.ImportFrom))

@@ -1,4 +1,4 @@
-"""lm.downstream.mini_suite: the mini suite end to end, and what it shows of pre-training.
+"""lm.mini_suite: the mini suite end to end, and what it shows of pre-training.
 
 The slow test runs the suite (rank classification of every validation example) for the
 tiny model pre-trained for PRETRAIN_STEPS steps and for the same model from random
@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from lm.downstream import mini, mini_suite
+from lm import mini_suite
+from lm.downstream import mini
 from lm.downstream import task as task_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -240,7 +241,7 @@ def test_pretrained_vs_random_initialisation(tmp_path):
   summaries = {}
   for name, init in (("pretrained", f"--workdir={tmp_path / 'pre'}"),
                      ("scratch", "--from_scratch")):
-    _run_module("lm.downstream.mini_suite", init, f"--output={tmp_path / name}",
+    _run_module("lm.mini_suite", init, f"--output={tmp_path / name}",
                 f"--config={CONFIG}", f"--steps={FINETUNE_STEPS}",
                 "--config.wandb.mode=disabled")
     written = json.loads((tmp_path / name / mini_suite.RESULTS_FILE).read_text())

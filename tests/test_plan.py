@@ -1,4 +1,4 @@
-"""lm/plan.py and lm/targets.py: targets, the analytic accounting against XLA's analyses, errors,
+"""lm/plan.py and lm/hardware.py: targets, the analytic accounting against XLA's analyses, errors,
 TPU plans."""
 import json
 
@@ -8,10 +8,10 @@ import pytest
 
 from configs import t5
 from lm import config as common
-from lm import metrics, plan, targets
+from lm import hardware, metrics, plan
 from lm.model import accounting
 
-HAS_LIBTPU = targets._libtpu_available()  # pylint: disable=protected-access
+HAS_LIBTPU = hardware._libtpu_available()  # pylint: disable=protected-access
 needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the tpu extra: pip install -e '.[tpu]'")
 
 
@@ -23,7 +23,7 @@ needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="needs the tpu extra: p
     ("v6e-16", "v6e:4x4"), ("v6e-64", "v6e:8x8"), ("v5p:4x4x8", "v5p:4x4x8"),
 ])
 def test_cloud_tpu_names_map_to_slice_shapes(name, topology):
-  assert targets.tpu_topology(name)[1] == topology
+  assert hardware.tpu_topology(name)[1] == topology
 
 
 @pytest.mark.parametrize("name", ["v9-8", "v5p-12", "v5p-7", "v6e-3", "tpu", "v5p:4x4", "h100"])
@@ -40,7 +40,7 @@ def test_unknown_topology_lists_the_expected_names():
 
 
 def test_missing_libtpu_is_a_one_line_error_with_the_fix(monkeypatch, capsys):
-  monkeypatch.setattr(targets, "_libtpu_available", lambda: False)
+  monkeypatch.setattr(hardware, "_libtpu_available", lambda: False)
   with pytest.raises(plan.PlanError, match=r"libtpu.*pip install -e '\.\[tpu\]'"):
     plan.resolve_target("v5p-8")
   status = plan.main(["lm.plan", "--config=configs/t5.py:size=small", "--topology=v5p-8"])
@@ -305,12 +305,12 @@ def test_plan_table_rows_render_an_analytic_plan():
 
 def test_libtpu_held_by_another_process_is_a_one_line_error_with_the_fix(monkeypatch):
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(targets, "_libtpu_available", lambda: True)
+  monkeypatch.setattr(hardware, "_libtpu_available", lambda: True)
 
   def held(**kwargs):
     raise RuntimeError("ABORTED: Internal error when accessing libtpu multi-process lockfile. "
                        "Run \"$ sudo rm /tmp/libtpu_lockfile\".\nmore")
   monkeypatch.setattr(topologies, "get_topology_desc", held)
   with pytest.raises(plan.PlanError, match="ALLOW_MULTIPLE_LIBTPU_LOAD=1") as e:
-    targets.tpu_devices("v5e:2x2", "v5e")
+    hardware.tpu_devices("v5e:2x2", "v5e")
   assert "\n" not in str(e.value)

@@ -244,7 +244,8 @@ def test_slurm_script_requeues_a_preempted_job_only_if_no_task_failed(tmp_path):
 
 def test_local_launcher_stops_the_sweep_when_a_point_is_preempted(tmp_path):
   from launch import local
-  points = [local.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
+  from launch import points as points_lib
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
   commands = [[sys.executable, "-c", "import sys; sys.exit(75)"],
               [sys.executable, "-c", "open('ran_b', 'w')"]]
   with pytest.raises(local.SweepPreempted):

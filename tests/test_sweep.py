@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from launch import local, report, stage, sweep
+from launch import points as points_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Characters a shell would act on: every one must reach the program as a literal.
@@ -54,7 +55,7 @@ def _dry_run(capsys, *args) -> list[str]:
 
 
 def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
-  tiny = local.collect("experiments/t5_span_length.py", runlocal=True)
+  tiny = points_lib.collect("experiments/t5_span_length.py", runlocal=True)
   span3 = next(p for p in tiny if p.name == "span_03")
   got = sweep.stages(span3, "runs/t7", scale="tiny", study="t5_span_length")
   assert [s.name for s in got] == ["pretrain", "mini", "evaluate"]
@@ -64,16 +65,17 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   assert "--config.wandb.group=t5_span_length" in pre and "--config.wandb.name=span_03" in pre
   assert all(arg in pre for arg in span3.override_args())
   mini = list(got[1].argv)
-  assert mini[:3] == ["python", "-m", "lm.downstream.mini_suite"]
+  assert mini[:3] == ["python", "-m", "lm.mini_suite"]
   assert "--workdir=runs/t7/span_03" in mini and "--output=runs/t7/span_03/mini" in mini
   # The mini suite accepts the config the stage passes (its lengths fit the suite's examples).
-  from lm.downstream import mini_suite
+  from lm import mini_suite
   config = next(a for a in mini if a.startswith("--config="))[len("--config="):]
   mini_suite.suite_config(mini_suite.load_config(config), "runs/t7/span_03")
   assert [s.done for s in got] == [f"runs/t7/span_03/sweep/{n}.json"
                                    for n in ("pretrain", "mini", "evaluate")]
   assert [s.every_process for s in got] == [True, False, False]
-  paper = next(p for p in local.collect("experiments/t5_span_length.py") if p.name == "span_03")
+  paper = next(p for p in points_lib.collect("experiments/t5_span_length.py")
+               if p.name == "span_03")
   assert "runlocal" not in paper.config
   got = sweep.stages(paper, "gs://b/t7", scale="paper", study="s", data_dir="gs://b/data")
   assert [s.name for s in got] == ["pretrain", "ft_glue", "ft_super_glue", "ft_cnndm",
@@ -89,17 +91,17 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
 
 
 def test_seed_replicates_of_the_baseline_reach_every_stage(capsys, tmp_path):
-  points = local.collect("experiments/t5_span_length.py", runlocal=True)
-  got = local.seed_replicates(points, 3)
+  points = points_lib.collect("experiments/t5_span_length.py", runlocal=True)
+  got = points_lib.seed_replicates(points, 3)
   assert [p.name for p in got] == [p.name for p in points] + ["iid_seed1", "iid_seed2"]
   rep = got[-1]
   base = next(p for p in points if p.baseline)
   assert rep.replicate_of == "iid" and not rep.baseline and rep.reference == {}
   assert rep.config == base.config and rep.overrides == {**base.overrides, "train.seed": 2,
                                                          "data.seed": 2}
-  assert local.seed_replicates(points, 1) == points
+  assert points_lib.seed_replicates(points, 1) == points
   with pytest.raises(ValueError, match="--seeds"):
-    local.seed_replicates(points, 0)
+    points_lib.seed_replicates(points, 0)
   # Through the command line: pre-training gets both seeds, the mini suite its train.seed.
   assert sweep.main(["experiments/t5_span_length.py", f"--root={tmp_path}", "--scale=tiny",
                      "--seeds=2", "--only=iid_seed1", "--dry_run", "--no_validate"]) == 0
@@ -111,9 +113,9 @@ def test_seed_replicates_of_the_baseline_reach_every_stage(capsys, tmp_path):
 
 
 def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
-  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g},
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={"GLUE": g},
                         baseline=n == "a") for n, g in (("a", 83.0), ("b", 82.0), ("c", 75.0))]
-  points = local.seed_replicates(points, 3)
+  points = points_lib.seed_replicates(points, 3)
   for name, mini in (("a", 40.0), ("b", 45.0), ("c", 30.0), ("a_seed1", 44.0),
                      ("a_seed2", 39.0)):
     (tmp_path / name / "mini").mkdir(parents=True)
@@ -127,7 +129,7 @@ def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
 
 
 def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
-  points = local.collect("experiments/t5_architectures.py", runlocal=True)
+  points = points_lib.collect("experiments/t5_architectures.py", runlocal=True)
   six = next(p for p in points if p.name == "encdec6_denoising")
   mini = list(sweep.stages(six, "r", scale="tiny", study="s")[1].argv)
   assert "--config.model.num_layers=1" in mini  # the runlocal 6-layer row's depth
@@ -184,7 +186,7 @@ def test_slurm_refuses_control_characters_where_quoting_cannot_hold(capsys, tmp_
   assert captured.out == "" and captured.err.count("\n") == 1
   assert captured.err.startswith("error: --sbatch '--x\\ntouch") and "control character" in captured.err
   assert not root.exists() and not (tmp_path / "FILE").exists()
-  point = local.Point(name="a", config="c", overrides={})
+  point = points_lib.Point(name="a", config="c", overrides={})
   for kwargs in (dict(sbatch_options=["--partition=a\rb"]), dict(venv="v\tenv"),
                  dict(repo="/r\n/x")):
     with pytest.raises(ValueError, match="control character"):
@@ -242,14 +244,14 @@ def _script_stage(tmp_path, point, name, code="pass"):
   """A stage whose command appends to <point>.log, then runs `code` (Python)."""
   log = tmp_path / f"{point}.log"
   prog = f"open({str(log)!r}, 'a').write({name!r} + '\\n')\n{code}"
-  return sweep.Stage(name, (sys.executable, "-c", prog),
+  return stage.Stage(name, (sys.executable, "-c", prog),
                      str(tmp_path / point / "sweep" / f"{name}.json"), every_process=False)
 
 
 def test_a_half_finished_study_resumes_where_it_stopped(tmp_path):
   """Finished stages are skipped; the failed one and those after it run on the next call."""
   flag = tmp_path / "fixed"
-  point = local.Point(name="a", config="c", overrides={})
+  point = points_lib.Point(name="a", config="c", overrides={})
   plan = [(point, [_script_stage(tmp_path, "a", "pretrain"),
                    _script_stage(tmp_path, "a", "mini",
                                  f"import os, sys; sys.exit(0 if os.path.exists({str(flag)!r}) "
@@ -269,7 +271,7 @@ def test_a_half_finished_study_resumes_where_it_stopped(tmp_path):
 
 
 def test_points_run_in_parallel_and_a_preempted_point_stops_the_queue(tmp_path):
-  points = [local.Point(name=n, config="c", overrides={}) for n in "abcd"]
+  points = [points_lib.Point(name=n, config="c", overrides={}) for n in "abcd"]
   barrier = tmp_path / "b_started"
   # a waits until b has started: only possible when two points run at once.
   wait_for_b = (f"import os, time\nt = time.time()\nwhile not os.path.exists({str(barrier)!r}):"
@@ -331,7 +333,7 @@ def test_a_stage_whose_command_or_version_changed_runs_again(tmp_path, capsys):
 
 def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
   """`launch.sweep` again with --extra=--config.train.num_steps=60 (was 30) reruns pretrain."""
-  point = local.Point(name="a", config="c", overrides={})
+  point = points_lib.Point(name="a", config="c", overrides={})
   stage30 = _script_stage(tmp_path, "a", "pretrain")
   plan = [(point, [dataclasses.replace(stage30, argv=stage30.argv + ("--num_steps=30",))])]
   assert sweep.run_local(plan, str(tmp_path), echo=lambda s: None) == {"a": (0, "")}
@@ -346,9 +348,18 @@ def test_a_finished_study_rerun_with_another_command_is_not_done(tmp_path):
   assert "all stages done" in messages[0]
 
 
+def test_a_marker_naming_a_module_before_it_moved_records_the_same_command(tmp_path):
+  """The mini suite moved out of lm/downstream: studies finished before keep their mini stage."""
+  done = tmp_path / "mini.json"
+  done.write_text(json.dumps({"command": ["py", "-m", "lm.downstream.mini_suite", "--steps=4"]}))
+  assert stage.stage_status(str(done), ["python", "-m", "lm.mini_suite", "--steps=4"]) == (True, "")
+  finished, why = stage.stage_status(str(done), ["python", "-m", "lm.mini_suite", "--steps=8"])
+  assert not finished and why == "the command changed: --steps=4 -> --steps=8"
+
+
 def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
   """evaluate comes after pretrain (Stage.after): a rerun pretrain makes it stale."""
-  point = local.Point(name="a", config="c", overrides={})
+  point = points_lib.Point(name="a", config="c", overrides={})
   pre = _script_stage(tmp_path, "a", "pretrain")
   ev = dataclasses.replace(_script_stage(tmp_path, "a", "evaluate"), after=(pre.done,))
   plan = lambda steps: [(point, [dataclasses.replace(pre, argv=pre.argv + (steps,)), ev])]
@@ -367,8 +378,9 @@ def test_a_stage_after_one_that_ran_again_runs_again(tmp_path):
 
 
 def test_the_mini_stage_marker_carries_the_suite_version():
-  from lm.downstream import mini, mini_suite  # pylint: disable=g-import-not-at-top
-  point = local.Point(name="a", config="configs/t5.py:runlocal", overrides={})
+  from lm import mini_suite  # pylint: disable=g-import-not-at-top
+  from lm.downstream import mini  # pylint: disable=g-import-not-at-top
+  point = points_lib.Point(name="a", config="configs/t5.py:runlocal", overrides={})
   [mini_stage] = sweep.stages(point, "r", scale="tiny", study="s", which=["finetune"])
   # The record's version too: a record without the blank-input control is scored again.
   version = f"--version=mini_suite={mini.SUITE_VERSION},record={mini_suite.RECORD_VERSION}"
@@ -394,7 +406,7 @@ def test_kendall_tau_matches_scipy_and_hand_cases():
 
 
 def test_report_ranks_paper_scale_columns_beside_the_paper(tmp_path):
-  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
             for n, g, q in (("a", 83.0, 80.0), ("b", 82.0, 81.0), ("c", 75.0, 60.0))]
   for name, glue, squad in (("a", 40.0, 50.0), ("b", 45.0, 55.0), ("c", 30.0, 20.0)):
     _write_glue_squad(tmp_path / name, glue, squad)
@@ -411,9 +423,9 @@ def test_report_ranks_paper_scale_columns_beside_the_paper(tmp_path):
 
 def _write_glue_squad(workdir, glue: float, squad: float):
   """A paper-scale point's GLUE and SQuAD fine-tuning results (every GLUE task at `glue`)."""
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   glue_results = {}
-  for parts in mixtures.GLUE_AVERAGE.values():
+  for parts in task_mixtures.GLUE_AVERAGE.values():
     for task, metric in parts:
       glue_results.setdefault(task, {})[metric] = glue
   for folder, results in (("ft_glue", glue_results),
@@ -427,7 +439,7 @@ def test_report_shows_decoder_fluency_with_its_blank_control_and_no_tau(tmp_path
   """Issue 31 item 1: the mini column is reported as decoder fluency, beside its blank-input
   score and the share of the margin over random initialisation that survives it, and is
   never ranked against the paper by Kendall's tau."""
-  points = [local.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={"GLUE": g, "SQuAD": q})
             for n, g, q in (("a", 83.0, 80.0), ("b", 82.0, 81.0), ("c", 75.0, 60.0))]
   results = lambda v: {t: {m: v} for t, m in (
       ("mini_completion", "accuracy"), ("mini_fill", "accuracy"), ("mini_cloze", "exact_match"),
@@ -489,15 +501,15 @@ def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
   # A GLUE mixture run evaluated at steps 100 and 200: CoLA and SST-2 peak at 100, the rest
   # at 200 (MNLI matched and mismatched together, MRPC's two metrics together), as T5
   # reported them; a single common step (either) would give a lower average.
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
-  tasks = {t: m for parts in mixtures.GLUE_AVERAGE.values() for t, m in parts}
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
+  tasks = {t: m for parts in task_mixtures.GLUE_AVERAGE.values() for t, m in parts}
   early = {"glue_cola", "glue_sst2"}
   eval_dir = tmp_path / "p" / "ft_glue" / "eval"
   eval_dir.mkdir(parents=True)
   best = {}
   for step in (100, 200):
     results = {}
-    for parts in mixtures.GLUE_AVERAGE.values():
+    for parts in task_mixtures.GLUE_AVERAGE.values():
       for task, metric in parts:
         good = (task in early) == (step == 100)
         results.setdefault(task, {})[metric] = 80.0 if good else 50.0
@@ -506,7 +518,7 @@ def test_paper_columns_take_each_task_at_its_own_best_step(tmp_path):
     (eval_dir / f"tasks_step_{step}.json").write_text(json.dumps({"results": results}))
   assert set(best) == set(tasks)
   scores = report.downstream_scores(str(tmp_path / "p"))
-  assert scores == {"GLUE": mixtures.glue_average(best)} and scores["GLUE"] == 80.0
+  assert scores == {"GLUE": task_mixtures.glue_average(best)} and scores["GLUE"] == 80.0
 
 
 def test_report_command_line(tmp_path, capsys):
@@ -550,8 +562,8 @@ def test_scaling_fit_recovers_known_exponents_and_the_frontier():
 
 
 def test_scaling_study_expands_at_both_scales():
-  tiny = local.collect("experiments/scaling.py", runlocal=True)
-  paper = local.collect("experiments/scaling.py")
+  tiny = points_lib.collect("experiments/scaling.py", runlocal=True)
+  paper = points_lib.collect("experiments/scaling.py")
   assert [p.name for p in tiny] == [p.name for p in paper] and len(tiny) == 18
   assert all("size=tiny" in p.config and "runlocal" in p.config for p in tiny)
   assert {p.overrides["model.emb_dim"] for p in tiny} == {32, 64, 128}
@@ -568,7 +580,7 @@ def test_scaling_report_from_run_directories(tmp_path):
   from launch import scaling
   from lm import train
   truth = scaling.Fit(E=2.0, A=300.0, alpha=0.5, B=80.0, beta=0.3)
-  points = [p for p in local.collect("experiments/scaling.py", runlocal=True)
+  points = [p for p in points_lib.collect("experiments/scaling.py", runlocal=True)
             if p.name.startswith("encoder_decoder")]
   for p in points:
     config = local.build_config(p)
@@ -663,7 +675,7 @@ def test_a_finished_sweep_rerun_with_more_steps_trains_on(tmp_path):
 
 
 def test_report_shows_each_mini_task_and_the_chance_row(tmp_path):
-  points = [local.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={}) for n in ("a", "b")]
   chance = {"mini_completion": {"accuracy": 50.0}, "mini_fill": {"accuracy": 25.0},
             "mini_cloze": {"exact_match": 14.0}, "mini_phrase_order": {"exact_match": 20.0},
             "mini_word_order": {"accuracy": 50.0}}

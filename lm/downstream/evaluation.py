@@ -341,14 +341,14 @@ def metric_groups(task_names: Iterable[str]) -> list[tuple[str, ...]]:
   """The tasks whose best step is chosen together, as T5 grouped metrics.
 
   Each task is its own group (its metrics are averaged, e.g. MRPC's F1 and accuracy),
-  except tasks that one benchmark entry averages together (lm.downstream.mixtures'
+  except tasks that one benchmark entry averages together (lm.downstream.task_mixtures'
   GLUE_AVERAGE / SUPER_GLUE_AVERAGE): MNLI matched and mismatched share one step, as T5's
   "MNLI" group did. Groups come in the order of their first task in `task_names`.
   """
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   names = list(dict.fromkeys(task_names))
   joint: dict[str, tuple[str, ...]] = {}
-  for spec in (mixtures.GLUE_AVERAGE, mixtures.SUPER_GLUE_AVERAGE):
+  for spec in (task_mixtures.GLUE_AVERAGE, task_mixtures.SUPER_GLUE_AVERAGE):
     for parts in spec.values():
       tasks = tuple(dict.fromkeys(t for t, _ in parts))
       if len(tasks) > 1:
@@ -430,16 +430,17 @@ def read_results(workdir, *, up_to_step: int | None = None) -> list[dict[str, An
 
 def write_best_results(workdir, *, up_to_step: int | None = None) -> Any:
   """Writes `<workdir>/eval/tasks_best.json`: `select_best` of the run's results files,
-  plus the GLUE / SuperGLUE averages (lm.downstream.mixtures) when every task they need is
+  plus the GLUE / SuperGLUE averages (lm.downstream.task_mixtures) when every task they need is
   there. Returns its path (process 0), else None."""
   import json  # pylint: disable=g-import-not-at-top
   from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  from lm.downstream import mixtures  # pylint: disable=g-import-not-at-top
+  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   if jax.process_index() != 0:
     return None
   best = select_best(read_results(workdir, up_to_step=up_to_step))
   averages = {}
-  for name, fn in (("glue", mixtures.glue_average), ("super_glue", mixtures.super_glue_average)):
+  for name, fn in (("glue", task_mixtures.glue_average),
+                   ("super_glue", task_mixtures.super_glue_average)):
     try:
       averages[name] = fn(best["results"])
     except ValueError:  # not every task of the benchmark was evaluated

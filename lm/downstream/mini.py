@@ -1,93 +1,16 @@
-r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself, scored on held-out text.
+r"""The CPU-sized downstream suite ("mini"): tasks lm builds itself from a corpus's text.
 
-The suite (SUITE, the "mini" column) is five tasks that cover the kinds of the T5 paper's
-columns (docs/downstream_mini.md):
+Here: reading and splitting the text (`load`), the eight tasks' construction, formats,
+choices, chance levels and metrics; SUITE, the five tasks of the "mini" column, and
+`mini_average`. Not here: fine-tuning and scoring a run on it (lm/mini_suite.py). Which text,
+how examples are built, and what the column measures: docs/downstream_mini.md.
 
-  mini_completion   classification (GLUE / COPA-like): pair two lines' beginnings with their
-                    endings (the other pairing swaps the endings)
-  mini_fill         fill the blank: which of 4 words did the line's blank hold?
-  mini_cloze        extraction (SQuAD-like): the word that fills the blank, copied from the
-                    passage
-  mini_phrase_order generation (CNN/DM / WMT-like): write a line whose middle pieces are
-                    shown shuffled
-  mini_word_order   acceptability (CoLA-like minimal pairs): which of two options is the line
-                    as written, the other its interior words scrambled
-
-Three more are registered and outside the suite, because a tiny model pre-trained on CPU
-does no better on them than one fine-tuned from random initialisation (both sit at chance;
-docs/downstream_mini.md): mini_next_line (which of two lines follows line A), mini_same_doc
-(which of two lines is from line A's document), mini_unshuffle (write 3 shuffled lines in
-order). They ask how lines relate; the suite's separating tasks ask what a line is.
-
-Every task has `choices` and the suite (lm.downstream.mini_suite) scores them by rank
-classification; chance levels are those of a uniformly random choice (`chance_level`).
-
-    task = get_task("mini_cloze")
-    rows = task.examples("validation")          # [{"inputs": "cloze: ...", "targets": ...}]
+    rows = get_task("mini_cloze").examples("validation")   # [{"inputs": ..., "targets": ...}]
     mini_average({"mini_completion": {"accuracy": 81.0}, ...})   # the "mini" column
-    blank_task, blank_rows = blank_inputs(task, rows)   # the blank-input control's items
-    surviving_share(60.0, 50.0, 35.0)           # 0.6: the margin kept without the input
 
-The column measures decoder fluency (docs/downstream_mini.md "What the column measures"), so
-reports show it beside the same scores with blank inputs and no Kendall's tau against the
-paper.
-
-Where the text comes from. `load(split, data_dir)`:
-  data_dir None: the embedded corpus (`lm.data.sources.split_validation` of it with the
-    configs' `data.validation_fraction` = 0.01 and `data.validation_seed` = 0:
-    HELDOUT_FRACTION, HELDOUT_SEED, the pre-training pipeline's own split).
-    validation: the held-out documents, exactly those the pre-training pipeline evaluates on
-      and never trains on. Lines that also occur in any pre-training document (the standard
-      library repeats some docstrings) are dropped, so nothing a model pre-trained on the
-      embedded corpus has seen is in the validation split.
-    train: TRAIN_DOCUMENTS = 1200 of the pre-training documents, evenly spaced through the
-      pre-training split (examples are built from ~350k characters, not from all ~8600
-      documents, so loading stays about a second). Fine-tuning on text the model pre-trained
-      on is harmless: what is new is the task, not the text, and a model fine-tuned from
-      random initialisation sees the same examples. What matters is that validation is
-      unseen: the train documents are not held-out documents, and no validation line occurs
-      in any pre-training document, so no line is shared between the splits. The held-out
-      split alone (87 documents, ~23k characters on Python 3.11) gave only a few hundred
-      examples per task to share between the two splits; now all of it is validation and
-      the train split fills its cap.
-  data_dir a file, a glob, or a folder: its documents (the first MAX_DOCUMENTS = 20000)
-    are used, read with lm's corpus readers (`sources.make_source`, format guessed from the
-    first file's extension; a folder saved with `datasets.save_to_disk` is read as "hf";
-    another folder: its files, sorted), and split between train and validation by document
-    (construction step 1). Point it at held-out text (e.g. the run's `data.eval_paths`),
-    never at training data: the suite cannot know what else a model saw.
-
-Construction (every step deterministic: fixed seeds, document order, no set or hash() order,
-so every process and every PYTHONHASHSEED builds the same examples):
-  1. Documents are de-duplicated (first occurrence kept; a train-side document identical to a
-     held-out one is dropped). A user corpus is split by a SHA-256 digest of each document's
-     text: VALIDATION_DOC_FRACTION of them form the suite's validation split, the rest its
-     train split. Either way the two splits come from disjoint documents, and validation
-     units that also occur in a train document are dropped, so no line is shared between
-     the splits.
-  2. A document's units are its lines, whitespace-collapsed, of at least MIN_UNIT_WORDS words
-     and at most MAX_UNIT_CHARS characters, without "|" or "___" (used by the formats) and
-     not mostly capitals (at most a third of its characters upper-case: licence text in
-     capitals costs about a token per character); a longer line contributes its sentences
-     instead. A dropped line breaks the document into runs: "adjacent" means adjacent
-     inside a run.
-  3. Each task builds every candidate example of a split, drops repeated inputs and inputs
-     over MAX_INPUT_COST (below), then keeps at most
-     MAX_EXAMPLES[split] (2000 train / 500 validation) chosen at random with the task's own
-     seed. On the embedded corpus (Python 3.11.7) every train split holds 2000 examples and
-     the validation splits all the held-out text gives, 236-361 (table in
-     docs/downstream_mini.md); a larger held-out corpus fills the caps.
-
-Every input is a few lines of text (at most 3 units of <= 100 characters plus a prefix) whose
-tokenizer-free cost estimate (`input_cost`: words, lower-case letters / 4, other characters)
-is at most MAX_INPUT_COST = 100, so inputs and targets stay <= 128 tokens with the 1000-piece
-tokenizer of configs/t5.py:runlocal (the tests check every example; the targets of
-mini_completion, mini_fill and mini_phrase_order are the shown text, rearranged).
-
-Why this module is long: it is the whole suite: reading and splitting the text, the eight
-tasks' construction, formats, choices, chance levels and metrics are one contract (stated in
-docs/downstream_mini.md and checked together by tests/downstream/test_mini.py); splitting it
-would spread each task over several files.
+Why this module is long: it is the whole suite, one contract (docs/downstream_mini.md,
+checked together by tests/downstream/test_mini.py); splitting it would spread each task over
+several files.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ lists them with the reference functions they follow (`t5/data/preprocessors.py`:
 `glue`, `stsb`, `wsc_simple`, `record`, `squad`, `summarize`, `translate`;
 `t5/data/postprocessors.py`; `t5/data/glue_utils.py`; `t5/evaluation/metrics.py`).
 
-Examples come from files the user already has (lm.downstream.sources): a Hugging Face
+Examples come from files the user already has (lm.downstream.task_files): a Hugging Face
 dataset saved with `save_to_disk`, jsonl or parquet under `<data_dir>/<subdir>`, with the
 HF / TFDS field names (`sentence`, `label`, `idx`, ...). Importing this module registers
 every task; `get_task("glue_cola")` returns one.
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from lm.downstream import metrics
-from lm.downstream.sources import directory_loader
+from lm.downstream.task_files import directory_loader
 from lm.downstream.task import Example, Task, register
 
 UNK = "<unk>"  # T5's target for an example without a label (test splits: label -1).

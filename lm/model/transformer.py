@@ -1,69 +1,15 @@
 """The Transformer: one Flax Linen family for the T5 architectures (config in config.py).
 
-The architecture is chosen by ``TransformerConfig.mask_type``:
-  "encoder_decoder"  encoder (fully visible) + decoder (causal self-attn + cross-attn)
-  "prefix_lm"        decoder only; fully visible where ``decoder_causal_attention`` == 1
-  "causal"           decoder only; causal
-Defaults are T5.1.1 (docs/t5_reference.md §3.1-3.4); T5.1.0 is ``tie_embeddings=True,
-mlp_activation="relu"``. Other variants are switches (position encoding, norm, MLP, ...).
+Here: `Transformer` (encoder-decoder, prefix LM or causal LM by ``TransformerConfig.mask_type``),
+its stacks and their prefill / decode-step methods. Not here: attention, layers, masks and
+position encodings (their modules in lm/model), the loss (lm/losses.py), the search over
+decode steps (lm/decoding.py). The param tree, the decoding methods' contract and dropout:
+docs/model.md.
 
-Param tree (encoder-decoder, t5_relative, rmsnorm, gated_gelu, untied; ``scan_layers=False``):
-  token_embedder/embedding                       [V, D]     (vocab, embed)
-  encoder/relpos_bias/rel_embedding              [N, 32]    (heads, relpos_buckets)
-  encoder/layers_{i}/pre_self_attention_layer_norm/scale  [D]  (embed,)
-  encoder/layers_{i}/self_attention/query                 [D, N, H] (embed, heads, kv)
-  encoder/layers_{i}/self_attention/{key,value}           [D, K, H] (K = num_kv_heads)
-  encoder/layers_{i}/self_attention/out                   [N, H, D] (heads, kv, embed)
-  encoder/layers_{i}/pre_mlp_layer_norm/scale             [D]
-  encoder/layers_{i}/mlp/{wi_0,wi_1}             [D, F]     (embed, mlp)
-  encoder/layers_{i}/mlp/wo                      [F, D]     (mlp, embed)
-  encoder/final_norm/scale                       [D]
-  decoder/relpos_bias/rel_embedding              [N, 32]
-  decoder/layers_{i}/pre_self_attention_layer_norm/scale, self_attention/{query,key,value,out}
-  decoder/layers_{i}/pre_cross_attention_layer_norm/scale
-  decoder/layers_{i}/encoder_decoder_attention/{query,key,value,out}   (as self_attention)
-  decoder/layers_{i}/pre_mlp_layer_norm/scale, mlp/{wi_0,wi_1,wo}
-  decoder/final_norm/scale                       [D]
-  logits_dense/kernel                            [D, V]     (embed, vocab)   (untied only)
-With ``scan_layers=True`` the ``layers_{i}`` subtrees become one ``layers`` subtree whose
-leaves have a leading [num_layers] axis named "layers" (``scan_to_unscanned`` /
-``unscanned_to_scan``, in scanning.py, convert). Variants: ``relu``/``gelu`` MLPs have
-``mlp/wi`` instead of ``wi_0``/``wi_1``; layernorm adds ``.../bias``; ``learned`` positions add
-``{encoder,decoder}/pos_embedder/embedding`` [max_length, D] (abspos_buckets, embed);
-rope/alibi/sinusoidal/none have no position params (no ``relpos_bias``); decoder-only
-models have no ``encoder`` subtree and no ``encoder_decoder_attention``;
-``shared_encoder_decoder=True`` has no ``encoder`` subtree: the decoder's params (layers,
-final norm, position tables) also run the encoder pass, which skips cross-attention.
-With ``norm_position="post"`` the layer norms keep their names but are applied after each
-residual add, and the stacks have no ``final_norm``.
-
-Usage:
   model = Transformer(config)
   params = model.init(rng, batch)["params"]                       # boxed, logical axes
   logits = model.apply({"params": params}, batch, enable_dropout=True,
                        rngs={"dropout": key})                     # float32[B, Lt, V]
-Incremental decoding (one example per row, no packing):
-  logits, state = model.apply({"params": params}, batch, max_decode_length=M,
-                              method=Transformer.prefill, mutable=["cache"])
-      # enc-dec: runs the encoder on batch["encoder_input_tokens"], caches the cross-
-      # attention keys/values, then runs the decoder on the prefix
-      # batch["decoder_input_tokens"] [B, P] (at least the BOS 0); decoder-only: the prefix
-      # (with its decoder_causal_attention for prefix LM) in one pass. Returns
-      # float32[B, P, V] logits and the cache (self-attention KV of size M per layer).
-  logits, state = model.apply({"params": params, "cache": state["cache"]}, tokens,
-                              method=Transformer.decode_step, mutable=["cache"])
-      # tokens int32[B, T] (usually T = 1) appended after everything cached so far;
-      # optional decoder_positions int32[B, T] (default: the cache slot index).
-  encoded = model.apply({"params": params}, batch, method=Transformer.encode)
-Prefix rows shorter than P are padded with segment id 0 (``decoder_segment_ids``); such
-padding slots are never attended to, and decode steps should then pass per-row
-``decoder_positions``.
-
-Dropout (rate ``dropout_rate``) follows t5x: on the embeddings, after each sub-block
-(before the residual add), on the MLP hidden activation, on attention weights and on the
-stack output; masks are shared along the length axis (t5x ``broadcast_dims=(-2,)``;
-attention weights share the mask along the query axis) except the final encoder
-dropout, which is elementwise.
 """
 from __future__ import annotations
 

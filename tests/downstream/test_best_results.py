@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from lm.downstream import evaluation, mixtures
-from test_mixtures import TABLE16_BASELINE_GLUE
+from lm.downstream import evaluation, task_mixtures
+from test_task_mixtures import TABLE16_BASELINE_GLUE
 
 
 def rec(step, **results):
@@ -80,7 +80,8 @@ def test_write_best_results_reads_the_run_and_computes_the_glue_average(tmp_path
   assert best["evaluated_steps"] == [10, 20]
   assert set(best["steps"].values()) == {20}
   assert best["averages"]["glue"] == pytest.approx(83.28, abs=0.005)
-  assert best["averages"]["glue"] == pytest.approx(mixtures.glue_average(TABLE16_BASELINE_GLUE))
+  assert best["averages"]["glue"] == pytest.approx(
+      task_mixtures.glue_average(TABLE16_BASELINE_GLUE))
   assert "super_glue" not in best["averages"]  # its tasks were not evaluated
   # Without the limit the step-30 file counts.
   evaluation.write_best_results(str(tmp_path))

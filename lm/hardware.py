@@ -1,4 +1,4 @@
-"""The targets `lm.plan` plans for: a `--topology` name -> devices, chip figures and a mesh.
+"""What `lm.plan` plans for: a `--topology` name -> devices, chip figures and a mesh (a Target).
 
   resolve_target("v5p-128")   # 64 compile-only TPU v5p devices (libtpu), torus 4x4x4
   resolve_target("cpu-8")     # 8 simulated CPU devices

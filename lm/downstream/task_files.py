@@ -1,5 +1,7 @@
 """Readers for a downstream task's raw examples, from files the user already has.
 
+Pre-training text (documents, corpora) is read in lm.data, not here.
+
 A task's data lives in one directory, `<data_dir>/<subdir>` (e.g. `<data_dir>/glue/cola`),
 in any of three layouts, tried in this order for a split (say "validation"):
 

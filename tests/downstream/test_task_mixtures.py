@@ -1,40 +1,41 @@
-"""lm.downstream.mixtures: mixing rates (paper §3.5.2) and the GLUE / SuperGLUE averages."""
+"""lm.downstream.task_mixtures: mixing rates (paper §3.5.2) and the GLUE / SuperGLUE averages."""
 import pytest
 
-from lm.downstream import mixtures
-from lm.downstream.mixtures import Mixture
+from lm.downstream import task_mixtures
+from lm.downstream.task_mixtures import Mixture
 
 
 def test_examples_proportional():
-  assert mixtures.proportional_rates([100, 300]) == pytest.approx([0.25, 0.75])
+  assert task_mixtures.proportional_rates([100, 300]) == pytest.approx([0.25, 0.75])
 
 
 def test_examples_proportional_with_limit():
   # K = 200 caps the 300 and the 1000: rates 100, 200, 200.
-  assert mixtures.proportional_rates([100, 300, 1000], limit=200) == pytest.approx(
+  assert task_mixtures.proportional_rates([100, 300, 1000], limit=200) == pytest.approx(
       [0.2, 0.4, 0.4])
 
 
 def test_temperature():
   # T = 2: sqrt(100) = 10, sqrt(400) = 20 -> 1/3, 2/3.
-  assert mixtures.proportional_rates([100, 400], temperature=2) == pytest.approx([1 / 3, 2 / 3])
+  assert task_mixtures.proportional_rates([100, 400], temperature=2) == pytest.approx(
+      [1 / 3, 2 / 3])
   # The cap applies before the temperature: min(900, 400) ** 0.5 = 20 against 10.
-  assert mixtures.proportional_rates([100, 900], limit=400, temperature=2) == pytest.approx(
+  assert task_mixtures.proportional_rates([100, 900], limit=400, temperature=2) == pytest.approx(
       [1 / 3, 2 / 3])
   # A very high temperature tends to equal mixing.
-  rates = mixtures.proportional_rates([10, 10_000], temperature=1e6)
+  rates = task_mixtures.proportional_rates([10, 10_000], temperature=1e6)
   assert rates == pytest.approx([0.5, 0.5], abs=1e-5)
 
 
 def test_equal():
-  assert mixtures.equal_rates(4) == [0.25] * 4
-  mix = mixtures.equal_mixture("m", ["glue_cola", "glue_rte"])
+  assert task_mixtures.equal_rates(4) == [0.25] * 4
+  mix = task_mixtures.equal_mixture("m", ["glue_cola", "glue_rte"])
   assert mix.probabilities() == {"glue_cola": 0.5, "glue_rte": 0.5}
 
 
 def test_glue_mixture_is_t5s():
-  mix = mixtures.get_mixture("glue_v002_proportional")
-  total = sum(mixtures.GLUE_SIZES.values())
+  mix = task_mixtures.get_mixture("glue_v002_proportional")
+  total = sum(task_mixtures.GLUE_SIZES.values())
   assert total == 949_101
   probs = mix.probabilities()
   assert probs["glue_cola"] == pytest.approx(8_551 / total)
@@ -45,16 +46,16 @@ def test_glue_mixture_is_t5s():
 
 
 def test_super_glue_mixture():
-  mix = mixtures.get_mixture("super_glue_v102_proportional")
+  mix = task_mixtures.get_mixture("super_glue_v102_proportional")
   assert mix.probabilities()["super_glue_record"] == pytest.approx(
-      138_854 / sum(mixtures.SUPER_GLUE_SIZES.values()))
-  assert "super_glue_v102_proportional" in mixtures.mixture_names()
+      138_854 / sum(task_mixtures.SUPER_GLUE_SIZES.values()))
+  assert "super_glue_v102_proportional" in task_mixtures.mixture_names()
 
 
 def test_bad_mixtures():
   with pytest.raises(ValueError, match=r"unknown mixture 'glue'; expected one of \["
                                        r"'glue_v002_proportional'"):
-    mixtures.get_mixture("glue")
+    task_mixtures.get_mixture("glue")
   with pytest.raises(ValueError, match="2 tasks but 1 rates"):
     Mixture("m", ("glue_cola", "glue_rte"), (1.0,))
   with pytest.raises(ValueError, match="non-negative with a positive sum"):
@@ -66,9 +67,9 @@ def test_bad_mixtures():
   with pytest.raises(ValueError, match="unknown task 'glue_nope'; expected one of"):
     Mixture("m", ("glue_nope",), (1.0,)).check_tasks()
   with pytest.raises(ValueError, match="temperature 0 must be positive"):
-    mixtures.proportional_rates([1], temperature=0)
+    task_mixtures.proportional_rates([1], temperature=0)
   with pytest.raises(ValueError, match="are all 0"):
-    mixtures.proportional_rates([0, 0])
+    task_mixtures.proportional_rates([0, 0])
 
 
 # The baseline row of the paper's Table 16 (validation scores of the baseline model).
@@ -93,7 +94,7 @@ TABLE16_BASELINE_SUPER_GLUE = {
 
 def test_glue_average_reproduces_the_paper():
   # 83.28 in Tables 1 and 16: multi-metric tasks averaged first, MNLI counted once.
-  assert mixtures.glue_average(TABLE16_BASELINE_GLUE) == pytest.approx(83.28, abs=0.005)
+  assert task_mixtures.glue_average(TABLE16_BASELINE_GLUE) == pytest.approx(83.28, abs=0.005)
   # Counting MNLI matched and mismatched as two tasks would give 83.41.
   flat = [53.84, 92.68, (92.07 + 88.92) / 2, (88.02 + 87.94) / 2, (88.67 + 91.56) / 2, 84.24,
           84.57, 90.48, 76.28]
@@ -101,7 +102,7 @@ def test_glue_average_reproduces_the_paper():
 
 
 def test_super_glue_average_reproduces_the_paper():
-  assert mixtures.super_glue_average(TABLE16_BASELINE_SUPER_GLUE) == pytest.approx(
+  assert task_mixtures.super_glue_average(TABLE16_BASELINE_SUPER_GLUE) == pytest.approx(
       71.36, abs=0.005)
 
 
@@ -111,21 +112,21 @@ def test_average_missing_results():
   partial["glue_mrpc"] = {"f1": 92.07}
   with pytest.raises(ValueError, match=r"GLUE average: results lack \['glue_mrpc/accuracy', "
                                        r"'glue_rte/accuracy'\]"):
-    mixtures.glue_average(partial)
+    task_mixtures.glue_average(partial)
 
 
 def test_training_set_sizes_are_t5s():
   # t5/data/glue_utils.py's sizes, written out (the mixtures' rates are read from them; the
   # totals alone would let one size move by as much as another moves back).
-  assert mixtures.GLUE_SIZES == {
+  assert task_mixtures.GLUE_SIZES == {
       "glue_cola": 8551, "glue_sst2": 67349, "glue_mrpc": 3668, "glue_qqp": 363849,
       "glue_stsb": 5749, "glue_mnli": 392702, "glue_qnli": 104743, "glue_rte": 2490,
       "glue_mnli_mismatched": 0, "glue_mnli_matched": 0}
-  assert mixtures.SUPER_GLUE_SIZES == {
+  assert task_mixtures.SUPER_GLUE_SIZES == {
       "super_glue_wsc": 259, "super_glue_boolq": 9427, "super_glue_cb": 250,
       "super_glue_copa": 400, "super_glue_multirc": 27243, "super_glue_record": 138854,
       "super_glue_rte": 2490, "super_glue_wic": 5428}
-  probs = mixtures.get_mixture("super_glue_v102_proportional").probabilities()
+  probs = task_mixtures.get_mixture("super_glue_v102_proportional").probabilities()
   assert probs["super_glue_wsc"] == pytest.approx(259 / 184351)
   assert sum(probs.values()) == pytest.approx(1.0)
 
@@ -136,13 +137,13 @@ def test_rate_zero_is_evaluation_only_and_rates_are_normalised():
   assert mix.probabilities() == {"glue_cola": 0.75, "glue_rte": 0.0, "glue_sst2": 0.25}
   assert mix.training_tasks() == ("glue_cola", "glue_sst2")
   # Limit and temperature: min(n, K) ** (1 / T) for every size, the zero size kept at 0.
-  rates = mixtures.proportional_rates([0, 16, 81], limit=64, temperature=2)
+  rates = task_mixtures.proportional_rates([0, 16, 81], limit=64, temperature=2)
   assert rates == pytest.approx([0.0, 4 / 12, 8 / 12])
-  mix = mixtures.proportional_mixture("p", {"glue_cola": 1, "glue_rte": 3})
+  mix = task_mixtures.proportional_mixture("p", {"glue_cola": 1, "glue_rte": 3})
   assert (mix.name, mix.tasks) == ("p", ("glue_cola", "glue_rte"))
   assert mix.rates == pytest.approx((0.25, 0.75))
-  assert mixtures.equal_rates(1) == [1.0]
-  assert mixtures.equal_mixture("e", ["glue_cola"]).rates == (1.0,)
+  assert task_mixtures.equal_rates(1) == [1.0]
+  assert task_mixtures.equal_mixture("e", ["glue_cola"]).rates == (1.0,)
 
 
 def test_more_bad_mixtures():
@@ -154,25 +155,26 @@ def test_more_bad_mixtures():
     Mixture("m", ("glue_cola", "glue_rte"), (2.0, -0.5))      # positive sum, one negative
   Mixture("m", ("glue_cola",), (1e-9,))                          # any positive sum is fine
   with pytest.raises(ValueError, match="temperature -1 must be positive"):
-    mixtures.proportional_rates([1], temperature=-1)
-  assert mixtures.proportional_rates([1, 3], temperature=0.5) == pytest.approx([0.1, 0.9])
+    task_mixtures.proportional_rates([1], temperature=-1)
+  assert task_mixtures.proportional_rates([1, 3], temperature=0.5) == pytest.approx([0.1, 0.9])
   for limit in (0, -5):
     with pytest.raises(ValueError, match=f"limit {limit} must be positive"):
-      mixtures.proportional_rates([1], limit=limit)
-  assert mixtures.proportional_rates([1, 3], limit=1e-9) == pytest.approx([0.5, 0.5])
+      task_mixtures.proportional_rates([1], limit=limit)
+  assert task_mixtures.proportional_rates([1, 3], limit=1e-9) == pytest.approx([0.5, 0.5])
   with pytest.raises(ValueError, match=r"sizes \[3, -1\] must be non-negative"):
-    mixtures.proportional_rates([3, -1])
+    task_mixtures.proportional_rates([3, -1])
   for n in (0, -1):
     with pytest.raises(ValueError, match=f"equal mixing of {n} tasks"):
-      mixtures.equal_rates(n)
+      task_mixtures.equal_rates(n)
   with pytest.raises(ValueError, match="'glue_v002_proportional' is registered twice"):
-    mixtures.register_mixture(mixtures.equal_mixture("glue_v002_proportional", ["glue_cola"]))
+    task_mixtures.register_mixture(
+        task_mixtures.equal_mixture("glue_v002_proportional", ["glue_cola"]))
   with pytest.raises(ValueError, match="unknown task 'glue_nope'"):
     Mixture("m", ("glue_cola", "glue_nope"), (1.0, 1.0)).check_tasks()
 
 
 def test_mixture_names_lists_both_registered_mixtures_sorted():
-  names = mixtures.mixture_names()
+  names = task_mixtures.mixture_names()
   assert names == sorted(names)
   assert {"glue_v002_proportional", "super_glue_v102_proportional"} <= set(names)
 
@@ -181,9 +183,9 @@ def test_benchmark_average_averages_each_task_first():
   spec = {"a": (("t1", "x"), ("t1", "y")), "b": (("t2", "x"),)}
   results = {"t1": {"x": 10.0, "y": 20.0, "z": 99.0}, "t2": {"x": 40.0}}
   # (15 + 40) / 2, not (10 + 20 + 40) / 3.
-  assert mixtures.benchmark_average(results, spec, "B") == pytest.approx(27.5)
+  assert task_mixtures.benchmark_average(results, spec, "B") == pytest.approx(27.5)
   with pytest.raises(ValueError, match=r"B average: results lack \['t2/x'\]"):
-    mixtures.benchmark_average({"t1": {"x": 1.0, "y": 1.0}}, spec, "B")
+    task_mixtures.benchmark_average({"t1": {"x": 1.0, "y": 1.0}}, spec, "B")
 
 
 def test_one_rate_per_task_either_way_and_at_any_count():
@@ -197,6 +199,6 @@ def test_one_rate_per_task_either_way_and_at_any_count():
 
 def test_a_mixture_is_frozen():
   import dataclasses  # pylint: disable=g-import-not-at-top
-  mix = mixtures.get_mixture("glue_v002_proportional")   # the registry's own object
+  mix = task_mixtures.get_mixture("glue_v002_proportional")   # the registry's own object
   with pytest.raises(dataclasses.FrozenInstanceError):
     mix.rates = (1.0,) * len(mix.tasks)

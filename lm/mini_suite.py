@@ -3,10 +3,10 @@ r"""The mini suite end to end: fine-tune a pre-trained run on it, report the "mi
 The column measures decoder fluency (docs/downstream_mini.md), so each task is also scored
 with blank inputs (`mini.blank_inputs`): the blank-input control.
 
-  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
-  python -m lm.downstream.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
+  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
+  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
       --from_scratch                     # the same fine-tuning from random initialisation
-  python -m lm.downstream.mini_suite --workdir=RUN --output=DIR --steps=300 \
+  python -m lm.mini_suite --workdir=RUN --output=DIR --steps=300 \
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
 
 One fine-tuning run on an equal mixture of the suite's five tasks (`mini.SUITE`;
@@ -51,6 +51,7 @@ from typing import Any
 
 import ml_collections
 
+from lm import cli
 from lm import config as config_lib
 from lm.downstream import mini
 
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
   libtpu_env.quiet_libtpu_off_tpu()
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(
-      prog="python -m lm.downstream.mini_suite",
+      prog="python -m lm.mini_suite",
       description="Fine-tune a pre-trained run on the mini suite (an equal mixture of its "
       "five tasks), score each task's validation split and write the 'mini' column to "
       f"OUTPUT/{RESULTS_FILE}.")
@@ -292,9 +293,8 @@ def main(argv: list[str] | None = None) -> int:
   from lm import hostmem  # pylint: disable=g-import-not-at-top
   hostmem.retain_for_cpu()  # before JAX starts its threads (as lm.main)
   if not args.from_scratch and not args.workdir:
-    print("error: pass --workdir=PRETRAINED_RUN (or --from_scratch for the random-init "
-          "baseline).", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit("pass --workdir=PRETRAINED_RUN (or --from_scratch for the "
+                              "random-init baseline).")
   try:
     base = load_config(args.config)
     if overrides:
@@ -305,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                           learning_rate=args.learning_rate, decode=args.decode)
     run(config, args.output)
   except (ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    return cli.bad_input_exit(e)
   return 0
 
 

@@ -1,5 +1,7 @@
 """Mixtures of tasks (paper §3.5.2) and the GLUE / SuperGLUE averages (paper §2.3, Table 16).
 
+Fine-tuning mixes tasks here; pre-training mixes objectives (UL2) in lm.data.
+
 A mixture is a list of registered task names with mixing rates; training samples each
 example's task with probability rate / sum(rates). The paper's three strategies, on the
 training-set sizes e_1..e_N:
@@ -160,7 +162,7 @@ register_mixture(proportional_mixture("super_glue_v102_proportional", SUPER_GLUE
 # Benchmark averages as the paper computed them: each task's metrics are averaged first,
 # then the tasks are averaged with equal weight. GLUE counts MNLI once (the mean of its
 # matched and mismatched accuracies) and leaves out WNLI; the baseline row of Table 16
-# reproduces the paper's 83.28 and 71.36 this way (tests/downstream/test_mixtures.py).
+# reproduces the paper's 83.28 and 71.36 this way (tests/downstream/test_task_mixtures.py).
 GLUE_AVERAGE = {
     "cola": (("glue_cola", "matthews_corrcoef"),),
     "sst2": (("glue_sst2", "accuracy"),),

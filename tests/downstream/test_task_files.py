@@ -1,10 +1,10 @@
-"""lm.downstream.sources: reading a task's split from jsonl, parquet and save_to_disk files."""
+"""lm.downstream.task_files: reading a task's split from jsonl, parquet and save_to_disk files."""
 import json
 import os
 
 import pytest
 
-from lm.downstream import sources
+from lm.downstream import task_files
 from lm.downstream.task import get_task
 
 ROWS = [{"sentence": "It rains.", "label": 1, "idx": 0},
@@ -29,16 +29,16 @@ def write_parquet(path, rows):
 
 def test_jsonl(tmp_path):
   write_jsonl(str(tmp_path / "validation.jsonl"), ROWS + NESTED)
-  assert sources.read_split(str(tmp_path), "validation", task="t") == ROWS + NESTED
+  assert task_files.read_split(str(tmp_path), "validation", task="t") == ROWS + NESTED
 
 
 def test_parquet_single_file_and_hub_shards(tmp_path):
   write_parquet(str(tmp_path / "a" / "train.parquet"), NESTED)
-  assert sources.read_split(str(tmp_path / "a"), "train", task="t") == NESTED
+  assert task_files.read_split(str(tmp_path / "a"), "train", task="t") == NESTED
   # The Hugging Face hub's layout: <split>-0000i-of-0000n.parquet, read in name order.
   write_parquet(str(tmp_path / "b" / "train-00001-of-00002.parquet"), ROWS[1:])
   write_parquet(str(tmp_path / "b" / "train-00000-of-00002.parquet"), ROWS[:1])
-  assert sources.read_split(str(tmp_path / "b"), "train", task="t") == ROWS
+  assert task_files.read_split(str(tmp_path / "b"), "train", task="t") == ROWS
 
 
 def test_hf_save_to_disk(tmp_path):
@@ -47,7 +47,7 @@ def test_hf_save_to_disk(tmp_path):
                              "validation": datasets.Dataset.from_list(ROWS[::-1])})
   dd.save_to_disk(str(tmp_path / "glue" / "cola"), num_shards={"train": 2, "validation": 1})
   assert os.path.isfile(tmp_path / "glue" / "cola" / "dataset_dict.json")
-  assert sources.read_split(str(tmp_path / "glue" / "cola"), "train", task="t") == ROWS
+  assert task_files.read_split(str(tmp_path / "glue" / "cola"), "train", task="t") == ROWS
   # Through a task: the directory is <data_dir>/glue/cola.
   ex = get_task("glue_cola").examples("validation", str(tmp_path))
   assert [e["inputs"] for e in ex] == ["cola sentence: Rains it the.", "cola sentence: It rains."]
@@ -71,15 +71,15 @@ def test_hf_save_to_disk_nested_fields(tmp_path):
   datasets = pytest.importorskip("datasets")
   datasets.DatasetDict({"validation": datasets.Dataset.from_list(NESTED)}).save_to_disk(
       str(tmp_path / "d"))
-  assert sources.read_split(str(tmp_path / "d"), "validation", task="t") == NESTED
+  assert task_files.read_split(str(tmp_path / "d"), "validation", task="t") == NESTED
 
 
 def test_layout_precedence(tmp_path):
   # save_to_disk first, then jsonl, then parquet.
   write_parquet(str(tmp_path / "train.parquet"), ROWS[:1])
-  assert sources.read_split(str(tmp_path), "train", task="t") == ROWS[:1]
+  assert task_files.read_split(str(tmp_path), "train", task="t") == ROWS[:1]
   write_jsonl(str(tmp_path / "train.jsonl"), ROWS)
-  assert sources.read_split(str(tmp_path), "train", task="t") == ROWS
+  assert task_files.read_split(str(tmp_path), "train", task="t") == ROWS
 
 
 def test_missing_split_names_task_and_paths(tmp_path):
@@ -87,7 +87,7 @@ def test_missing_split_names_task_and_paths(tmp_path):
     get_task("glue_sst2").load("validation", str(tmp_path))
   msg = str(e.value)
   assert "'glue_sst2'" in msg and "'validation'" in msg
-  for p in sources.split_paths(str(tmp_path / "glue" / "sst2"), "validation"):
+  for p in task_files.split_paths(str(tmp_path / "glue" / "sst2"), "validation"):
     assert p in msg
 
 
@@ -129,16 +129,16 @@ def test_bad_json_line(tmp_path):
   path = tmp_path / "train.jsonl"
   path.write_text('{"a": 1}\n{not json\n')
   with pytest.raises(ValueError, match=r"task 't': .*train.jsonl:2 is not JSON"):
-    sources.read_split(str(tmp_path), "train", task="t")
+    task_files.read_split(str(tmp_path), "train", task="t")
   path.write_text('[1, 2]\n')
   with pytest.raises(ValueError, match="is a JSON list, not an object"):
-    sources.read_split(str(tmp_path), "train", task="t")
+    task_files.read_split(str(tmp_path), "train", task="t")
 
 
 def test_jsonl_skips_blank_lines_and_counts_lines_from_one(tmp_path):
   path = tmp_path / "train.jsonl"
   path.write_text('{"a": 1}\n\n   \n{"a": 2}\n\n')
-  assert sources.read_split(str(tmp_path), "train", task="t") == [{"a": 1}, {"a": 2}]
+  assert task_files.read_split(str(tmp_path), "train", task="t") == [{"a": 1}, {"a": 2}]
   path.write_text('{"a": 1}\n\n{not json\n')    # the line number counts the blank line
   with pytest.raises(ValueError, match=r"train.jsonl:3 is not JSON"):
-    sources.read_split(str(tmp_path), "train", task="t")
+    task_files.read_split(str(tmp_path), "train", task="t")
