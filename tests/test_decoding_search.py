@@ -427,10 +427,13 @@ def test_hf_t5_checkpoints_decode_like_transformers_generate(name):
   np.testing.assert_allclose(np.asarray(beam[1]), golden["beam_scores"], atol=1e-4)
 
 
-def test_beam_state_keeps_one_encoder_cache_per_example():
+@pytest.mark.parametrize("knobs", [{}, dict(position_encoding="rope",
+                                             cross_attention_rope="continue")])
+def test_beam_state_keeps_one_encoder_cache_per_example(knobs):
   """Beam search copies the per-beam cache rows but keeps the cross-attention keys/values
-  and encoder mask at one row per example (their beams share them)."""
-  cfg = tiny(num_decoder_layers=2)
+  and encoder mask at one row per example (their beams share them). With RedLLM's
+  continued positions each beam row carries its example's offset (``rope_offset``)."""
+  cfg = tiny(num_decoder_layers=2, **knobs)
   model, params = model_and_params(cfg)
   batch = decoding.prompt_batch(PROMPTS, cfg)
   _, state, _, gather = decoding.model_decoder(model, params, batch, max_decode_length=4)
@@ -441,6 +444,7 @@ def test_beam_state_keeps_one_encoder_cache_per_example():
   per_beam = {k: n for k, n in rows.items() if k not in shared}
   assert shared and set(shared.values()) == {3}, shared
   assert any("self_attention" in k for k in per_beam) and set(per_beam.values()) == {6}, per_beam
+  assert any("rope_offset" in k for k in per_beam) == bool(knobs), per_beam
 
 
 def test_log_probs_and_first_argmax_by_value():

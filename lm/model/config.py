@@ -53,7 +53,9 @@ EXECUTION_FIELDS = ("attention_impl",)
 # and an old run's config.json takes the default (lm.config.load_config_json).
 ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
                 "attn_logit_softcapping": None, "final_logit_softcapping": None,
-                "scale_embeddings": False, "sliding_window": None, "layer_pattern": None}
+                "scale_embeddings": False, "sliding_window": None, "layer_pattern": None,
+                "cross_attention_rope": None}
+CROSS_ATTENTION_ROPE = (None, "restart", "continue")
 LAYER_KINDS = {"L": "local", "G": "global"}  # layer_pattern's letters
 
 
@@ -115,6 +117,12 @@ class TransformerConfig:
       stack's layers: "LG" is Gemma 2's and T5Gemma's alternation (layer 0 local),
       "LLLLLG" Gemma 3's. None: every layer global (T5). An "L" needs sliding_window; a
       pattern with both letters needs scan_layers=False (a scanned stack is one layer).
+    cross_attention_rope: RoPE in cross-attention too (position_encoding="rope",
+      encoder-decoder): queries at the decoder's positions, keys at the encoder's. None
+      (T5, T5Gemma): no RoPE there. "restart": decoder positions from 0 as in its
+      self-attention. "continue" (RedLLM): decoder position p of a segment is p + the
+      encoder segment's length, as if the targets followed the inputs in one sequence.
+      Self-attention is unchanged by the offset (RoPE is relative).
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -148,6 +156,7 @@ class TransformerConfig:
   scale_embeddings: bool = False
   sliding_window: int | None = None
   layer_pattern: str | None = None
+  cross_attention_rope: str | None = None
 
   def __post_init__(self):
     def check(ok, msg):
@@ -190,6 +199,14 @@ class TransformerConfig:
           f"sliding_window ({self.sliding_window!r}) and local layers in layer_pattern "
           f"({pattern!r}) go together: set both (e.g. sliding_window=4096, "
           f"layer_pattern='LG') or neither")
+    check(self.cross_attention_rope in CROSS_ATTENTION_ROPE,
+          f"unknown cross_attention_rope {self.cross_attention_rope!r}; expected one of "
+          f"{list(CROSS_ATTENTION_ROPE)}")
+    check(self.cross_attention_rope is None or (
+        self.position_encoding == "rope" and self.mask_type == "encoder_decoder"),
+          f"cross_attention_rope={self.cross_attention_rope!r} needs position_encoding='rope' "
+          f"and mask_type='encoder_decoder' (got {self.position_encoding!r}, "
+          f"{self.mask_type!r})")
     check(not (self.scan_layers and pattern is not None and len(set(pattern)) > 1),
           f"layer_pattern {pattern!r} mixes local and global layers: set scan_layers=False "
           f"(a scanned stack runs one layer body)")
@@ -259,4 +276,4 @@ class TransformerConfig:
 
 __all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
            "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS",
-           "LAYER_KINDS"]
+           "LAYER_KINDS", "CROSS_ATTENTION_ROPE"]

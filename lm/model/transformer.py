@@ -55,7 +55,8 @@ class TransformerLayer(nn.Module):
   max_length: int | None = None
 
   @nn.compact
-  def __call__(self, x, self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index):
+  def __call__(self, x, self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index,
+               cross_q_positions=None, cross_kv_positions=None):
     """One layer.
 
     Args:
@@ -66,6 +67,9 @@ class TransformerLayer(nn.Module):
       cross_mask: the cross-attention AttentionMask ([B, 1, L, S_enc] bias), or None.
       rope_positions: int32[B or 1, L] positions for RoPE, or None.
       cache_index: int32[] first cache slot of this step ("step" only), else None.
+      cross_q_positions, cross_kv_positions: int32[B or 1, L] / [B or 1, S_enc] RoPE
+        positions of cross-attention (``cross_attention_rope``), else None (the keys'
+        are unused at "step": the cache holds the rotated keys).
     Returns:
       (dtype[B, L, D], None).
     """
@@ -100,9 +104,10 @@ class TransformerLayer(nn.Module):
         deterministic=deterministic, cache_mode=self_mode, cache_index=cache_index,
         max_length=self.max_length))
     if self.has_cross_attention and not self.encoder_pass:
-      cross = attention("encoder_decoder_attention", "cross", False)
+      cross = attention("encoder_decoder_attention", "cross", cfg.cross_attention_rope is not None)
       x = sublayer(x, "pre_cross_attention_layer_norm", lambda h: cross(
-          h, encoded, None, mask=cross_mask, deterministic=deterministic,
+          h, encoded, None, mask=cross_mask, q_positions=cross_q_positions,
+          kv_positions=cross_kv_positions, deterministic=deterministic,
           cache_mode=self.cache_mode))
     mlp = MlpBlock(mlp_dim=cfg.mlp_dim, activation=cfg.mlp_activation, dropout_rate=rate,
                    dtype=dtype, name="mlp")
@@ -123,8 +128,9 @@ class Stack(nn.Module):
 
   @nn.compact
   def __call__(self, x, *, segment_ids, positions=None, decoder_causal_attention=None,
-               encoded=None, encoder_segment_ids=None, encoder_pass: bool = False,
-               deterministic: bool = True, mode: str | None = None, max_length: int | None = None):
+               encoded=None, encoder_segment_ids=None, encoder_positions=None,
+               encoder_pass: bool = False, deterministic: bool = True, mode: str | None = None,
+               max_length: int | None = None):
     """Runs the stack: attention masks, position encodings, the layers, the final norm.
 
     Args:
@@ -135,6 +141,8 @@ class Stack(nn.Module):
       decoder_causal_attention: int32[B, L] prefix flags (prefix LM) or None (causal).
       encoded: dtype[B, S, D] encoder output (decoder of an encoder-decoder; None at "step").
       encoder_segment_ids: int32[B, S] (with ``encoded``).
+      encoder_positions: int32[B, S] per-segment encoder positions, or None for arange
+        (cross-attention RoPE only).
       encoder_pass: fully visible self-attention, bidirectional relative buckets, no
         cross-attention, no cache.
       deterministic: disables dropout.
@@ -175,12 +183,14 @@ class Stack(nn.Module):
       local_mask = self_mask.replace(bias=masks_lib.mask_to_bias(bool_mask & near),
                                      window=cfg.sliding_window, name=f"{name} local self-attention")
 
+    cross_rope = self._cross_rope_positions(q_positions, segment_ids, encoder_segment_ids,
+                                            encoder_positions, encoder_pass, cache_mode)
     x, self_bias, rope_positions = self._position_encoding(
         x, q_positions, k_positions, bidirectional=encoder_pass, full_pass=cache_mode is None)
     x = broadcast_dropout(x, cfg.dropout_rate, deterministic, self)
     x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
-    x = self._layers(x, (self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index),
-                     local_mask, deterministic=deterministic, encoder_pass=encoder_pass,
+    x = self._layers(x, (self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index)
+                     + cross_rope, local_mask, deterministic=deterministic, encoder_pass=encoder_pass,
                      cache_mode=cache_mode, max_length=max_length)
     if cfg.norm_position != "post":
       x = make_norm(cfg.norm_type, cfg.activation_dtype, "final_norm")(x)
@@ -210,6 +220,35 @@ class Stack(nn.Module):
       cross_bias = masks_lib.mask_to_bias(
           masks_lib.make_cross_attention_mask(segment_ids, encoder_segment_ids))
     return self_mask, positions, cross_bias
+
+  def _cross_rope_positions(self, q_positions, segment_ids, encoder_segment_ids,
+                            encoder_positions, encoder_pass, cache_mode):
+    """Cross-attention RoPE positions (``config.cross_attention_rope``).
+
+    Returns:
+      () without cross-attention RoPE, else (int32[B or 1, L] query positions, int32[B or
+      1, S] key positions or None at a decode step). "continue" adds to each decoder token
+      the length of the encoder segment it attends to; a prefill keeps each row's offset
+      (its encoder's non-padding length: one example per row) in the cache for the steps.
+    """
+    mode = self.config.cross_attention_rope
+    if mode is None or not self.has_cross_attention or encoder_pass:
+      return ()
+    if cache_mode == "step":
+      if mode == "continue":
+        q_positions = q_positions + self.variable("cache", "rope_offset").value[:, None]
+      return (q_positions, None)
+    s = encoder_segment_ids.shape[1]
+    kv_positions = (jnp.arange(s, dtype=jnp.int32)[None] if encoder_positions is None
+                    else jnp.asarray(encoder_positions, jnp.int32))
+    if mode == "continue":
+      same = (segment_ids[:, :, None] == encoder_segment_ids[:, None, :]) & (
+          encoder_segment_ids[:, None, :] != 0)
+      q_positions = q_positions + same.sum(-1, dtype=jnp.int32)  # [B, L]
+      if cache_mode == "prefill":
+        self.variable("cache", "rope_offset", jnp.zeros, segment_ids.shape[:1], jnp.int32).value = (
+            (encoder_segment_ids != 0).sum(-1, dtype=jnp.int32))
+    return (q_positions, kv_positions)
 
   def _start_cache(self, segment_ids, positions, encoder_segment_ids, max_length):
     """Prefill: the stack's cache bookkeeping for a prefix of length L.
@@ -449,15 +488,17 @@ class Transformer(nn.Module):
     """The decoder stack's output dtype[B, Lt, D] (``decode``'s arguments)."""
     cfg = self.config
     tokens, seg, pos, dca = self._decoder_features(batch)
-    enc_seg = None
+    enc_seg = enc_pos = None
     if cfg.is_encoder_decoder:
       if encoded is None:
         raise ValueError("encoder-decoder decode needs the encoder output")
       enc_seg = _batch_array(batch, "encoder_segment_ids", required=False)
       if enc_seg is None:
         enc_seg = (_batch_array(batch, "encoder_input_tokens") != 0).astype(jnp.int32)
+      enc_pos = _batch_array(batch, "encoder_positions", required=False)
     y = self.decoder(self.token_embedder(tokens), segment_ids=seg, positions=pos,
                      decoder_causal_attention=dca, encoded=encoded, encoder_segment_ids=enc_seg,
+                     encoder_positions=enc_pos,
                      deterministic=not enable_dropout, mode=mode, max_length=max_length)
     return y
 

@@ -65,9 +65,12 @@ def check_cached_equals_full(cfg, lt=6, prefix=1, ragged=False):
     (tiny(mask_type="prefix_lm", position_encoding="rope", num_kv_heads=1,
           attn_logit_softcapping=2.0, final_logit_softcapping=3.0, sliding_window=2,
           layer_pattern="L"), 3),
+    # RedLLM: RoPE in cross-attention with the decoder's positions after the encoder's
+    # (the prefill keeps each row's offset; the cache holds the rotated encoder keys).
+    (tiny(position_encoding="rope", cross_attention_rope="continue"), 2),
 ], ids=["enc_dec-relative", "prefix_lm-rope", "causal-relative", "causal-alibi",
         "prefix_lm-relative", "causal-learned", "enc_dec-gqa-scale-softcaps-sandwich-window",
-        "prefix_lm-rope-mqa-softcaps-window"])
+        "prefix_lm-rope-mqa-softcaps-window", "enc_dec-rope-cross-continue"])
 def test_cached_decoding_equals_full_forward(cfg, prefix):
   check_cached_equals_full(cfg, prefix=prefix)
 

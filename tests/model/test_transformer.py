@@ -316,6 +316,8 @@ def test_dropout():
     (dict(norm_type="batchnorm"), "unknown norm_type"),
     (dict(norm_position="middle"), "unknown norm_position"),
     (dict(sliding_window=4), "go together"),
+    (dict(cross_attention_rope="continue"), "needs position_encoding='rope'"),
+    (dict(position_encoding="rope", cross_attention_rope="after"), "unknown cross_attention_rope"),
     (dict(layer_pattern="LG"), "go together"),
     (dict(sliding_window=4, layer_pattern="LX"), "string of L"),
     (dict(sliding_window=0, layer_pattern="L"), "sliding_window must be a positive int"),

@@ -87,15 +87,17 @@ def _rope(x, pos, base=10_000.0):
                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
 
-def _attention(cfg, p, xq, xkv, bias, rope_pos=None):
-  """One example: xq [L, D], xkv [S, D], bias [N, L, S] (mask included)."""
+def _attention(cfg, p, xq, xkv, bias, rope_pos=None, kv_rope_pos=None):
+  """One example: xq [L, D], xkv [S, D], bias [N, L, S] (mask included); RoPE at rope_pos
+  (queries) and kv_rope_pos (keys; default rope_pos)."""
   q = np.einsum("ld,dnh->lnh", xq, p["query"])
   if cfg.query_pre_attn_scalar is not None:
     q = q / math.sqrt(cfg.query_pre_attn_scalar)
   k = np.einsum("sd,dkh->skh", xkv, p["key"])  # K key/value heads
   v = np.einsum("sd,dkh->skh", xkv, p["value"])
   if rope_pos is not None:
-    q, k = _rope(q, rope_pos), _rope(k, rope_pos)
+    q = _rope(q, rope_pos)
+    k = _rope(k, rope_pos if kv_rope_pos is None else kv_rope_pos)
   group = [n * k.shape[1] // N for n in range(N)]  # the key/value head of each query head
   k, v = k[:, group], v[:, group]
   scores = np.einsum("lnh,snh->nls", q, k)
@@ -158,8 +160,13 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
             lambda h: _attention(cfg, lp["self_attention"], h, h, self_bias, rope_pos))
     if encoded is not None:
       cb = np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
+      cross_q = cross_k = None
+      if cfg.cross_attention_rope is not None:  # encoder keys at 0.., queries at 0.. or S_valid..
+        cross_k = np.arange(encoded.shape[0])
+        cross_q = pos + (cross_mask[0].sum() if cfg.cross_attention_rope == "continue" else 0)
       x = sub(x, lp, "pre_cross_attention_layer_norm",
-              lambda h: _attention(cfg, lp["encoder_decoder_attention"], h, encoded, cb))
+              lambda h: _attention(cfg, lp["encoder_decoder_attention"], h, encoded, cb,
+                                   cross_q, cross_k))
     x = sub(x, lp, "pre_mlp_layer_norm", lambda h: _mlp(lp["mlp"], h, cfg.mlp_activation))
   if pre:
     x = norm(x, p["final_norm"])
@@ -230,10 +237,14 @@ VARIANTS = {
                                          position_encoding="rope"),
     "sliding_local_prefix_lm": dict(mask_type="prefix_lm", num_encoder_layers=0,
                                     sliding_window=2, layer_pattern="L"),
+    # RedLLM: RoPE in cross-attention, decoder positions after the encoder's (row 1 has 4
+    # encoder tokens, row 0 seven: per-row offsets).
+    "cross_rope_continue_enc_dec": dict(position_encoding="rope", cross_attention_rope="continue"),
+    "cross_rope_restart_enc_dec": dict(position_encoding="rope", cross_attention_rope="restart"),
 }
 KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
          "final_logit_softcapping", "scale_embeddings", "norm_type", "norm_position",
-         "sliding_window")
+         "sliding_window", "cross_attention_rope")
 T5_DEFAULTS = {**ADDED_FIELDS, "norm_type": "rmsnorm", "norm_position": "pre"}
 
 
@@ -299,7 +310,8 @@ def test_logits_match_numpy_forward(name):
 @pytest.mark.parametrize("name", ["gqa_scale_softcaps_enc_dec", "mqa_rope_softcap_causal",
                                   "gemma_norm_scaled_embeddings_tied",
                                   "sandwich_gemma_norm_gqa_enc_dec",
-                                  "sliding_local_global_enc_dec", "sliding_local_prefix_lm"])
+                                  "sliding_local_global_enc_dec", "sliding_local_prefix_lm",
+                                  "cross_rope_continue_enc_dec", "cross_rope_restart_enc_dec"])
 def test_knob_variants_differ_from_t5(name):
   """Each knob of a knob variant changes the reference's logits (so the match above tests
   it): the same params with one knob back at T5's default. For GQA, which head reads
