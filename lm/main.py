@@ -107,8 +107,10 @@ def main(argv) -> int:
   _initialize_distributed()
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
+  try:  # the kind of run, chosen once: fine-tuning's parts when config.finetune.tasks is set
+    parts = finetune.parts(_CONFIG.value) if finetune.enabled(_CONFIG.value) else None
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, parts)
   except train.Preempted as e:
     code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
     print(f"{e} (exit {code})", file=sys.stderr)

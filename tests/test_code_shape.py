@@ -296,3 +296,15 @@ def test_named_commands_are_console_scripts():
   assert "lm-train" in named
   missing = {name: where for name, where in named.items() if name not in SCRIPTS}
   assert not missing, f"commands not in pyproject.toml's [project.scripts]: {missing}"
+
+
+# -- the trainer names no kind of run ---------------------------------------------------------
+
+def test_the_trainer_imports_nothing_from_downstream():
+  """Fine-tuning and its task evaluation are parts chosen where the config is read
+  (lm.parts.Parts, lm.downstream.finetune.parts, lm.main), not branches of lm/train.py;
+  lm/parts.py, the parts' interface, is below both."""
+  for name in ("lm/train.py", "lm/parts.py"):
+    found = sorted(m for m in _imported_modules(REPO / name)
+                   if m == "lm.downstream" or m.startswith("lm.downstream."))
+    assert not found, f"{name} imports {found}: pass the part in (lm.parts.Parts) instead"
