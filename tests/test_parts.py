@@ -123,3 +123,22 @@ def test_pretraining_parts_and_finetuning_parts_differ_only_where_they_must():
   ft = finetune.parts(finetune_config.get_config("task=test_copy,runlocal"))
   assert ft.evaluators[0] is parts.heldout_loss and len(ft.evaluators) == 2
   assert ft.merge_states is finetune_data.FinetuneData.merge_states
+
+
+def test_validate_returns_every_typed_setting_the_run_is_built_from():
+  """lm.validate.validate builds each typed part once; they are the builders' own."""
+  from configs import t5
+  from lm import config as config_lib
+  from lm import validate
+  config = t5.get_config("runlocal")
+  got = validate.validate(config, num_devices=1)
+  assert got == config_lib.RunSettings(
+      model=config_lib.model_config(config), data=config_lib.data_spec(config),
+      optim=config_lib.optim_config(config), schedule=config_lib.schedule_config(config),
+      loop=config_lib.loop_config(config), checkpoint=config_lib.checkpoint_config(config),
+      mesh_shape=(-1, 1, 1), rules=partitioning.rules_from_config(config.logical_axis_rules),
+      train_step_kwargs=config_lib.train_step_kwargs(config),
+      eval_step_kwargs=config_lib.eval_step_kwargs(config))
+  config.data.num_epochs = 0  # DataSpec's own check, reported as a config problem
+  with pytest.raises(ValueError, match="invalid config:\n  - config.data: DataSpec.num_epochs"):
+    validate.validate(config)

@@ -7,13 +7,11 @@
                       step=...)              # {"eval/<task>/<metric>": v, ..., SCORE_KEY: v}
 
 `parts` holds `make_data` and, besides the held-out loss, a `TaskEvaluation` that calls
-`evaluate` every finetune.eval_every steps and at the last step. `evaluate` decodes every evaluation task's split with lm.downstream.evaluation, writes
-`<workdir>/eval/tasks_step_<N>.json` (+ predictions, as `python -m lm.evaluate --task`),
-updates `<workdir>/eval/tasks_best.json` (each task at its own best step so far, as T5
-reported a mixture's tasks: evaluation.select_best), and returns flat metrics for
-metrics.jsonl / wandb and for `ckpt.keep_best`, whose `best_metric` is SCORE_KEY by
-default: the mean over tasks of each task's mean metric (T5's averaging,
-docs/finetuning.md). See docs/finetuning.md.
+`evaluate` every finetune.eval_every steps and at the last step. `evaluate` decodes each
+evaluation task's split (lm.downstream.evaluation), writes `<workdir>/eval/tasks_step_<N>.json`
+and updates `tasks_best.json`, and returns flat metrics for metrics.jsonl / wandb and for
+`ckpt.keep_best`, whose `best_metric` is SCORE_KEY by default: the mean over tasks of each
+task's mean metric (T5's averaging). See docs/finetuning.md.
 """
 from __future__ import annotations
 
