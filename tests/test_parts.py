@@ -142,3 +142,16 @@ def test_validate_returns_every_typed_setting_the_run_is_built_from():
   config.data.num_epochs = 0  # DataSpec's own check, reported as a config problem
   with pytest.raises(ValueError, match="invalid config:\n  - config.data: DataSpec.num_epochs"):
     validate.validate(config)
+
+
+def test_the_command_chooses_finetuning_parts_by_the_config():
+  import downstream_fixtures as fx
+  from configs import finetune as finetune_config
+  from configs import t5
+  from lm import main
+  from lm.downstream import finetune
+  fx.register_tasks()
+  assert main.training_parts(t5.get_config("runlocal")) is None  # lm.train: PRETRAINING
+  chosen = main.training_parts(finetune_config.get_config("task=test_copy,runlocal"))
+  assert [type(e).__name__ for e in chosen.evaluators] == ["function", "partial"]
+  assert chosen.evaluators[1].func is finetune.task_evaluation
