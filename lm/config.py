@@ -405,3 +405,33 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str]
       raise ValueError(f"config override {item!r}: {field!r} is a section, not a field.")
     node[leaf] = _parse_override_value(field, value, current)
   return config
+
+
+# --- a run's typed settings, built once ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+  """Every typed part of a run's config, built once (by `lm.validate.validate`, which
+  checks the config first) and passed down: lm.train builds the run from it alone.
+
+  Attributes:
+    model: the TransformerConfig (`model_config`).
+    data: the DataSpec (`data_spec`).
+    optim, schedule: lm.optim.OptimConfig and ScheduleConfig.
+    loop: LoopConfig; checkpoint: CheckpointConfig.
+    mesh_shape: config.mesh.shape as ints (one may be -1: the remaining devices).
+    rules: the logical-axis rules, ((logical name, mesh axes), ...).
+    train_step_kwargs, eval_step_kwargs: keyword arguments of lm.steps.train_step and
+      eval_step (`train_step_kwargs`, `eval_step_kwargs`).
+  """
+  model: TransformerConfig
+  data: pipeline.DataSpec
+  optim: optim.OptimConfig
+  schedule: optim.ScheduleConfig
+  loop: LoopConfig
+  checkpoint: CheckpointConfig
+  mesh_shape: tuple[int, ...]
+  rules: tuple
+  train_step_kwargs: Mapping[str, Any]
+  eval_step_kwargs: Mapping[str, Any]

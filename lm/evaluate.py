@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm import metrics as metrics_lib
-from lm import partitioning, restore, steps
+from lm import partitioning, parts, restore, steps
 from lm import score as score_lib
 from lm import cli
 from lm import config as config_lib
@@ -257,16 +257,14 @@ def evaluate_objective(r: restore.Restored, spec: pipeline_lib.DataSpec, *,
   """
   data = pipeline_lib.DataPipeline(spec, process_index=jax.process_index(),
                                    process_count=jax.process_count(), tokenizer=r.tokenizer)
-  loss = r.config.loss if r.config is not None and "loss" in r.config else None
-  eval_fn = jax.jit(functools.partial(
-      steps.eval_step, model=r.model, z_loss=float(loss.z_loss) if loss else 0.0,
-      label_smoothing=float(loss.label_smoothing) if loss else 0.0))
-  acc = None
+  # The training run's eval step: its loss settings (lm.config.eval_step_kwargs).
+  kwargs = (config_lib.eval_step_kwargs(r.config)
+            if r.config is not None and "loss" in r.config else {})
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=r.model, **kwargs))
   with partitioning.axis_rules(r.mesh, r.rules):
-    for batch in _progress(data.eval_iterator(num_batches=num_batches), num_batches,
-                           spec.objective, progress):
-      m = eval_fn(r.params, partitioning.make_global_batch(batch, r.mesh))
-      acc = metrics_lib.merge(acc, jax.device_get(m))
+    batches = _progress(data.eval_iterator(num_batches=num_batches), num_batches,
+                        spec.objective, progress)
+    acc = parts.heldout_totals(eval_fn, r.params, batches, r.mesh)  # the trainer's loop
   if acc is None:
     raise ValueError("the held-out split gave no batches.")
   values = metrics_lib.compute(acc)

@@ -70,6 +70,14 @@ EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
 
 
+def training_parts(config):
+  """The kind of run `config` is, chosen once: fine-tuning's parts (the tasks' data and
+  evaluation, lm.downstream.finetune.parts) when config.finetune.tasks is set, else None
+  (lm.train's default, pre-training's lm.parts.PRETRAINING)."""
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top  (imports jax)
+  return finetune.parts(config) if finetune.enabled(config) else None
+
+
 def main(argv) -> int:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -89,7 +97,7 @@ def main(argv) -> int:
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
   try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, training_parts(_CONFIG.value))
   except train.Preempted as e:
     code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
     print(f"{e} (exit {code})", file=sys.stderr)

@@ -209,6 +209,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   """
   from lm import train  # pylint: disable=g-import-not-at-top
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   start = time.time()
   output = pathlib.Path(output)
   workdir = output / "finetune"
@@ -221,7 +222,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
                      f"{output} (or pass another --output) and run again.")
   log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
       f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
-  train.train_and_evaluate(config, str(workdir))
+  train.train_and_evaluate(config, str(workdir), finetune.parts(config))
   path = evaluation.results_path(str(workdir), steps)
   if not pathlib.Path(path).is_file():
     raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "

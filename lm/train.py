@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -48,6 +48,7 @@ from jax.experimental import multihost_utils
 
 from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
 from lm import config as config_lib
+from lm import parts as parts_lib
 from lm import validate as validate_lib
 from lm import workdir as workdir_lib
 from lm.checkpoint import hf_t5
@@ -55,7 +56,6 @@ from lm.data import features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
-from lm.downstream import finetune
 from lm.model import accounting
 from lm.model.transformer import Transformer, TransformerConfig
 
@@ -167,8 +167,9 @@ class RunBuild:
   """Everything a run compiles, built from a config without allocating anything of size.
 
   Attributes:
-    model_config, model: the Transformer and its frozen config.
-    data_spec: the data pipeline's frozen spec (its architecture is the model's layout).
+    settings: the run's typed settings (lm.config.RunSettings, from lm.validate.validate);
+      `model_config` and `data_spec` are its model and data parts.
+    model: the Transformer of settings.model.
     schedule, tx: the learning-rate schedule and the optax optimizer.
     mesh, rules: the device mesh and the logical-axis rules.
     rng: the run's root PRNG key (config.train.seed).
@@ -183,9 +184,8 @@ class RunBuild:
   Trace (call or lower) the steps inside `with build.axis_rules():` so that the model's
   activation sharding constraints see the mesh and the rules.
   """
-  model_config: TransformerConfig
+  settings: config_lib.RunSettings
   model: Transformer
-  data_spec: pipeline_lib.DataSpec
   schedule: Any
   tx: Any
   mesh: Any
@@ -198,6 +198,17 @@ class RunBuild:
   batch_shardings: Mapping[str, Any]
   train_step: Any
   eval_step: Any
+
+  @property
+  def model_config(self) -> TransformerConfig:
+    """The model's frozen config (settings.model)."""
+    return self.settings.model
+
+  @property
+  def data_spec(self) -> pipeline_lib.DataSpec:
+    """The data pipeline's frozen spec (settings.data; its architecture is the model's
+    layout)."""
+    return self.settings.data
 
   def axis_rules(self):
     """Context for tracing the steps: the mesh and the logical-axis rules."""
@@ -263,21 +274,20 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     num_devices = len(devices)
   else:
     num_devices = mesh.size
-  validate_lib.validate(config, num_devices=num_devices)
-  model_config = config_lib.model_config(config)
+  settings = validate_lib.validate(config, num_devices=num_devices)  # the typed parts, once
+  spec = settings.data
   # One example per row (data.pack=False) lets cuDNN express padding by sequence lengths.
-  model = Transformer(model_config, packed_rows=bool(config.data.pack))
-  spec = config_lib.data_spec(config)
-  schedule = optim.make_schedule(config_lib.schedule_config(config))
-  tx = optim.make_optimizer(config_lib.optim_config(config), schedule)
+  model = Transformer(settings.model, packed_rows=bool(spec.pack))
+  schedule = optim.make_schedule(settings.schedule)
+  tx = optim.make_optimizer(settings.optim, schedule)
   if mesh is None:
-    mesh = partitioning.make_mesh(config.mesh.shape, devices=devices)
-  elif tuple(mesh.shape.values()) != partitioning.parse_mesh_shape(config.mesh.shape,
+    mesh = partitioning.make_mesh(settings.mesh_shape, devices=devices)
+  elif tuple(mesh.shape.values()) != partitioning.parse_mesh_shape(settings.mesh_shape,
                                                                    num_devices):
     raise ValueError(f"mesh {dict(mesh.shape)} does not match config.mesh.shape "
-                     f"{tuple(config.mesh.shape)}.")
-  rules = partitioning.rules_from_config(config.logical_axis_rules)
-  rng = jax.random.key(config_lib.loop_config(config).seed)
+                     f"{settings.mesh_shape}.")
+  rules = settings.rules
+  rng = jax.random.key(settings.loop.seed)
   shapes = batch_shapes(spec.architecture, spec.inputs_length, spec.targets_length,
                         spec.batch_size)
   abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
@@ -286,13 +296,12 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
   batch_sh = partitioning.batch_shardings(shapes, mesh)
   train_fn = jax.jit(
       functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
-                        **config_lib.train_step_kwargs(config)),
+                        **settings.train_step_kwargs),
       in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(steps.eval_step, model=model,
-                                      **config_lib.eval_step_kwargs(config)),
+                                      **settings.eval_step_kwargs),
                     in_shardings=(state_sh.params, batch_sh))
-  return RunBuild(model_config=model_config, model=model, data_spec=spec, schedule=schedule,
-                  tx=tx, mesh=mesh,
+  return RunBuild(settings=settings, model=model, schedule=schedule, tx=tx, mesh=mesh,
                   rules=rules, rng=rng, abstract_state=abstract, boxed_params=boxed,
                   state_shardings=state_sh, batch_shapes=shapes, batch_shardings=batch_sh,
                   train_step=train_fn, eval_step=eval_fn)
@@ -332,8 +341,8 @@ def _gather_data_states(state: Mapping[str, Any], merge=shards_lib.merge_states
   """Every process's data-shard positions merged into one JSON dict (all shards).
 
   The pipeline's virtual shards make the merged position restorable under any process
-  count that divides data.num_shards (lm/data/pipeline.py). `merge`: the data source's
-  merge_states (the fine-tuning data's has its own state kind).
+  count that divides data.num_shards (lm/data/pipeline.py). `merge`: the data's
+  merge_states (lm.parts.Parts.merge_states: each kind of data has its state kind).
   """
   if jax.process_count() == 1:
     return merge([state])
@@ -391,38 +400,32 @@ def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfi
   tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
 
 
-def evaluate(eval_fn, params, data: pipeline_lib.DataPipeline, mesh, num_batches: int | None
-             ) -> dict[str, float]:
-  """Loss / accuracy over the held-out split (same objective as training)."""
-  acc = None
-  for batch in data.eval_iterator(num_batches=num_batches):
-    m = eval_fn(params, partitioning.make_global_batch(batch, mesh))
-    acc = metrics_lib.merge(acc, jax.device_get(m))
-  if acc is None:
-    return {}
-  return {f"eval_{k}": v for k, v in metrics_lib.compute(acc).items()
-          if k in ("loss", "cross_entropy", "accuracy", "z_loss")}
-
-
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       parts: parts_lib.Parts | None = None) -> dict[str, float]:
   """Trains (or resumes) the run described by `config` in `workdir`.
 
-  The stages: `build_run` (model, optimizer, mesh, shardings, jitted steps), the data,
-  then under the workdir lock `restore_or_init` (the newest checkpoint, or a new state)
-  and `_train_loop` (steps; log lines from a `lm.metrics.LogWindow`, evals, checkpoints).
+  The stages: `build_run` (model, optimizer, mesh, shardings, jitted steps), the data and
+  the evaluators of `parts`, then under the workdir lock `restore_or_init` (the newest
+  checkpoint, or a new state) and `_train_loop` (steps; log lines from a
+  `lm.metrics.LogWindow`, evals, checkpoints).
+
+  Args:
+    config: a config from configs/*.py (after command-line overrides).
+    workdir: the run's directory (local or gs://).
+    parts: the kind of run, chosen by the caller (lm.parts.Parts); None: pre-training
+      (lm.parts.PRETRAINING). A fine-tuning config takes lm.downstream.finetune.parts(config)
+      (lm.main chooses by config.finetune.tasks).
 
   Returns:
     the last logged train metrics and eval metrics (floats), for tests and sweeps.
   """
+  parts = parts or parts_lib.PRETRAINING
   run = build_run(config)  # validates the config (every problem listed) first
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
-  if finetune.enabled(config):  # fine-tuning: a task / mixture's examples (configs/finetune.py)
-    data = finetune.make_data(config, jax.process_index(), jax.process_count())
-  else:
-    data = pipeline_lib.DataPipeline(run.data_spec, process_index=jax.process_index(),
-                                     process_count=jax.process_count())
+  data = parts.make_data(run, jax.process_index(), jax.process_count())
   _vocab_check(data, run.model_config)
+  evaluators = [make(run, data, workdir) for make in parts.evaluators]
   # Before the mesh context: the CPU measurement runs on one device.
   peak, _ = metrics_lib.peak_flops(hosts=jax.process_count())
   with run.axis_rules():  # the model's activation constraints need them
@@ -430,15 +433,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       lock = None
       if jax.process_index() == 0:  # before anything is written to the workdir
         lock = stack.enter_context(workdir_lib.WorkdirLock(workdir))
-      ckpt = _checkpoint_manager(config, workdir, run, data)  # before compiling
+      ckpt = _checkpoint_manager(workdir, run, data)  # before compiling
       start = restore_or_init(run, ckpt, config, workdir, data)
-      return _train_loop(config, workdir, lock, run, data, ckpt, start, peak)
+      return _train_loop(config, workdir, lock, run, data, parts, evaluators, ckpt, start,
+                         peak)
 
 
-def _checkpoint_manager(config: ml_collections.ConfigDict, workdir, run: RunBuild,
-                        data) -> checkpoint.CheckpointManager:
+def _checkpoint_manager(workdir, run: RunBuild, data) -> checkpoint.CheckpointManager:
   """The run's CheckpointManager (config.ckpt); checks the directory is writable."""
-  settings = config_lib.checkpoint_config(config)
+  settings = run.settings.checkpoint
   return checkpoint.CheckpointManager(
       workdir / "checkpoints", every_steps=settings.every_steps,
       keep=settings.keep, keep_best=settings.keep_best,
@@ -489,7 +492,7 @@ def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
       start = Start(state, int(state.step), iterator, window, last_saved=int(state.step))
     else:
       state = run.init_state()
-      init_from = config_lib.checkpoint_config(config).init_from
+      init_from = run.settings.checkpoint.init_from
       if init_from:
         params = init_params_from(init_from, run.model_config, run.abstract_state.params,
                                   run.state_shardings.params)
@@ -507,28 +510,16 @@ def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
   return start
 
 
-def _static_metrics(d) -> dict[str, float]:
-  """The data settings written beside the loss in every log line (NaN: not set)."""
-  params = getattr(d, "objective_params", {})  # none when fine-tuning (FinetuneSpec)
-  return {"noise_density": params.get("noise_density", float("nan")),
-          "mean_noise_span_length": params.get("mean_noise_span_length", float("nan")),
-          "inputs_length": d.inputs_length, "targets_length": d.targets_length}
-
-
-def _evaluate_due(config: ml_collections.ConfigDict, loop, run: RunBuild, data, params,
-                  step: int, num_steps: int, workdir, writer) -> dict[str, float]:
-  """The evaluations due at `step`, written: held-out loss every train.eval_every steps,
-  the fine-tuning tasks every finetune.eval_every steps, both at the last step ({}: none)."""
+def _evaluate_due(evaluators: Sequence[parts_lib.Evaluator], params, step: int,
+                  writer) -> dict[str, float]:
+  """The evaluations due at `step`, in order, each one's metrics written; all of them
+  ({}: none due)."""
   out = {}
-  if loop.eval_every and (step % loop.eval_every == 0 or step == num_steps):
-    out = evaluate(run.eval_step, params, data, run.mesh, loop.eval_steps or None)
-    writer.write(step, out, prefix_console="eval")
-  task_every = int(config.finetune.eval_every) if finetune.enabled(config) else 0
-  if task_every and (step % task_every == 0 or step == num_steps):
-    task_metrics = finetune.evaluate(config, run.model, params, data.tokenizer,
-                                     mesh=run.mesh, workdir=workdir, step=step)
-    writer.write(step, task_metrics, prefix_console="eval")
-    out = {**out, **task_metrics}
+  for evaluator in evaluators:
+    if evaluator.due(step):
+      values = evaluator.run(params, step)
+      writer.write(step, values, prefix_console="eval")
+      out.update(values)
   return out
 
 
@@ -549,7 +540,8 @@ def _warn_if_starved(values: dict[str, float], log_every: int) -> bool:
   return True
 
 
-def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
+def _train_loop(config, workdir, lock, run: RunBuild, data, parts: parts_lib.Parts,
+                evaluators: Sequence[parts_lib.Evaluator], ckpt, start: Start,
                 peak: float) -> dict[str, float]:
   """Steps from `start` to train.num_steps (under the workdir lock and the axis rules).
 
@@ -559,7 +551,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
   the data position and the partial window) when due, at the last step or on SIGTERM.
   """
   d = data.spec
-  loop = config_lib.loop_config(config)
+  loop = run.settings.loop
   state, iterator, window, last_saved = start.state, start.iterator, start.window, start.last_saved
   step = start.step
   num_steps = int(loop.num_steps)
@@ -570,7 +562,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
                                                d.targets_length)
   writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=step,
                                 progress_bar=sys.stderr.isatty())  # no bar in log files
-  static = _static_metrics(d)
+  static = parts.logged_settings(d)
   last: dict[str, float] = {}
   pending = []
   t_last = time.perf_counter()
@@ -607,12 +599,11 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, ckpt, start: Start,
             lock.refresh()
           last = dict(values)
           window, t_last = metrics_lib.LogWindow(), now
-        eval_metrics = _evaluate_due(config, loop, run, data, state.params, step, num_steps,
-                                     workdir, writer)
+        eval_metrics = _evaluate_due(evaluators, state.params, step, writer)
         last.update(eval_metrics)
         if save_now:
-          merge = getattr(data, "merge_states", shards_lib.merge_states)
-          if ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state(), merge),
+          if ckpt.save(step, state, data_state=_gather_data_states(iterator.get_state(),
+                                                                   parts.merge_states),
                        metrics=eval_metrics or None, force=force,
                        extra={"log_window": window.to_json()}):
             last_saved = step

@@ -16,6 +16,7 @@ import ml_collections
 import numpy as np
 
 from lm import architecture as architecture_lib
+from lm import config as config_lib
 from lm import losses, optim, partitioning
 from lm.config import checkpoint_config, loop_config, model_config, optim_config, schedule_config
 from lm.data import features, objectives
@@ -84,13 +85,17 @@ def _param_divisibility_errors(config: ml_collections.ConfigDict, model: Transfo
   return errors
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
-  """Checks a config before anything is built or compiled.
+def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
+             ) -> config_lib.RunSettings:
+  """Checks a config before anything is built or compiled; returns its typed settings.
 
   Args:
     config: a config from configs/*.py (after command-line overrides).
     num_devices: if given (jax.device_count()), also check that the mesh fits and that
       the batch splits over the batch shards.
+
+  Returns:
+    the run's RunSettings, each part built here once (lm.train builds the run from them).
 
   Raises:
     ValueError: listing every problem found, each saying which field to change.
@@ -169,7 +174,8 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
 
   # optimizer, schedule, loss
   try:
-    optim.make_optimizer(optim_config(config), optim.make_schedule(schedule_config(config)))
+    opt, sched = optim_config(config), schedule_config(config)
+    optim.make_optimizer(opt, optim.make_schedule(sched))
   except ValueError as e:
     errors.append(f"config.optim/schedule: {e}")
   k = config.optim.grad_accum_steps
@@ -226,9 +232,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
                       "it (a multiple of the process count).")
 
   # loop, checkpoints, wandb
+  built = {}
   for build in (loop_config, checkpoint_config):
     try:
-      build(config)
+      built[build] = build(config)
     except ValueError as e:
       errors.append(str(e))
   t = config.train
@@ -247,5 +254,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None) 
     errors.append(f"unknown config.wandb.mode {config.wandb.mode!r}; expected one of "
                   f"{WANDB_MODES}.")
 
+  if not errors:  # DataSpec's own checks (num_epochs, ...) once the fields above pass
+    try:
+      spec = config_lib.data_spec(config)
+    except ValueError as e:
+      errors.append(f"config.data: {e}")
   if errors:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
+  return config_lib.RunSettings(
+      model=model, data=spec, optim=opt, schedule=sched,
+      loop=built[loop_config], checkpoint=built[checkpoint_config],
+      mesh_shape=partitioning.mesh_shape_tuple(config.mesh.shape), rules=rules,
+      train_step_kwargs=config_lib.train_step_kwargs(config),
+      eval_step_kwargs=config_lib.eval_step_kwargs(config))

@@ -465,3 +465,14 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
   assert _import_cycles(files, "launch") == [["launch.a", "launch.b", "launch.c"]]
   (tmp_path / "c.py").write_text("")
   assert _import_cycles(files, "launch") == []
+
+# -- the trainer names no kind of run ---------------------------------------------------------
+
+def test_the_trainer_imports_nothing_from_downstream():
+  """Fine-tuning and its task evaluation are parts chosen where the config is read
+  (lm.parts.Parts, lm.downstream.finetune.parts, lm.main), not branches of lm/train.py;
+  lm/parts.py, the parts' interface, is below both."""
+  for name in ("lm/train.py", "lm/parts.py"):
+    found = sorted(m for m in _imported_modules(REPO / name)
+                   if m == "lm.downstream" or m.startswith("lm.downstream."))
+    assert not found, f"{name} imports {found}: pass the part in (lm.parts.Parts) instead"

@@ -36,6 +36,13 @@ def _config(steps=8, eval_every=4, arch="encoder_decoder", task="task=test_copy"
   return c
 
 
+def _train(config, workdir):
+  """The trainer with fine-tuning's parts, as lm.main runs a fine-tuning config."""
+  from lm import train
+  from lm.downstream import finetune
+  return train.train_and_evaluate(config, workdir, finetune.parts(config))
+
+
 def _metrics(workdir):
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     return [json.loads(line) for line in f]
@@ -84,15 +91,14 @@ def test_config_bad_input(arg, message):
 
 
 def test_missing_split_fails_before_training(tmp_path):
-  from lm import train
   with pytest.raises(ValueError, match="task 'test_copy' has no split 'dev'"):
-    train.train_and_evaluate(_config(**{"finetune.split": "dev"}), str(tmp_path / "run"))
+    _train(_config(**{"finetune.split": "dev"}), str(tmp_path / "run"))
 
 
 def test_task_metrics_and_score_are_logged_to_wandb(tmp_path, monkeypatch):
   """The task evaluation's values reach wandb (a recording stand-in for WandbWriter), at
   the evaluation step, with the fine-tuning project and the task as a tag."""
-  from lm import train, writers
+  from lm import writers
   from lm.downstream import finetune
   runs = []
 
@@ -110,7 +116,7 @@ def test_task_metrics_and_score_are_logged_to_wandb(tmp_path, monkeypatch):
 
   monkeypatch.setattr(writers, "WandbWriter", RecordingWandb)
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(_config(steps=4, eval_every=4, **{"wandb.mode": "offline"}), workdir)
+  _train(_config(steps=4, eval_every=4, **{"wandb.mode": "offline"}), workdir)
   (run,) = runs
   assert run.kwargs["project"] == "lm-finetune" and "test_copy" in run.kwargs["tags"]
   evals = [(step, m) for step, m in run.logged if finetune.SCORE_KEY in m]
@@ -128,7 +134,6 @@ sys.path[:0] = [{tests!r}, {repo!r}]
 import downstream_fixtures as fx
 fx.tokenizer_path = lambda: {tokenizer!r}  # the parent's tokenizer file (same checkpoint signature)
 import test_finetune
-from lm import train
 from lm.downstream import finetune
 real = finetune.evaluate
 
@@ -140,7 +145,7 @@ def evaluate(*args, step=0, **kwargs):
   return out
 
 finetune.evaluate = evaluate
-train.train_and_evaluate(test_finetune._config(steps=8, eval_every=2), {workdir!r})
+test_finetune._train(test_finetune._config(steps=8, eval_every=2), {workdir!r})
 """
 
 
@@ -150,11 +155,10 @@ def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
   started again ends exactly like an uninterrupted run: metrics (train windows and task
   evaluations), predictions, per-task best results and parameters. (It replaced a fast
   test that stopped cleanly at step 4 and resumed: the same three runs, a weaker stop.)"""
-  from lm import train
   tests = pathlib.Path(__file__).resolve().parent
   whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
   marker = str(tmp_path / "at_step_6")
-  train.train_and_evaluate(_config(steps=8, eval_every=2), whole)
+  _train(_config(steps=8, eval_every=2), whole)
   driver = tmp_path / "driver.py"
   driver.write_text(textwrap.dedent(_KILL_DRIVER.format(
       tests=str(tests), repo=str(tests.parent), tokenizer=fx.tokenizer_path(), marker=marker,
@@ -173,7 +177,7 @@ def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
   assert checkpoint.checkpoint_steps(os.path.join(killed, "checkpoints")) == [2, 4]
   assert os.path.exists(os.path.join(killed, "eval", "tasks_step_6.json"))  # left by the killed run
 
-  train.train_and_evaluate(_config(steps=8, eval_every=2), killed)
+  _train(_config(steps=8, eval_every=2), killed)
   assert _comparable(killed) == _comparable(whole)
   for step in (2, 4, 6, 8):
     name = f"eval/tasks_step_{step}.test_copy.validation.jsonl"
@@ -197,7 +201,7 @@ def test_sigkill_during_finetuning_then_resume_is_exact(tmp_path):
 
 def test_best_checkpoint_is_the_best_scored_step(tmp_path, monkeypatch):
   """Scripted task scores per eval step; keep=1 + keep_best=1 keep the best and the latest."""
-  from lm import checkpoint, train
+  from lm import checkpoint
   from lm.downstream import finetune
   scores = {2: 10.0, 4: 50.0, 6: 20.0, 8: 30.0}
   seen = []
@@ -208,7 +212,7 @@ def test_best_checkpoint_is_the_best_scored_step(tmp_path, monkeypatch):
     return {"eval/test_copy/exact_match": scores[step], finetune.SCORE_KEY: scores[step]}
   monkeypatch.setattr(finetune, "evaluate", fake_evaluate)
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(_config(steps=8, eval_every=2, **{"ckpt.keep": 1}), workdir)
+  _train(_config(steps=8, eval_every=2, **{"ckpt.keep": 1}), workdir)
   assert seen == [2, 4, 6, 8]
   assert checkpoint.checkpoint_steps(os.path.join(workdir, "checkpoints")) == [4, 8]
   logged = {m["step"]: m[finetune.SCORE_KEY] for m in _metrics(workdir)
@@ -223,11 +227,10 @@ import downstream_fixtures as fx
 fx.tokenizer_path = lambda: {tokenizer!r}  # the parent's tokenizer file
 import jax
 import test_finetune
-from lm import train
 config = test_finetune._config(steps=400, eval_every=100, arch={arch!r}, **{{
     "schedule.base_lr": 1e-2, "train.log_every": 50, "finetune.max_eval_examples": 0,
     "ckpt.keep": 1}})
-out = train.train_and_evaluate(config, {workdir!r})
+out = test_finetune._train(config, {workdir!r})
 print(json.dumps({{**out, "devices": jax.device_count()}}))
 """
 

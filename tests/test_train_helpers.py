@@ -1,6 +1,5 @@
 """lm.train's pure helpers (the rest of lm.train is tested by running it: tests/test_train.py)."""
 import logging
-import math
 
 import numpy as np
 import pytest
@@ -27,21 +26,6 @@ def test_batch_shapes_and_dummy_batch_are_the_training_features(arch, lengths):
       assert shapes[k].shape == zeros[k].shape == want, k
       assert shapes[k].dtype == zeros[k].dtype == dtype, k
       assert not zeros[k].any(), k
-
-
-def test_static_metrics_read_the_objective_and_the_lengths():
-  class Data:  # a DataSpec's fields that are read
-    objective_params = {"noise_density": 0.15, "mean_noise_span_length": 3.0}
-    inputs_length, targets_length = 512, 114
-  assert train._static_metrics(Data()) == {  # pylint: disable=protected-access
-      "noise_density": 0.15, "mean_noise_span_length": 3.0, "inputs_length": 512,
-      "targets_length": 114}
-
-  class Finetune:  # FinetuneSpec: no objective params
-    inputs_length, targets_length = 64, 8
-  got = train._static_metrics(Finetune())  # pylint: disable=protected-access
-  assert math.isnan(got["noise_density"]) and math.isnan(got["mean_noise_span_length"])
-  assert (got["inputs_length"], got["targets_length"]) == (64, 8)
 
 
 def test_starved_warning_only_above_the_threshold(caplog):

@@ -82,8 +82,9 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/decoding.py": ["tests/test_decoding_search.py"],
     "lm/score.py": ["tests/test_score.py"],
     "lm/plan.py": ["tests/test_plan.py"],
-    "lm/train.py": ["tests/test_train_helpers.py",
+    "lm/train.py": ["tests/test_train_helpers.py", "tests/test_parts.py",
                     "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
+    "lm/parts.py": ["tests/test_parts.py"],
     "lm/downstream/metrics.py": ["tests/downstream/test_downstream_metrics.py"],
     "lm/downstream/task.py": ["tests/downstream/test_t5_tasks.py", "tests/downstream/test_mini.py"],
     "lm/downstream/t5_tasks.py": ["tests/downstream/test_t5_tasks.py"],
@@ -103,7 +104,7 @@ MODULE_TESTS: dict[str, list[str]] = {
 # is I/O and orchestration that the fast tests do not reach; --functions or --lines override).
 MODULE_FUNCTIONS: dict[str, list[str]] = {
     "lm/train.py": ["Preempted", "NonFiniteError", "_check_finite", "batch_shapes",
-                    "dummy_batch", "_static_metrics", "_warn_if_starved"],
+                    "dummy_batch", "_evaluate_due", "_warn_if_starved"],
 }
 
 

@@ -1,22 +1,21 @@
-"""Fine-tuning glue for the trainer: config.finetune -> data source and periodic task evaluation.
+"""Fine-tuning as the trainer's parts: config.finetune -> the tasks' data and task evaluation.
 
-lm/train.py calls three functions when `config.finetune.tasks` is set (configs/finetune.py):
-
-    enabled(config)                          # True: a fine-tuning run
+    if enabled(config):                      # config.finetune.tasks set (configs/finetune.py)
+      lm.train.train_and_evaluate(config, workdir, parts(config))   # as lm.main does
     data = make_data(config, process_index, process_count)      # FinetuneData
     values = evaluate(config, model, params, tokenizer, mesh=..., rules=..., workdir=...,
                       step=...)              # {"eval/<task>/<metric>": v, ..., SCORE_KEY: v}
 
-`evaluate` decodes every evaluation task's split with lm.downstream.evaluation, writes
-`<workdir>/eval/tasks_step_<N>.json` (+ predictions, as `python -m lm.evaluate --task`),
-updates `<workdir>/eval/tasks_best.json` (each task at its own best step so far, as T5
-reported a mixture's tasks: evaluation.select_best), and returns flat metrics for
-metrics.jsonl / wandb and for `ckpt.keep_best`, whose `best_metric` is SCORE_KEY by
-default: the mean over tasks of each task's mean metric (T5's averaging,
-docs/finetuning.md). See docs/finetuning.md.
+`parts` holds `make_data` and, besides the held-out loss, a `TaskEvaluation` that calls
+`evaluate` every finetune.eval_every steps and at the last step. `evaluate` decodes each
+evaluation task's split (lm.downstream.evaluation), writes `<workdir>/eval/tasks_step_<N>.json`
+and updates `tasks_best.json`, and returns flat metrics for metrics.jsonl / wandb and for
+`ckpt.keep_best`, whose `best_metric` is SCORE_KEY by default: the mean over tasks of each
+task's mean metric (T5's averaging). See docs/finetuning.md.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Mapping
@@ -25,6 +24,7 @@ from typing import Any
 import ml_collections
 
 from lm import architecture as architecture_lib
+from lm import parts as parts_lib
 from lm.downstream import evaluation
 from lm.downstream import finetune_data
 from lm.downstream import task as task_lib
@@ -123,3 +123,49 @@ def flat_metrics(outputs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
   scores = [evaluation.task_score(o["metrics"]) for o in outputs.values()]
   values[SCORE_KEY] = float(sum(scores) / len(scores)) if scores else float("nan")
   return values
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskEvaluation:
+  """The fine-tuning tasks decoded and scored (`evaluate`) every `every` steps (0: never)
+  and at `last_step`; results JSON in the workdir's eval/ (an lm.parts.Evaluator)."""
+  config: ml_collections.ConfigDict
+  model: Any
+  tokenizer: Any
+  mesh: Any
+  rules: Any
+  workdir: Any
+  every: int
+  last_step: int
+
+  def due(self, step: int) -> bool:
+    return parts_lib.due_every(step, self.every, self.last_step)
+
+  def run(self, params: Any, step: int) -> dict[str, float]:
+    return evaluate(self.config, self.model, params, self.tokenizer, mesh=self.mesh,
+                    rules=self.rules, workdir=self.workdir, step=step)
+
+
+def task_evaluation(config: ml_collections.ConfigDict, run: Any, data: Any,
+                    workdir: Any) -> TaskEvaluation:
+  """The TaskEvaluation of `run` (lm.train.RunBuild): its model, mesh and rules, `data`'s
+  tokenizer, every config.finetune.eval_every steps."""
+  return TaskEvaluation(config, run.model, data.tokenizer, run.mesh, run.rules, workdir,
+                        every=int(config.finetune.eval_every),
+                        last_step=run.settings.loop.num_steps)
+
+
+def _finetune_settings(spec: finetune_data.FinetuneSpec) -> dict[str, float]:
+  """The lengths logged beside the loss (no objective: its noise settings are NaN)."""
+  return parts_lib.logged_settings(spec.inputs_length, spec.targets_length)
+
+
+def parts(config: ml_collections.ConfigDict) -> parts_lib.Parts:
+  """The trainer's parts of a fine-tuning config (`enabled`): the tasks' data
+  (`make_data`), the held-out loss (train.eval_every; configs/finetune.py sets 0) and the
+  task evaluation (finetune.eval_every)."""
+  return parts_lib.Parts(
+      make_data=lambda run, index, count: make_data(config, index, count),
+      merge_states=finetune_data.FinetuneData.merge_states,
+      logged_settings=_finetune_settings,
+      evaluators=(parts_lib.heldout_loss, functools.partial(task_evaluation, config)))
