@@ -67,16 +67,12 @@ targets (data.inputs_length = 0, data.targets_length = 512), T5's `lm.gin` 128 x
 """
 from __future__ import annotations
 
-import math
-
 import ml_collections
 from ml_collections import config_dict
 
 from configs import common
 from lm import architecture, optim, partitioning
 from lm import config as config_lib
-from lm.data import objectives
-from lm.data.tokenizer import padded_vocab_size
 from lm.model import presets
 
 ARCHS = architecture.ARCHITECTURES    # T5 Table 2 (lm/architecture.py)
@@ -96,30 +92,8 @@ OBJECTIVE_PRESETS = {
     "ul2": ("mixture", dict(preset="ul2")),
 }
 
-# T5's gin targets lengths at inputs_length 512 (t5/models/gin/objectives/*.gin), per
-# (objective, noise_density); objectives whose targets are the whole sequence use 512.
-GIN_TARGETS_LENGTHS = {
-    ("iid_replace_spans", 0.10): 103, ("iid_replace_spans", 0.15): 192,
-    ("iid_replace_spans", 0.25): 256, ("iid_replace_spans", 0.50): 512,
-    ("drop_tokens", 0.15): 104,
-}
-_FULL_SEQUENCE_TARGETS = ("bert", "mass", "deshuffle", "prefix_lm")
 LENGTHS = ("derived", "gin")
 MODE_TOKENS = ("ids", "text")
-
-
-def gin_targets_length(objective: str, params: dict, inputs_length: int) -> int | None:
-  """T5's gin targets length for this objective, scaled to inputs_length; None = derive it."""
-  if objective in _FULL_SEQUENCE_TARGETS:
-    return int(inputs_length)
-  if objective in ("span_corruption", "full_lm", "mixture"):
-    return None  # span.gin's random_spans_targets_length is the derived one
-  density = round(float(params.get("noise_density", 0.15)), 6)
-  gin = GIN_TARGETS_LENGTHS.get((objective, density))
-  if gin is None:
-    raise ValueError(f"lengths=gin: T5 has no gin for objective {objective!r} at noise "
-                     f"{density}; use lengths=derived.")
-  return math.ceil(gin * int(inputs_length) / 512)
 
 
 def model_preset(size: str, family: str = "t5_1_1") -> tuple[str, str]:
@@ -183,16 +157,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       raise ValueError("config arg mode_tokens applies to objective=ul2 only.")
     params["mode_tokens"] = "text"
   inputs_length = arg.inputs_length if arg.inputs_length > 0 else (64 if arg.runlocal else 512)
-  gin = gin_targets_length(objective, params, inputs_length) if arg.lengths == "gin" else None
+  # None: derived after the overrides (lm.config.derive), from the final objective and lengths.
+  targets_length = None
   if objective == "full_lm":
     targets_length = inputs_length  # full LM: the targets ARE the sequence (inputs empty)
     if not encdec:
       inputs_length = 0  # decoder-only rows of targets_length tokens (T5 lm.gin: 128 x 512)
-  elif gin is not None:
-    targets_length = gin
-  else:
-    targets_length = objectives.required_targets_length(
-        objective, inputs_length=inputs_length, **params)
 
   d = config.data = ml_collections.ConfigDict()
   d.format = "default"                 # embedded corpus; "jsonl", "parquet", "hf", ...
@@ -211,19 +181,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Pieces of the on-the-fly tokenizer (used when tokenizer is None): 32000 + 100 extra ids
   # pads to T5's 32128; at paper scale point tokenizer at T5's spm model and format/paths at C4.
   d.default_vocab_size = 1000 if arg.runlocal else 32000
-  # T5's 100 sentinels, or more where the objective can need more (i.i.d. 15 % at 512 needs
-  # 105 for an overflow probability <= 1e-9 per example; the padded vocabulary is unchanged).
-  d.extra_ids = max(100, objectives.required_extra_ids(
-      objective, inputs_length=inputs_length, targets_length=targets_length, **params))
+  # None: T5's 100 sentinels, or more where the objective can need more (lm.config.derive).
+  d.extra_ids = config_dict.placeholder(int)
   d.objective = objective
   d.objective_params = ml_collections.ConfigDict(params)
   # Decoder-only denoising: loss on the targets part only (False) or on inputs and targets
   # (True, Mesh TensorFlow's default; arch=causal only, validation rejects it elsewhere).
   d.loss_on_inputs = arg.loss_on_inputs
   d.inputs_length = inputs_length
-  d.targets_length = int(targets_length)
-  # lengths=gin: targets longer than targets_length are truncated, as in T5's runs (config
-  # validation otherwise requires the derived length). Not a DataSpec field.
+  d.targets_length = (config_dict.placeholder(int) if targets_length is None
+                      else int(targets_length))
+  # lengths=gin: the derived targets length is T5's gin value, and longer targets are
+  # truncated as in T5's runs (validation otherwise requires the objective's). Not a
+  # DataSpec field.
   d.allow_truncated_targets = arg.lengths == "gin"
   d.batch_size = arg.batch if arg.batch > 0 else (16 if arg.runlocal else 128)  # GLOBAL
   d.eval_batch_size = config_dict.placeholder(int)
@@ -242,10 +212,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.num_epochs = config_dict.placeholder(int)
   d.num_threads = 2 if arg.runlocal else 4
   d.prefetch_batches = 2  # at least a block's batches on the vectorised path (lm/data/pipeline.py)
-  # The on-the-fly tokenizer has default_vocab_size pieces + extra ids, padded to 128
-  # (32000 + 100 -> 32128 as T5). With data.tokenizer set, the trainer checks the model's
-  # vocab_size against the loaded tokenizer (lm.data.tokenizer.check_vocab_size).
-  config.model.vocab_size = padded_vocab_size(d.default_vocab_size + d.extra_ids)
+  # None: the on-the-fly tokenizer's default_vocab_size pieces + extra ids, padded to 128
+  # (32000 + 100 -> 32128 as T5; lm.config.derive). With data.tokenizer set, the trainer
+  # checks the model's vocab_size against the loaded tokenizer.
+  config.model.vocab_size = config_dict.placeholder(int)
 
   # --- optimizer, schedule, loss (t5x losses.py, adafactor.py) -------------------------------------
   # The sections start from lm.optim's settings, which hold the defaults: Adafactor with

@@ -105,10 +105,11 @@ def main(argv) -> int:
     from lm import hostmem  # pylint: disable=g-import-not-at-top
     hostmem.retain_for_cpu()  # before JAX starts its threads (a no-op on a GPU or TPU host)
   _initialize_distributed()
+  from lm import config as config_lib  # pylint: disable=g-import-not-at-top
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:  # the derived fields (targets length, extra ids, vocab) from the overridden config
+    train.train_and_evaluate(config_lib.derive(_CONFIG.value), _WORKDIR.value)
   except train.Preempted as e:
     code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
     print(f"{e} (exit {code})", file=sys.stderr)
