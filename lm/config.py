@@ -4,6 +4,7 @@ The config files (configs/*.py) are data: a locked ConfigDict that `lm.main` ove
 the command line. Everything the library takes from it is built here, once, into frozen
 objects; no other module reads the ConfigDict's sections for their meaning:
 
+    config = derive(config)              # targets length, extra ids, vocab: after the overrides
     validate.validate(config, num_devices)  # lm/validate.py: every problem at once, first
     model = model_config(config)         # lm.model.transformer.TransformerConfig
     spec = data_spec(config)             # lm.data.pipeline.DataSpec
@@ -241,8 +242,8 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   `num_layers` (lm.architecture.model_fields); family/size only name the preset.
 
   Raises:
-    ValueError: an unknown architecture, or TransformerConfig's validation naming the
-      bad field.
+    ValueError: underived fields (`derive`), an unknown architecture, or
+      TransformerConfig's validation naming the bad field.
   """
   check_derived(config)
   fields = config.model.to_dict()
@@ -260,7 +261,8 @@ def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
   DataSpec.architecture (the feature layout) is derived from config.model.architecture.
 
   Raises:
-    ValueError: an unknown architecture, or DataSpec's validation.
+    ValueError: underived fields (`derive`), an unknown architecture, or DataSpec's
+      validation.
   """
   check_derived(config)
   fields = config.data.to_dict()

@@ -73,7 +73,7 @@ def test_config_arg_and_override_give_the_same_run(arg, base, override, moved):
 
 
 def test_experiment_point_override_is_derived():
-  """launch/local.build_config (every sweep point) derives after the point's overrides."""
+  """launch.local.build_config (every sweep point) derives after the point's overrides."""
   point = local.Point(name="nd", config="configs/t5.py:runlocal",
                       overrides={"data.objective_params.noise_density": 0.25}, reference={})
   assert (_sections(local.build_config(point))
