@@ -10,6 +10,11 @@ from lm import partitioning
 from lm.validate import validate
 
 
+def _t5(arg=None):
+  """configs/t5.py's config for `arg`, derived (as lm.main has it)."""
+  return config_lib.derive(t5.get_config(arg))
+
+
 def test_parse_arg_types_bare_flags_and_errors():
   arg = common.parse_arg("arch=prefix_lm,steps=10,noise=0.25,runlocal", arch="encoder_decoder",
                          steps=-1, noise=-1.0, runlocal=False, name=None)
@@ -277,10 +282,10 @@ def test_table6_targets_lengths_derived_or_gin(noise, derived, gin):
 
 
 def test_gin_lengths_of_other_objectives():
-  assert config_lib.derive(t5.get_config("objective=drop_tokens,lengths=gin")).data.targets_length == 104
+  assert _t5("objective=drop_tokens,lengths=gin").data.targets_length == 104
   assert config_lib.derive(t5.get_config("objective=bert,lengths=gin")).data.targets_length == 512
-  assert (config_lib.derive(t5.get_config("objective=span_corruption,lengths=gin")).data.targets_length
-          == config_lib.derive(t5.get_config("objective=span_corruption")).data.targets_length == 114)
+  assert (_t5("objective=span_corruption,lengths=gin").data.targets_length
+          == _t5("objective=span_corruption").data.targets_length == 114)
   with pytest.raises(ValueError, match="no gin for objective 'iid_replace_spans' at noise 0.3"):
     config_lib.derive(t5.get_config("objective=iid_replace_spans,noise=0.3,lengths=gin"))
   with pytest.raises(ValueError, match="unknown lengths 'bogus'"):
@@ -288,13 +293,13 @@ def test_gin_lengths_of_other_objectives():
 
 
 def test_loss_on_inputs_only_on_the_causal_architecture():
-  config = config_lib.derive(t5.get_config("arch=causal,objective=iid_replace_spans,loss_on_inputs=True"))
+  config = _t5("arch=causal,objective=iid_replace_spans,loss_on_inputs=True")
   assert config.data.loss_on_inputs
   validate(config)
   for arch, field in (("prefix_lm", "loss_on_inputs=True with config.model.architecture="
                                     "'prefix_lm'"),
                       ("encoder_decoder", "loss_on_inputs=True needs a decoder-only")):
-    config = config_lib.derive(t5.get_config(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True"))
+    config = _t5(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True")
     with pytest.raises(ValueError, match=field):
       validate(config)
 
@@ -313,7 +318,7 @@ def test_full_lm_decoder_only_rows_are_the_targets_length():
 
 
 def test_ul2_mode_tokens_switch():
-  assert "mode_tokens" not in config_lib.derive(t5.get_config("objective=ul2")).data.objective_params
+  assert "mode_tokens" not in _t5("objective=ul2").data.objective_params
   config = config_lib.derive(t5.get_config("objective=ul2,mode_tokens=text"))
   assert config.data.objective_params.mode_tokens == "text"
   validate(config)
