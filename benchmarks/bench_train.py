@@ -168,7 +168,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   config.mesh.shape = tuple(mesh.devices.shape)
   config.data.num_shards = 1  # virtual data shards of the pipeline; no pipeline here
   config.lock()
-  run = train.build_run(config, mesh=mesh)  # what lm.train compiles, over `mesh`
+  run = train.build_run(config_lib.derive(config), mesh=mesh)  # lm.train's compile, over `mesh`
   model_config = run.model_config
   d = run.data_spec
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size

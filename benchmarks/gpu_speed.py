@@ -64,7 +64,7 @@ def load_config(spec: str, overrides):
                      f"{spec!r}")
   config = importlib.import_module(f"configs.{module}").get_config(arg or None)
   config = config_lib.apply_overrides(config, ["data.num_shards=1", *overrides])
-  return config
+  return config_lib.derive(config)
 
 
 def _batch(run):

@@ -97,7 +97,7 @@ def main(argv=None) -> None:
   args = parser.parse_args(argv)
 
   try:
-    config = config_lib.apply_overrides(t5.get_config(args.config), args.set)
+    config = config_lib.derive(config_lib.apply_overrides(t5.get_config(args.config), args.set))
   except ValueError as e:
     parser.error(str(e))
   run = train.build_run(config)

@@ -25,6 +25,7 @@ import ml_collections
 
 from configs import common, t5
 from lm import config as config_lib
+from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 
 # size -> (learning rate, batch size in 2048-token sequences), GPT-3 Table 2.1 (its batch
 # sizes 0.5M / 1M / 2M / 3.2M tokens are 256 / 512 / 1024 / 1536 sequences of 2048).
@@ -65,7 +66,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       config.model[key] = value
     config.model.max_length = context
     config.data.batch_size = int(batch_seqs * 2048 // context)  # same tokens per step
-    # The on-the-fly tokenizer must pad to the model's 50304 rows: 50304 - extra ids.
+    # The on-the-fly tokenizer must pad to the model's 50304 rows: 50304 - extra ids (T5's
+    # 100, what lm.config.derive gives full LM, which uses no sentinels).
+    config.data.extra_ids = DEFAULT_NUM_EXTRA_IDS
     config.data.default_vocab_size = config.model.vocab_size - config.data.extra_ids
   batch = config.data.batch_size
   tokens_per_step = batch * context

@@ -1,73 +1,16 @@
 r"""T5 study base config: one model family x many objectives x 4 architectures.
 
-Command (paper-scale baseline; T5.1.1 base, span corruption 512/114, batch 128, 2^19 steps):
-  python -m lm.main --workdir=/tmp/t5_base --config=configs/t5.py:arch=encoder_decoder,objective=span_corruption,size=base
-Paper's own baseline (T5.1.0 base: ReLU, tied embeddings, dropout 0.1; i.i.d. denoising):
-  python -m lm.main --workdir=... --config=configs/t5.py:family=t5_1_0,objective=iid_replace_spans
-Laptop / CI run (tiny model, embedded corpus, tokenizer trained on the fly, 2-core CPU):
+`get_config(arg)` takes "key=value,..." (arch, objective, size, family, noise, span,
+inputs_length, steps, batch, lengths, loss_on_inputs, mode_tokens, runlocal); the derived
+fields (data.targets_length, data.extra_ids, model.vocab_size) are left None for
+lm.config.derive, which fills them after the command-line overrides. The keys, commands,
+hardware and time and the targets-length rules are in docs/configs.md.
+
   python -m lm.main --workdir=/tmp/t5_local --config=configs/t5.py:runlocal
-Overrides: `--config.optim.name=adamw --config.schedule.base_lr=3e-4 --config.data.batch_size=256`
-(locked: a misspelt field fails with its name). Check a config without running it:
-  python -c "from configs import t5; from lm import validate; validate.validate(t5.get_config('arch=causal'))"
-
-Hardware and time:
-  runlocal: 2-core CPU, 1 JAX device. Measured on a 2-core machine (shared with other jobs)
-    when this config was written, before lm.main existed, with the pieces the trainer calls
-    (the data pipeline and lm.steps.train_step jitted with the run's shardings), and not
-    re-measured since: ~13 s to train the 1000-piece tokenizer on first use (cached
-    afterwards), ~10 s to compile, then ~0.05 s/step: 1000 steps in ~80 s end to end. The
-    pipeline has since switched to the vectorised objectives (other noise draws,
-    docs/speed.md), so read the losses below as a guide, not as exact values; a run's own
-    figures (loss, tokens_per_s) are in its <workdir>/metrics.jsonl.
-    Expected metric (span corruption, tiny 2+2 model, batch 16 x 64/14 tokens, Adafactor,
-    rsqrt lr 0.1 -> 0.032, seed 0), train loss averaged over the last 20 steps:
-    5.46 at step 20, 4.70 at 100, 4.24 at 300, 3.99 at 500, 3.80 at 1000; token accuracy
-    0.31 at 1000 (uniform over the 1152-entry padded vocabulary would be ln 1152 = 7.05).
-  size=base (T5.1.1 base, 2^19 steps x 128 x 512/114): 5.45e13 training matmul FLOPs per
-    step (lm.model.accounting.training_flops), 2.86e19 in total; at an assumed 40 % MFU
-    that is ~4.5 h on a TPU v4-32 (16 chips x 275 TFLOP/s) or ~2.5 h on 8 x H100 — an
-    estimate from FLOPs, not a measurement.
-    Expected metric: the paper reports downstream scores only (Table 1: GLUE 83.28 etc.
-    after fine-tuning); it publishes no pre-training loss, so none is claimed here.
-    Data: point data.format/paths at C4 and data.tokenizer at T5's SentencePiece model.
-    The default (embedded corpus, tokenizer trained on the fly) holds too little text for
-    T5's 32000 pieces: to run a full-size preset on it (a smoke test, a speed check), add
-    --config.data.default_vocab_size=8000 --config.model.vocab_size=8192.
-
-`arg` keys (configs.common.parse_arg; defaults in brackets):
-  arch       [encoder_decoder] | shared | prefix_lm | causal      (T5 Table 2 architectures;
-             config.model.architecture, from which lm/config.py derives the model's mask
-             type and stacks and the data layout)
-  objective  [span_corruption] | iid_replace_spans | drop_tokens | bert | mass | deshuffle |
-             prefix_lm | full_lm | ul2                              (T5 Tables 4-7, UL2)
-  size       [base] | tiny | small_cpu (the "cpu" family) | small | large | xl | xxl (t5_1_1)
-             or small | base | large | 3b | 11b (t5_1_0): a row of lm/model/presets.py
-  family     [t5_1_1] | t5_1_0
-  noise      [-1 = the objective's default] corruption rate (T5 Table 6)
-  span       [-1 = default] mean span length for span_corruption (T5 Table 7)
-  inputs_length [512], steps [-1 = 2^19], batch [-1 = 128]
-  lengths    [derived] | gin: where the targets length comes from (below)
-  loss_on_inputs [False]: decoder-only denoising: loss on the inputs part too (arch=causal
-             only; Mesh TensorFlow's default for T5's decoder-only rows)
-  mode_tokens [ids] | text: UL2 mode tokens as three reserved extra ids, or the strings
-             [NLU] / [NLG] / [S2S] tokenized into the inputs (UL2's released code)
-  runlocal   [False]: tiny model, 64-token inputs, batch 16, 1000 steps, wandb offline.
-
-Targets length. lengths=derived (default): from the objective
-(lm.data.objectives.required_targets_length: 114 for span corruption at 512/0.15/3; the
-99.9 % quantile for the i.i.d. objectives), so changing noise/span keeps the lengths
-consistent and (almost) no example's targets are truncated. lengths=gin: T5's gin values
-(`iid_{10,15,25,50}_u_u`: 103/192/256/512, `iid_15_d_d`: 104, the full-sequence objectives
-512, span corruption random_spans_helper's), scaled by inputs_length / 512 for other input
-lengths; the converter then truncates the targets that are longer (at 10 % corruption
-about a third of the examples), as T5's runs did.
-
-Full LM on a decoder-only architecture has no inputs: its rows are `inputs_length` tokens of
-targets (data.inputs_length = 0, data.targets_length = 512), T5's `lm.gin` 128 x 512.
+  python -m lm.main --workdir=/tmp/t5_base \
+      --config=configs/t5.py:arch=encoder_decoder,objective=span_corruption,size=base
 """
 from __future__ import annotations
-
-import math
 
 import ml_collections
 from ml_collections import config_dict
@@ -75,8 +18,6 @@ from ml_collections import config_dict
 from configs import common
 from lm import architecture, optim, partitioning
 from lm import config as config_lib
-from lm.data import objectives
-from lm.data.tokenizer import padded_vocab_size
 from lm.model import presets
 
 ARCHS = architecture.ARCHITECTURES    # T5 Table 2 (lm/architecture.py)
@@ -96,30 +37,8 @@ OBJECTIVE_PRESETS = {
     "ul2": ("mixture", dict(preset="ul2")),
 }
 
-# T5's gin targets lengths at inputs_length 512 (t5/models/gin/objectives/*.gin), per
-# (objective, noise_density); objectives whose targets are the whole sequence use 512.
-GIN_TARGETS_LENGTHS = {
-    ("iid_replace_spans", 0.10): 103, ("iid_replace_spans", 0.15): 192,
-    ("iid_replace_spans", 0.25): 256, ("iid_replace_spans", 0.50): 512,
-    ("drop_tokens", 0.15): 104,
-}
-_FULL_SEQUENCE_TARGETS = ("bert", "mass", "deshuffle", "prefix_lm")
 LENGTHS = ("derived", "gin")
 MODE_TOKENS = ("ids", "text")
-
-
-def gin_targets_length(objective: str, params: dict, inputs_length: int) -> int | None:
-  """T5's gin targets length for this objective, scaled to inputs_length; None = derive it."""
-  if objective in _FULL_SEQUENCE_TARGETS:
-    return int(inputs_length)
-  if objective in ("span_corruption", "full_lm", "mixture"):
-    return None  # span.gin's random_spans_targets_length is the derived one
-  density = round(float(params.get("noise_density", 0.15)), 6)
-  gin = GIN_TARGETS_LENGTHS.get((objective, density))
-  if gin is None:
-    raise ValueError(f"lengths=gin: T5 has no gin for objective {objective!r} at noise "
-                     f"{density}; use lengths=derived.")
-  return math.ceil(gin * int(inputs_length) / 512)
 
 
 def model_preset(size: str, family: str = "t5_1_1") -> tuple[str, str]:
@@ -142,7 +61,7 @@ def model_preset(size: str, family: str = "t5_1_1") -> tuple[str, str]:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """Returns the locked T5-study config for `arg` (see the module docstring)."""
+  """Returns the locked T5-study config for `arg` (keys: docs/configs.md), not yet derived."""
   arg = common.parse_arg(arg, arch="encoder_decoder", objective="span_corruption", size="",
                          family="t5_1_1", noise=-1.0, span=-1.0, inputs_length=-1, steps=-1,
                          batch=-1, lengths="derived", loss_on_inputs=False, mode_tokens="ids",
@@ -183,16 +102,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       raise ValueError("config arg mode_tokens applies to objective=ul2 only.")
     params["mode_tokens"] = "text"
   inputs_length = arg.inputs_length if arg.inputs_length > 0 else (64 if arg.runlocal else 512)
-  gin = gin_targets_length(objective, params, inputs_length) if arg.lengths == "gin" else None
+  # None: derived after the overrides (lm.config.derive), from the final objective and lengths.
+  targets_length = None
   if objective == "full_lm":
     targets_length = inputs_length  # full LM: the targets ARE the sequence (inputs empty)
     if not encdec:
       inputs_length = 0  # decoder-only rows of targets_length tokens (T5 lm.gin: 128 x 512)
-  elif gin is not None:
-    targets_length = gin
-  else:
-    targets_length = objectives.required_targets_length(
-        objective, inputs_length=inputs_length, **params)
 
   d = config.data = ml_collections.ConfigDict()
   d.format = "default"                 # embedded corpus; "jsonl", "parquet", "hf", ...
@@ -211,19 +126,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Pieces of the on-the-fly tokenizer (used when tokenizer is None): 32000 + 100 extra ids
   # pads to T5's 32128; at paper scale point tokenizer at T5's spm model and format/paths at C4.
   d.default_vocab_size = 1000 if arg.runlocal else 32000
-  # T5's 100 sentinels, or more where the objective can need more (i.i.d. 15 % at 512 needs
-  # 105 for an overflow probability <= 1e-9 per example; the padded vocabulary is unchanged).
-  d.extra_ids = max(100, objectives.required_extra_ids(
-      objective, inputs_length=inputs_length, targets_length=targets_length, **params))
+  # None: T5's 100 sentinels, or more where the objective can need more (lm.config.derive).
+  d.extra_ids = config_dict.placeholder(int)
   d.objective = objective
   d.objective_params = ml_collections.ConfigDict(params)
   # Decoder-only denoising: loss on the targets part only (False) or on inputs and targets
   # (True, Mesh TensorFlow's default; arch=causal only, validation rejects it elsewhere).
   d.loss_on_inputs = arg.loss_on_inputs
   d.inputs_length = inputs_length
-  d.targets_length = int(targets_length)
-  # lengths=gin: targets longer than targets_length are truncated, as in T5's runs (config
-  # validation otherwise requires the derived length). Not a DataSpec field.
+  d.targets_length = (config_dict.placeholder(int) if targets_length is None
+                      else int(targets_length))
+  # lengths=gin: the derived targets length is T5's gin value, and longer targets are
+  # truncated as in T5's runs (validation otherwise requires the objective's). Not a
+  # DataSpec field.
   d.allow_truncated_targets = arg.lengths == "gin"
   d.batch_size = arg.batch if arg.batch > 0 else (16 if arg.runlocal else 128)  # GLOBAL
   d.eval_batch_size = config_dict.placeholder(int)
@@ -242,10 +157,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.num_epochs = config_dict.placeholder(int)
   d.num_threads = 2 if arg.runlocal else 4
   d.prefetch_batches = 2  # at least a block's batches on the vectorised path (lm/data/pipeline.py)
-  # The on-the-fly tokenizer has default_vocab_size pieces + extra ids, padded to 128
-  # (32000 + 100 -> 32128 as T5). With data.tokenizer set, the trainer checks the model's
-  # vocab_size against the loaded tokenizer (lm.data.tokenizer.check_vocab_size).
-  config.model.vocab_size = padded_vocab_size(d.default_vocab_size + d.extra_ids)
+  # None: the on-the-fly tokenizer's default_vocab_size pieces + extra ids, padded to 128
+  # (32000 + 100 -> 32128 as T5; lm.config.derive). With data.tokenizer set, the trainer
+  # checks the model's vocab_size against the loaded tokenizer.
+  config.model.vocab_size = config_dict.placeholder(int)
 
   # --- optimizer, schedule, loss (t5x losses.py, adafactor.py) -------------------------------------
   # The sections start from lm.optim's settings, which hold the defaults: Adafactor with

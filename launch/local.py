@@ -76,7 +76,8 @@ def build_config(point: Point):
       node[leaf] = value
     except (KeyError, AttributeError, TypeError) as e:
       raise ValueError(f"point {point.name!r}: override {key}={value!r} failed: {e!r}") from None
-  return config
+  from lm import config as config_lib  # pylint: disable=g-import-not-at-top  (as get_config)
+  return config_lib.derive(config)  # the derived fields from the overridden values
 
 
 def validate(points: Sequence[Point]) -> None:

@@ -4,6 +4,7 @@ The config files (configs/*.py) are data: a locked ConfigDict that `lm.main` ove
 the command line. Everything the library takes from it is built here, once, into frozen
 objects; no other module reads the ConfigDict's sections for their meaning:
 
+    config = derive(config)              # targets length, extra ids, vocab: after the overrides
     validate.validate(config, num_devices)  # lm/validate.py: every problem at once, first
     model = model_config(config)         # lm.model.transformer.TransformerConfig
     spec = data_spec(config)             # lm.data.pipeline.DataSpec
@@ -26,8 +27,10 @@ config.json files written before the architecture had one owner (`model.preset`,
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,7 +41,9 @@ from ml_collections import config_dict
 from lm import architecture as architecture_lib
 from lm import cli
 from lm import optim
-from lm.data import pipeline
+from lm.data import objectives, pipeline
+from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
+from lm.data.tokenizer import padded_vocab_size
 from lm.model import presets
 from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
@@ -237,9 +242,10 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   `num_layers` (lm.architecture.model_fields); family/size only name the preset.
 
   Raises:
-    ValueError: an unknown architecture, or TransformerConfig's validation naming the
-      bad field.
+    ValueError: underived fields (`derive`), an unknown architecture, or
+      TransformerConfig's validation naming the bad field.
   """
+  check_derived(config)
   fields = config.model.to_dict()
   for name in MODEL_NAME_FIELDS:
     fields.pop(name, None)
@@ -255,8 +261,10 @@ def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
   DataSpec.architecture (the feature layout) is derived from config.model.architecture.
 
   Raises:
-    ValueError: an unknown architecture, or DataSpec's validation.
+    ValueError: underived fields (`derive`), an unknown architecture, or DataSpec's
+      validation.
   """
+  check_derived(config)
   fields = config.data.to_dict()
   fields.pop("allow_truncated_targets", None)  # a validation switch, not a DataSpec field
   fields["architecture"] = architecture_lib.layout(architecture(config))
@@ -264,6 +272,93 @@ def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
   fields["eval_paths"] = tuple(fields["eval_paths"])
   fields["objective_params"] = dict(fields["objective_params"])
   return pipeline.DataSpec(**fields)
+
+
+# --- derived fields -----------------------------------------------------------------------
+
+# The fields the config files leave None ("derive") and `derive` fills from the final values.
+DERIVED_FIELDS = ("data.targets_length", "data.extra_ids", "model.vocab_size")
+
+# T5's gin targets lengths at inputs_length 512 (t5/models/gin/objectives/*.gin), per
+# (objective, noise_density); objectives whose targets are the whole sequence use 512.
+GIN_TARGETS_LENGTHS = {
+    ("iid_replace_spans", 0.10): 103, ("iid_replace_spans", 0.15): 192,
+    ("iid_replace_spans", 0.25): 256, ("iid_replace_spans", 0.50): 512,
+    ("drop_tokens", 0.15): 104,
+}
+_FULL_SEQUENCE_TARGETS = ("bert", "mass", "deshuffle", "prefix_lm")
+
+
+def gin_targets_length(objective: str, params: Mapping[str, Any],
+                       inputs_length: int) -> int | None:
+  """T5's gin targets length for this objective, scaled to inputs_length; None = derive it.
+
+  Raises:
+    ValueError: T5 had no gin file for this objective at this noise density.
+  """
+  if objective in _FULL_SEQUENCE_TARGETS:
+    return int(inputs_length)
+  if objective in ("span_corruption", "full_lm", "mixture"):
+    return None  # span.gin's random_spans_targets_length is the derived one
+  density = round(float(params.get("noise_density", 0.15)), 6)
+  gin = GIN_TARGETS_LENGTHS.get((objective, density))
+  if gin is None:
+    raise ValueError(f"lengths=gin (data.allow_truncated_targets): T5 has no gin for "
+                     f"objective {objective!r} at noise {density}; set "
+                     "config.data.targets_length, or use lengths=derived.")
+  return math.ceil(gin * int(inputs_length) / 512)
+
+
+def check_derived(config: ml_collections.ConfigDict) -> None:
+  """Raises ValueError naming the DERIVED_FIELDS still None (`derive` has not run)."""
+  missing = [f"config.{name}" for name in DERIVED_FIELDS
+             if config[name.split(".")[0]].get(name.split(".")[1]) is None]
+  if missing:
+    raise ValueError(f"{', '.join(missing)} not derived: call lm.config.derive(config) "
+                     "after the overrides (as lm.main does).")
+
+
+def derive(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """A copy of `config` with the derived fields filled from its final values.
+
+  Called once, after the command-line overrides (lm.main, lm.plan, launch/), so that
+  `--config.data.objective_params.noise_density=0.25` and the config arg `noise=0.25` give
+  the same run. A field the config (or an override) already set is kept as it is, and
+  checked later as any value (lm.validate); a config.json holds only set values, so
+  deriving it changes nothing.
+
+    data.targets_length  the objective's (lm.data.objectives.required_targets_length: 114
+                         for span corruption at 512/0.15/3), or with
+                         data.allow_truncated_targets (configs/t5.py's lengths=gin) T5's gin
+                         value (`gin_targets_length`), whose longer targets are truncated.
+    data.extra_ids       T5's 100 sentinels, or more where the objective can need more
+                         (lm.data.objectives.required_extra_ids; the padded vocabulary is
+                         unchanged).
+    model.vocab_size     the on-the-fly tokenizer's pieces plus the extra ids, padded to a
+                         multiple of 128 (32000 + 100 -> 32128, as T5).
+
+  Raises:
+    ValueError: the objective, its parameters or the lengths cannot give a value (naming
+      the field to set).
+  """
+  config = copy.deepcopy(config)
+  d = config.data
+  objective, params = d.objective, d.objective_params.to_dict()
+  try:
+    if d.targets_length is None:
+      gin = (gin_targets_length(objective, params, d.inputs_length)
+             if d.get("allow_truncated_targets") else None)
+      d.targets_length = int(gin if gin is not None else objectives.required_targets_length(
+          objective, inputs_length=d.inputs_length, **params))
+    if d.extra_ids is None:
+      d.extra_ids = max(DEFAULT_NUM_EXTRA_IDS, objectives.required_extra_ids(
+          objective, inputs_length=d.inputs_length, targets_length=d.targets_length, **params))
+  except ValueError as e:
+    raise ValueError(f"config.data: cannot derive the lengths of objective {objective!r} "
+                     f"{params} at inputs_length={d.inputs_length}: {e}") from None
+  if config.model.vocab_size is None:
+    config.model.vocab_size = padded_vocab_size(d.default_vocab_size + d.extra_ids)
+  return config
 
 
 def preset_name(config: ml_collections.ConfigDict) -> str:

@@ -94,10 +94,12 @@ def main(argv) -> int:
         cpu_collectives=_CPU_COLLECTIVES.value)
   except ValueError as e:  # --coordinator_address without --num_processes / --process_id
     return cli.bad_input_exit(e)
+  from lm import config as config_lib  # pylint: disable=g-import-not-at-top
   from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import workdir  # pylint: disable=g-import-not-at-top
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, training_parts(_CONFIG.value))
+  try:  # the derived fields (targets length, extra ids, vocab) from the overridden config
+    config = config_lib.derive(_CONFIG.value)
+    train.train_and_evaluate(config, _WORKDIR.value, training_parts(config))
   except train.Preempted as e:
     code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
     print(f"{e} (exit {code})", file=sys.stderr)

@@ -115,7 +115,7 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
     raise ValueError(f"mini_suite: the config's {short} would cut the suite's examples (up "
                      f"to {mini.MAX_TOKENS} tokens); pass inputs_length={mini.MAX_TOKENS},"
                      f"targets_length={mini.MAX_TOKENS} in --config (as {DEFAULT_CONFIG}).")
-  config = ml_collections.ConfigDict(base.to_dict())
+  config = ml_collections.ConfigDict(config_lib.derive(base).to_dict())
   if steps > 0:
     config.train.num_steps = int(steps)
   n = int(config.train.num_steps)

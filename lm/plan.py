@@ -631,7 +631,7 @@ def main(argv=None) -> int:
       raise PlanError(f"--memory_gib must be a positive number of GiB, got {fv.memory_gib}.")
     if fv.search_max_batch < 1:
       raise PlanError(f"--search_max_batch must be >= 1, got {fv.search_max_batch}.")
-    config = config_flag.value
+    config = config_lib.derive(config_flag.value)  # derived fields after the overrides
     if fv.mesh:
       config = _with(config, **{"mesh.shape": partitioning.mesh_shape_tuple(fv.mesh)})
     target = resolve_target(fv.topology, fv.num_slices, fv.memory_gib)

@@ -18,7 +18,8 @@ import numpy as np
 from lm import architecture as architecture_lib
 from lm import config as config_lib
 from lm import losses, optim, partitioning
-from lm.config import checkpoint_config, loop_config, model_config, optim_config, schedule_config
+from lm.config import (check_derived, checkpoint_config, loop_config, model_config,
+                       optim_config, schedule_config)
 from lm.data import features, objectives
 from lm.data.tokenizer import padded_vocab_size
 from lm.model.transformer import Transformer, TransformerConfig
@@ -100,6 +101,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
   Raises:
     ValueError: listing every problem found, each saying which field to change.
   """
+  check_derived(config)  # lm.config.derive fills them; every check below reads them
   errors: list[str] = []
 
   # model (the architecture, the one owner of the layout, is checked with it)

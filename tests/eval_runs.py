@@ -7,13 +7,14 @@ import shutil
 import tempfile
 
 from configs import t5
+from lm import config as config_lib
 
 _ROOT = None
 
 
 def tiny_config(arch="encoder_decoder", steps=4, **overrides):
   """configs/t5.py:runlocal cut down to a few steps: checkpoints at 2 and 4, eval at 4."""
-  config = t5.get_config(f"runlocal,arch={arch}")
+  config = config_lib.derive(t5.get_config(f"runlocal,arch={arch}"))
   config.train.num_steps = steps
   config.train.log_every = 2
   config.train.eval_every = 4

@@ -476,3 +476,26 @@ def test_the_trainer_imports_nothing_from_downstream():
     found = sorted(m for m in _imported_modules(REPO / name)
                    if m == "lm.downstream" or m.startswith("lm.downstream."))
     assert not found, f"{name} imports {found}: pass the part in (lm.parts.Parts) instead"
+
+# -- derived config fields (issue 29): after the overrides, in lm.config.derive only -----------
+
+DERIVING = ("required_targets_length", "required_extra_ids", "padded_vocab_size")
+
+
+def test_config_files_leave_the_derived_fields_to_derive():
+  """configs/*.py leave data.targets_length, data.extra_ids and model.vocab_size None: one
+  computed inside get_config would not follow a `--config.*` override of what it depends on."""
+  found = [f"{_rel(p)}: {name}" for p in sorted((REPO / "configs").glob("*.py"))
+           for name in DERIVING if name in p.read_text(encoding="utf-8")]
+  assert not found, f"config files computing a derived field (lm.config.derive does): {found}"
+
+
+def test_code_that_loads_a_config_file_derives_it():
+  """Every command or launcher that calls a config file's get_config derives the result."""
+  missing = []
+  for top in ("lm", "launch", "benchmarks", "experiments"):
+    for path in sorted((REPO / top).rglob("*.py")):
+      text = path.read_text(encoding="utf-8")
+      if re.search(r"\.get_config\(", text) and ".derive(" not in text:
+        missing.append(_rel(path))
+  assert not missing, f"get_config without lm.config.derive after the overrides: {missing}"

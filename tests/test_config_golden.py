@@ -60,9 +60,9 @@ def test_every_old_preset_is_a_size_and_an_architecture():
 def _build(key):
   source, _, rest = key.partition(":")
   if source == "configs/t5.py":
-    return t5.get_config(rest or None)
+    return config_lib.derive(t5.get_config(rest or None))
   if source == "configs/gpt3.py":
-    return gpt3.get_config(rest or None)
+    return config_lib.derive(gpt3.get_config(rest or None))
   name, _, runlocal = rest.partition(":")
   (point,) = [p for p in local.collect(source, runlocal=runlocal == "runlocal")
               if p.name == name]
@@ -92,7 +92,7 @@ def test_configs_resolve_as_before(key):
 def test_adamw_b2_has_one_default():
   """The AdamW default (b2 0.95) lives in lm.optim.AdamWConfig only; configs start from it."""
   assert optim.AdamWConfig().b2 == 0.95
-  assert t5.get_config().optim.adamw.b2 == 0.95
+  assert config_lib.derive(t5.get_config()).optim.adamw.b2 == 0.95
   built = config_lib.from_mapping(optim.OptimConfig, {"name": "adamw"}, "config.optim")
   assert built.adamw == optim.AdamWConfig()
 
@@ -100,7 +100,7 @@ def test_adamw_b2_has_one_default():
 def test_per_example_path_keeps_the_fingerprint_from_before_batched_objectives():
   """With data.batched_objectives=False the data fingerprint is the one recorded before the
   field existed (this golden value), so runs saved then resume with that override."""
-  config = t5.get_config("runlocal")
+  config = config_lib.derive(t5.get_config("runlocal"))
   config.data.batched_objectives = False
   assert config_lib.data_spec(config).fingerprint() == "10289e9913c0697d"
   config.data.batched_objectives = True

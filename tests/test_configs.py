@@ -10,6 +10,11 @@ from lm import partitioning
 from lm.validate import validate
 
 
+def _t5(arg=None):
+  """configs/t5.py's config for `arg`, derived (as lm.main has it)."""
+  return config_lib.derive(t5.get_config(arg))
+
+
 def test_parse_arg_types_bare_flags_and_errors():
   arg = common.parse_arg("arch=prefix_lm,steps=10,noise=0.25,runlocal", arch="encoder_decoder",
                          steps=-1, noise=-1.0, runlocal=False, name=None)
@@ -42,7 +47,7 @@ def test_parse_arg_types_bare_flags_and_errors():
     ("objective=ul2,size=large", "t5_1_1/large/encoder_decoder", "encoder_decoder", False, None),
 ])
 def test_presets_validate(arg, preset, mask_type, shared, targets_length):
-  config = t5.get_config(arg)
+  config = config_lib.derive(t5.get_config(arg))
   validate(config, num_devices=jax.device_count())
   assert config_lib.preset_name(config) == preset
   if targets_length is not None:
@@ -58,7 +63,7 @@ def test_presets_validate(arg, preset, mask_type, shared, targets_length):
 def test_architecture_is_one_config_field():
   """config.model.architecture owns the architecture: no mask_type / data.architecture
   fields to disagree with it, and changing it changes the model and the data layout."""
-  config = t5.get_config("runlocal")
+  config = config_lib.derive(t5.get_config("runlocal"))
   for field in ("mask_type", "shared_encoder_decoder", "num_encoder_layers",
                 "num_decoder_layers", "preset"):
     assert field not in config.model
@@ -81,10 +86,10 @@ def test_architecture_is_one_config_field():
 
 
 def test_decoder_only_presets_have_one_stack_of_layers():
-  encdec = config_lib.model_config(t5.get_config("size=base"))
-  dec = config_lib.model_config(t5.get_config("arch=causal,size=base"))
+  encdec = config_lib.model_config(config_lib.derive(t5.get_config("size=base")))
+  dec = config_lib.model_config(config_lib.derive(t5.get_config("arch=causal,size=base")))
   assert dec.num_encoder_layers == 0 and dec.num_decoder_layers == encdec.num_encoder_layers
-  xl = t5.get_config("arch=prefix_lm,size=xl")
+  xl = config_lib.derive(t5.get_config("arch=prefix_lm,size=xl"))
   model = config_lib.model_config(xl)
   assert config_lib.preset_name(xl) == "t5_1_1/xl/prefix_lm"
   assert model.num_encoder_layers == 0 and model.num_decoder_layers == 24
@@ -94,7 +99,7 @@ def test_decoder_only_presets_have_one_stack_of_layers():
 def test_old_config_json_is_migrated(tmp_path):
   """A config.json written before config.model.architecture (model.preset, mask_type, ...,
   data.architecture) loads as today's config, with the same model and data spec."""
-  config = t5.get_config("arch=causal,family=t5_1_0,objective=full_lm,runlocal")
+  config = config_lib.derive(t5.get_config("arch=causal,family=t5_1_0,objective=full_lm,runlocal"))
   old = config.to_dict()
   model = config_lib.model_config(config)
   for name in ("family", "size", "architecture", "num_layers"):
@@ -127,7 +132,7 @@ def test_old_config_json_is_migrated(tmp_path):
 
 
 def test_t5_defaults_match_the_notes():
-  c = t5.get_config()
+  c = config_lib.derive(t5.get_config())
   assert (c.optim.name, c.schedule.name, c.schedule.base_lr, c.schedule.warmup_steps) == (
       "adafactor", "rsqrt", 1.0, 10_000)
   a = c.optim.adafactor
@@ -139,7 +144,7 @@ def test_t5_defaults_match_the_notes():
 
 
 def test_config_is_locked_and_typed():
-  c = t5.get_config("runlocal")
+  c = config_lib.derive(t5.get_config("runlocal"))
   with pytest.raises(AttributeError, match="lr"):
     c.optim.lr = 1e-3
   with pytest.raises(AttributeError, match="emb_dimm"):
@@ -148,15 +153,15 @@ def test_config_is_locked_and_typed():
     c.data.batch_size = "large"
   c.data.tokenizer = "/tmp/spm.model"  # typed placeholder accepts a str
   with pytest.raises(ValueError, match="unknown objective 'spam'"):
-    t5.get_config("objective=spam")
+    config_lib.derive(t5.get_config("objective=spam"))
   with pytest.raises(ValueError, match="unknown arch 'rnn'"):
-    t5.get_config("arch=rnn")
+    config_lib.derive(t5.get_config("arch=rnn"))
   with pytest.raises(ValueError, match="unknown size 'huge'"):
-    t5.get_config("size=huge")
+    config_lib.derive(t5.get_config("size=huge"))
 
 
 def _broken(**changes):
-  c = t5.get_config("runlocal")
+  c = config_lib.derive(t5.get_config("runlocal"))
   for path, value in changes.items():
     node = c
     *parents, leaf = path.split("__")
@@ -252,7 +257,7 @@ def test_validate_collects_several_errors_and_mesh_syntax_without_devices():
 def test_step_kwargs_match_step_signatures():
   import inspect
   from lm import steps
-  c = t5.get_config("runlocal")
+  c = config_lib.derive(t5.get_config("runlocal"))
   for fn, kwargs in ((steps.train_step, config_lib.train_step_kwargs(c)),
                      (steps.eval_step, config_lib.eval_step_kwargs(c))):
     params = inspect.signature(fn).parameters
@@ -265,9 +270,9 @@ def test_step_kwargs_match_step_signatures():
 def test_table6_targets_lengths_derived_or_gin(noise, derived, gin):
   # T5's iid_{10,15,25,50}_u_u gins: 512/103, 512/192, 512/256, 512/512.
   arg = f"family=t5_1_0,objective=iid_replace_spans,noise={noise}"
-  config = t5.get_config(arg)
+  config = config_lib.derive(t5.get_config(arg))
   assert config.data.targets_length == derived and not config.data.allow_truncated_targets
-  config = t5.get_config(arg + ",lengths=gin")
+  config = config_lib.derive(t5.get_config(arg + ",lengths=gin"))
   assert config.data.targets_length == gin and config.data.allow_truncated_targets
   validate(config)  # the truncation is the explicit choice: accepted
   config.data.allow_truncated_targets = False
@@ -277,45 +282,45 @@ def test_table6_targets_lengths_derived_or_gin(noise, derived, gin):
 
 
 def test_gin_lengths_of_other_objectives():
-  assert t5.get_config("objective=drop_tokens,lengths=gin").data.targets_length == 104
-  assert t5.get_config("objective=bert,lengths=gin").data.targets_length == 512
-  assert (t5.get_config("objective=span_corruption,lengths=gin").data.targets_length
-          == t5.get_config("objective=span_corruption").data.targets_length == 114)
+  assert _t5("objective=drop_tokens,lengths=gin").data.targets_length == 104
+  assert config_lib.derive(t5.get_config("objective=bert,lengths=gin")).data.targets_length == 512
+  assert (_t5("objective=span_corruption,lengths=gin").data.targets_length
+          == _t5("objective=span_corruption").data.targets_length == 114)
   with pytest.raises(ValueError, match="no gin for objective 'iid_replace_spans' at noise 0.3"):
-    t5.get_config("objective=iid_replace_spans,noise=0.3,lengths=gin")
+    config_lib.derive(t5.get_config("objective=iid_replace_spans,noise=0.3,lengths=gin"))
   with pytest.raises(ValueError, match="unknown lengths 'bogus'"):
-    t5.get_config("lengths=bogus")
+    config_lib.derive(t5.get_config("lengths=bogus"))
 
 
 def test_loss_on_inputs_only_on_the_causal_architecture():
-  config = t5.get_config("arch=causal,objective=iid_replace_spans,loss_on_inputs=True")
+  config = _t5("arch=causal,objective=iid_replace_spans,loss_on_inputs=True")
   assert config.data.loss_on_inputs
   validate(config)
   for arch, field in (("prefix_lm", "loss_on_inputs=True with config.model.architecture="
                                     "'prefix_lm'"),
                       ("encoder_decoder", "loss_on_inputs=True needs a decoder-only")):
-    config = t5.get_config(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True")
+    config = _t5(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True")
     with pytest.raises(ValueError, match=field):
       validate(config)
 
 
 def test_full_lm_decoder_only_rows_are_the_targets_length():
   # T5 lm.gin: 128 x 512 tokens; the decoder-only row holds no inputs part.
-  config = t5.get_config("arch=causal,family=t5_1_0,objective=full_lm")
+  config = config_lib.derive(t5.get_config("arch=causal,family=t5_1_0,objective=full_lm"))
   assert (config.data.inputs_length, config.data.targets_length) == (0, 512)
   validate(config)
-  config = t5.get_config("arch=encoder_decoder,objective=full_lm")
+  config = config_lib.derive(t5.get_config("arch=encoder_decoder,objective=full_lm"))
   assert (config.data.inputs_length, config.data.targets_length) == (512, 512)
-  config = t5.get_config("arch=causal,objective=iid_replace_spans")
+  config = config_lib.derive(t5.get_config("arch=causal,objective=iid_replace_spans"))
   config.data.inputs_length = 0
   with pytest.raises(ValueError, match="inputs_length must be positive, got 0"):
     validate(config)
 
 
 def test_ul2_mode_tokens_switch():
-  assert "mode_tokens" not in t5.get_config("objective=ul2").data.objective_params
-  config = t5.get_config("objective=ul2,mode_tokens=text")
+  assert "mode_tokens" not in _t5("objective=ul2").data.objective_params
+  config = config_lib.derive(t5.get_config("objective=ul2,mode_tokens=text"))
   assert config.data.objective_params.mode_tokens == "text"
   validate(config)
   with pytest.raises(ValueError, match="mode_tokens applies to objective=ul2 only"):
-    t5.get_config("objective=span_corruption,mode_tokens=text")
+    config_lib.derive(t5.get_config("objective=span_corruption,mode_tokens=text"))

@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 
 import downstream_fixtures as fx
+from lm import config as config_lib
 
 fx.register_tasks()
 
 
 def _config(steps=8, eval_every=4, arch="encoder_decoder", task="task=test_copy", **overrides):
   from configs import finetune
-  c = finetune.get_config(f"{task},runlocal,arch={arch},inputs_length=16,targets_length=8,"
-                          f"steps={steps},eval_every={eval_every}")
+  c = config_lib.derive(finetune.get_config(
+      f"{task},runlocal,arch={arch},inputs_length=16,targets_length=8,"
+      f"steps={steps},eval_every={eval_every}"))
   c.data.tokenizer = fx.tokenizer_path()
   c.model.vocab_size = 128
   c.wandb.mode = "disabled"
@@ -61,7 +63,7 @@ def _params(workdir, step):
 
 def test_config_has_t5_finetuning_settings():
   from configs import finetune
-  c = finetune.get_config("task=test_copy,runlocal")
+  c = config_lib.derive(finetune.get_config("task=test_copy,runlocal"))
   from lm import validate
   validate.validate(c, num_devices=1)
   assert c.optim.name == "adafactor"
@@ -70,11 +72,11 @@ def test_config_has_t5_finetuning_settings():
   assert (c.ckpt.keep_best, c.ckpt.best_metric, c.ckpt.best_mode) == (
       1, "eval/finetune_score", "max")
   assert c.finetune.tasks == "test_copy:1" and c.train.num_steps == 300
-  paper = finetune.get_config("task=test_copy")
+  paper = config_lib.derive(finetune.get_config("task=test_copy"))
   assert paper.train.num_steps == 2 ** 18 and paper.ckpt.every_steps == 5000
   assert (paper.loss.normalization, paper.loss.normalizing_constant) == ("constant", 233472.0)
   assert (paper.data.inputs_length, paper.data.batch_size) == (512, 128)
-  mixed = finetune.get_config("mixture=test_copy:2+test_first:1,runlocal")
+  mixed = config_lib.derive(finetune.get_config("mixture=test_copy:2+test_first:1,runlocal"))
   assert mixed.finetune.tasks == "test_copy:2,test_first:1"
 
 
@@ -87,7 +89,7 @@ def test_config_has_t5_finetuning_settings():
 def test_config_bad_input(arg, message):
   from configs import finetune
   with pytest.raises(ValueError, match=message):
-    finetune.get_config(arg)
+    config_lib.derive(finetune.get_config(arg))
 
 
 def test_missing_split_fails_before_training(tmp_path):

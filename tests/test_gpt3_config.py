@@ -13,7 +13,7 @@ PAPER_PARAMS = {"125m": 125e6, "350m": 350e6, "760m": 760e6, "1_3b": 1.3e9, "2_7
 
 @pytest.mark.parametrize("size", sorted(PAPER_PARAMS))
 def test_sizes_validate_and_match_the_paper(size):
-  config = gpt3.get_config(f"size={size}")
+  config = config_lib.derive(gpt3.get_config(f"size={size}"))
   validate(config)
   model = config_lib.model_config(config)
   assert model.mask_type == "causal" and model.max_length == 2048
@@ -29,10 +29,10 @@ def test_sizes_validate_and_match_the_paper(size):
 
 
 def test_runlocal_and_bad_args():
-  config = gpt3.get_config("runlocal")
+  config = config_lib.derive(gpt3.get_config("runlocal"))
   validate(config)
   assert config.data.objective == "full_lm" and config.model.architecture == "causal"
   with pytest.raises(ValueError, match="unknown size"):
-    gpt3.get_config("size=7b")
+    config_lib.derive(gpt3.get_config("size=7b"))
   with pytest.raises(ValueError, match="unknown config arg"):
-    gpt3.get_config("sise=125m")
+    config_lib.derive(gpt3.get_config("sise=125m"))

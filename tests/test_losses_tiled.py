@@ -141,6 +141,6 @@ def test_config_switch_reaches_the_steps():
   from lm import config as config_lib  # pylint: disable=import-outside-toplevel
   assert config_lib.train_step_kwargs(t5.get_config("size=tiny"))["tiled_chunk_tokens"] == 0
   assert config_lib.train_step_kwargs(gpt3.get_config("size=125m"))["tiled_chunk_tokens"] == 0
-  big = gpt3.get_config("size=1_3b")
+  big = config_lib.derive(gpt3.get_config("size=1_3b"))
   assert config_lib.train_step_kwargs(big)["tiled_chunk_tokens"] == 2048
   assert config_lib.eval_step_kwargs(big)["tiled_chunk_tokens"] == 2048

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from lm import config as config_lib
 from lm import mini_suite
 from lm.downstream import mini
 from lm.downstream import task as task_lib
@@ -35,8 +36,9 @@ def test_suite_config_sets_init_steps_and_one_final_evaluation():
   assert sorted(n.split(":")[0] for n in c.finetune.tasks.split(",")) == sorted(mini.HEADLINE)
   scratch = mini_suite.suite_config(base, None)
   assert scratch.ckpt.init_from is None and scratch.train.num_steps == base.train.num_steps
-  # the rest of the fine-tuning settings are the config file's
-  assert scratch.optim.name == base.optim.name and scratch.model.to_dict() == base.model.to_dict()
+  # the rest of the fine-tuning settings are the config file's (its derived fields filled)
+  assert scratch.optim.name == base.optim.name
+  assert scratch.model.to_dict() == config_lib.derive(base).model.to_dict()
 
 
 def test_suite_config_bad_input(tmp_path):

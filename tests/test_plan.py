@@ -49,7 +49,7 @@ def test_missing_libtpu_is_a_one_line_error_with_the_fix(monkeypatch, capsys):
 
 
 def test_mesh_not_matching_the_device_count_is_a_one_line_error(capsys):
-  config = t5.get_config("runlocal")
+  config = common.derive(t5.get_config("runlocal"))
   config.mesh.shape = (3, 1, 1)
   with pytest.raises(plan.PlanError, match=r"cpu-8 \(8 devices\).*\(3, 1, 1\)"):
     plan.plan(config, plan.resolve_target("cpu-8"))
@@ -89,7 +89,7 @@ def test_gpu_cluster_from_a_cpu_machine_is_an_analytic_plan(capsys, tmp_path):
   assert p["kind"] == "analytic" and p["xla"] is None and p["num_devices"] == 8
   h100 = metrics.chip_spec_by_name("h100")
   assert p["memory_per_device"] == h100.hbm_bytes
-  n = accounting.count_params(common.model_config(t5.get_config("size=xl")))
+  n = accounting.count_params(common.model_config(common.derive(t5.get_config("size=xl"))))
   # float32 params split 8 ways over fsdp (every T5 kernel has an `embed` dim of 2048).
   assert p["analytic"]["params"] == pytest.approx(4 * n / 8, rel=0.01)
   flops = p["flops"]["analytic"]
@@ -124,7 +124,7 @@ def cpu_plans():
   batch 32 x 128/30, float32) on 8 simulated CPU devices: data, fsdp and tensor meshes."""
   out = {}
   for name, mesh in (("data", (8, 1, 1)), ("fsdp", (1, 8, 1)), ("tensor", (2, 1, 4))):
-    config = t5.get_config("size=small_cpu,batch=32,inputs_length=128")
+    config = common.derive(t5.get_config("size=small_cpu,batch=32,inputs_length=128"))
     config.model.scan_layers = True
     config.mesh.shape = mesh
     out[name] = plan.plan(config, plan.resolve_target("cpu-8"))
@@ -150,7 +150,7 @@ def test_analytic_memory_and_flops_agree_with_xla_on_cpu(cpu_plans, mesh):
 def test_hlo_cost_counts_every_layer_and_microbatch(arg, accum):
   # The depth-1/depth-2 extrapolation against the step lowered whole: every layer unrolled,
   # one microbatch (an accumulation loop's body is counted once, like a scan's).
-  config = t5.get_config(arg)
+  config = common.derive(t5.get_config(arg))
   config.optim.grad_accum_steps = accum
   config.model.scan_layers = True
   axes = ("data", "fsdp", "tensor")
@@ -176,7 +176,7 @@ def test_data_parallel_replicates_what_fsdp_and_tensor_split(cpu_plans):
 
 
 def _tpu_config(arg, mesh, batch=None, module=t5, remat_policy=None):
-  config = module.get_config(arg)
+  config = common.derive(module.get_config(arg))
   config.model.scan_layers = True  # compiles in minutes, not a quarter of an hour
   config.mesh.shape = mesh
   if batch:
@@ -291,7 +291,7 @@ def test_plan_table_rows_render_an_analytic_plan():
   # compile), and every row's command parses as lm.plan flags.
   from tools import plan_table  # pylint: disable=g-import-not-at-top
   cmd = plan_table.command("configs/t5.py:size=xl", "h100-8", "1,8,1")
-  config = t5.get_config("size=xl")
+  config = common.derive(t5.get_config("size=xl"))
   config.mesh.shape = (1, 8, 1)
   p = json.loads(json.dumps(plan.plan(config, plan.resolve_target("h100-8"))))
   row = plan_table.row_markdown(cmd, p)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from configs import t5
+from lm import config as config_lib
 from lm import plan
 
 
@@ -29,7 +30,7 @@ def test_named_policy_lowers_xla_temporaries_on_the_cpu():
   """The tiny model, scanned, 4 layers a stack, 256 input tokens, compiled for one CPU
   device: "minimal" (projections and attention output kept, the softmax recomputed) needs
   less of XLA's temporary memory than "none"; lm's accounting orders them the same way."""
-  config = t5.get_config("size=tiny,batch=4,inputs_length=256")
+  config = config_lib.derive(t5.get_config("size=tiny,batch=4,inputs_length=256"))
   config.model.scan_layers = True
   config.model.num_layers = 4
   config.data.num_shards = 1

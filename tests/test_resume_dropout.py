@@ -15,10 +15,11 @@ import jax
 import pytest
 
 from configs import t5
+from lm import config as config_lib
 
 
 def _config(steps):
-  config = t5.get_config("runlocal")
+  config = config_lib.derive(t5.get_config("runlocal"))
   config.train.num_steps = steps
   config.train.log_every = 2
   config.train.eval_every = 0

@@ -73,9 +73,10 @@ def test_registered_with_splits_choices_and_descriptions():
 
 def test_heldout_constants_match_the_configs():
   from configs import t5
+  from lm import config as config_lib
   from lm.data import pipeline
   for arg in ("runlocal", ""):
-    d = t5.get_config(arg).data
+    d = config_lib.derive(t5.get_config(arg)).data
     assert (d.validation_fraction, d.validation_seed) == (mini.HELDOUT_FRACTION,
                                                           mini.HELDOUT_SEED)
   spec = pipeline.DataSpec()

@@ -302,7 +302,7 @@ def test_attention_impl_changes_no_parameter_and_no_checkpoint_signature(tmp_pat
   old = {k: v for k, v in dataclasses.asdict(tiny()).items() if k != "attention_impl"}
   assert signature.run_signature(old, {"params": {}})["model_hash"] == sigs[0]["model_hash"]
   # An old run's config.json (no attention_impl) loads, defaults to "auto", and takes an override.
-  config = t5.get_config("runlocal")
+  config = config_lib.derive(t5.get_config("runlocal"))
   assert config.model.attention_impl == "auto"
   raw = json.loads(config.to_json_best_effort())
   del raw["model"]["attention_impl"]

@@ -228,7 +228,7 @@ def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path)
                       ("scale_embeddings", True)):
     changed = signature.run_signature({**now, name: value}, {"params": {}})
     assert changed["model"][name] == value and changed["model_hash"] != sig["model_hash"]
-  raw = json.loads(t5.get_config("runlocal").to_json_best_effort())
+  raw = json.loads(config_lib.derive(t5.get_config("runlocal")).to_json_best_effort())
   for name in ADDED_FIELDS:
     del raw["model"][name]
   (tmp_path / "config.json").write_text(json.dumps(raw))
@@ -239,7 +239,7 @@ def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path)
   model = config_lib.model_config(changed)
   assert (model.num_kv_heads, model.attn_logit_softcapping) == (2, 50)
   # A fresh config's placeholders take typed command-line values too.
-  fresh = config_lib.apply_overrides(t5.get_config("runlocal"),
+  fresh = config_lib.apply_overrides(config_lib.derive(t5.get_config("runlocal")),
                                      ["--config.model.final_logit_softcapping=30.0"])
   assert config_lib.model_config(fresh).final_logit_softcapping == 30.0
 
