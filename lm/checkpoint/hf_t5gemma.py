@@ -62,6 +62,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
+from lm.checkpoint import hf_t5
 from lm.checkpoint.hf_t5 import (CONFIG_NAME, WEIGHTS_NAME, HFConversionError, _format_names,
                                  _to_numpy, _unbox, read_json, read_safetensors)
 from lm.keypaths import path_names
@@ -515,6 +516,16 @@ def load_hf_t5gemma(directory: str | os.PathLike, **overrides
   return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
 
 
+def load_hf_checkpoint(directory: str | os.PathLike, **overrides
+                       ) -> tuple[TransformerConfig, dict[str, Any]]:
+  """``load_hf_t5gemma`` or ``lm.checkpoint.hf_t5.load_hf_t5``, by config.json's model_type
+  ("t5gemma" or T5's); same arguments, results and errors."""
+  hf_config = read_json(os.path.join(os.fspath(directory), CONFIG_NAME))
+  if hf_config.get("model_type") == "t5gemma":
+    return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
+  return hf_t5.hf_to_lm(hf_config, read_safetensors(directory), **overrides)
+
+
 def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
                     params: Mapping[str, Any]) -> None:
   """Writes lm params as an HF T5Gemma ``save_pretrained`` directory (config.json +
@@ -529,4 +540,5 @@ def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
 
 
 __all__ = ["config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
+           "load_hf_checkpoint",
            "save_hf_t5gemma", "EMBED_NAMES", "HEAD_NAME"]
