@@ -37,13 +37,13 @@ both soft-caps (HF caps the scaled scores, then adds the mask: lm's order; cross
 is capped too), ``num_kv_heads``, ``sliding_window`` + ``layer_pattern`` from
 ``layer_types``, tied logits without a scale (``tied_logits_scale=False``).
 
-Numerical differences from transformers, and what is refused (docs/checkpoints... see
-docs/architecture.md "Checkpoints"):
-- The encoder's (bidirectional) window: lm lets i see j where |i - j| < W, as T5Gemma did
-  when it was added to transformers (4.53-4.5x); transformers 5.x's shared
-  ``create_bidirectional_sliding_window_mask`` uses |i - j| <= W. For encoder inputs
-  longer than W the two differ by one key on each side of the window. The decoder's
-  causal window (i - j < W) is the same in all of them.
+Numerical differences from transformers, and what is refused (docs/checkpoints.md):
+- The encoder's (bidirectional) window: lm lets i see j where |i - j| < W, as transformers'
+  T5Gemma did when it was released (its own ``sliding_window_bidirectional_mask_function``,
+  transformers 4.5x); transformers 5.x's shared ``create_bidirectional_sliding_window_mask``
+  uses |i - j| <= W. For encoder inputs longer than W the two differ by one key at each
+  edge of the window (the golden records both). The decoder's causal window (i - j < W) is
+  the same in all of them.
 - Dropout (training only) sits where HF's does but lm's masks are shared over the
   length axis (t5x's broadcast dropout) and attention-probability dropout uses
   ``dropout_rate`` (HF's ``attention_dropout`` must equal it).

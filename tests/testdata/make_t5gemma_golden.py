@@ -4,7 +4,7 @@
     PYTHONPATH=/tmp/tfvenv/lib/python3.11/site-packages:. python tests/testdata/make_t5gemma_golden.py
     (or run it with lm's venv active and torch + transformers importable)
 
-A tiny random T5ForConditionalGeneration-style T5Gemma (``T5GemmaForConditionalGeneration``)
+A tiny random T5Gemma (``T5GemmaForConditionalGeneration``)
 with FIXED numpy weights (seeded numpy Generator, not torch's init): GQA (4 query heads, 2
 key/value heads), query_pre_attn_scalar 6 (not head_dim), alternating sliding / full
 layers (HF's default layer_types) with a window of 3 over 10 encoder / 8 decoder tokens,
