@@ -52,7 +52,7 @@ def test_logits_match_transformers(loaded, golden):
   batch = {"encoder_input_tokens": golden["encoder_input_tokens"],
            "decoder_input_tokens": golden["decoder_input_tokens"]}
   assert np.any(batch["encoder_input_tokens"] == 0)  # a padded encoder row
-  logits = np.asarray(Transformer(config).apply({"params": params}, batch))
+  logits = np.asarray(jax.jit(Transformer(config).apply)({"params": params}, batch))
   np.testing.assert_allclose(logits, golden["logits"], atol=ATOL, rtol=0)
 
 
