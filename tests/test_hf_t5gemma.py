@@ -183,3 +183,15 @@ def test_ckpt_init_from_reads_a_t5gemma_directory(loaded):
     wider = config.replace(emb_dim=32)
     train.init_params_from(TINY, wider, jax.eval_shape(lambda: nn.unbox(
         Transformer(wider).init(jax.random.key(0), batch)["params"])), None)
+
+
+def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
+  import ml_dtypes
+
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  _write(tmp_path, _hf_config(), {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()})
+  config, params = hf_t5gemma.load_hf_t5gemma(tmp_path)
+  want = tensors["model.encoder.layers.0.mlp.down_proj.weight"].astype(ml_dtypes.bfloat16)
+  got = params["encoder"]["layers_0"]["mlp"]["wo"]
+  assert got.dtype == np.float32
+  np.testing.assert_array_equal(got, want.astype(np.float32).T)
