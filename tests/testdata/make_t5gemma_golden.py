@@ -1,9 +1,11 @@
 """Regenerates the HF T5Gemma golden in tests/testdata/hf_t5gemma/ (needs torch + transformers).
 
-    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install torch transformers safetensors numpy
-    PYTHONPATH=/tmp/tfvenv/lib/python3.11/site-packages:. python tests/testdata/make_t5gemma_golden.py
-    (or run it with lm's venv active and torch + transformers importable)
+    python -m venv /tmp/tfvenv && /tmp/tfvenv/bin/pip install torch transformers
+    . .venv/bin/activate && export PYTHONPATH=$PWD   # lm's environment, torch appended:
+    python -c "import sys, runpy; sys.path.append('/tmp/tfvenv/lib/python3.11/site-packages'); \
+      runpy.run_path('tests/testdata/make_t5gemma_golden.py', run_name='__main__')"
 
+(last run: transformers 5.24.0, torch 2.14.1, CPU, ~35 s).
 A tiny random T5Gemma (``T5GemmaForConditionalGeneration``)
 with FIXED numpy weights (seeded numpy Generator, not torch's init): GQA (4 query heads, 2
 key/value heads), query_pre_attn_scalar 6 (not head_dim), alternating sliding / full
