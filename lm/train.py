@@ -51,7 +51,7 @@ from lm import config as config_lib
 from lm import parts as parts_lib
 from lm import validate as validate_lib
 from lm import workdir as workdir_lib
-from lm.checkpoint import hf_t5
+from lm.checkpoint import hf_t5, hf_t5gemma
 from lm.data import features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
@@ -378,8 +378,8 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
   """
   where = workdir_lib.as_path(path)
   if (where / hf_t5.CONFIG_NAME).exists() and not (where / "checkpoints").is_dir():
-    hf_config, params = hf_t5.load_hf_t5(os.fspath(path), scan_layers=model_config.scan_layers,
-                                         dtype=model_config.dtype)
+    hf_config, params = hf_t5gemma.load_hf_checkpoint(  # T5 or T5Gemma, by model_type
+        os.fspath(path), scan_layers=model_config.scan_layers, dtype=model_config.dtype)
     what = checkpoint.shape_mismatch(checkpoint.param_shapes(params),
                                      checkpoint.param_shapes(abstract_params))
     if what:

@@ -1,0 +1,197 @@
+"""Tests of lm.checkpoint.hf_t5gemma: HF T5Gemma import/export against a transformers golden
+(tests/testdata/make_t5gemma_golden.py wrote it; no torch needed here)."""
+import copy
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from lm import decoding
+from lm.checkpoint import hf_t5gemma
+from lm.checkpoint.hf_t5 import HFConversionError
+from lm.model.transformer import Transformer
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "testdata", "hf_t5gemma")
+TINY = os.path.join(GOLDEN, "tiny")
+ATOL = 5e-5  # float32: the script measured 1.0e-5 on logits up to 3.9 in magnitude
+
+
+@pytest.fixture(scope="module")
+def golden():
+  return dict(np.load(os.path.join(GOLDEN, "golden.npz")))
+
+
+@pytest.fixture(scope="module")
+def loaded():
+  return hf_t5gemma.load_hf_t5gemma(TINY)
+
+
+def _hf_config():
+  with open(os.path.join(TINY, "config.json")) as f:
+    return json.load(f)
+
+
+def test_config_maps_every_t5gemma_knob(loaded):
+  config, _ = loaded
+  assert (config.num_heads, config.num_kv_heads, config.head_dim, config.emb_dim) == (4, 2, 8, 16)
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (3, 2)
+  assert (config.sliding_window, config.layer_pattern) == (3, "LG")
+  assert (config.query_pre_attn_scalar, config.attn_logit_softcapping,
+          config.final_logit_softcapping) == (6.0, 2.0, 4.0)
+  assert (config.norm_type, config.norm_position, config.position_encoding) == (
+      "gemma_rmsnorm", "sandwich", "rope")
+  assert config.tie_embeddings and not config.tied_logits_scale and config.scale_embeddings
+  assert config.mlp_activation == "gated_gelu" and config.dtype == "float32"
+
+
+def test_logits_match_transformers(loaded, golden):
+  config, params = loaded
+  batch = {"encoder_input_tokens": golden["encoder_input_tokens"],
+           "decoder_input_tokens": golden["decoder_input_tokens"]}
+  assert np.any(batch["encoder_input_tokens"] == 0)  # a padded encoder row
+  logits = np.asarray(jax.jit(Transformer(config).apply)({"params": params}, batch))
+  np.testing.assert_allclose(logits, golden["logits"], atol=ATOL, rtol=0)
+
+
+def test_greedy_decoding_matches_transformers_generate(loaded, golden):
+  config, params = loaded
+  want = golden["greedy_tokens"]
+  cfg = decoding.DecodeConfig(method="greedy", max_decode_length=want.shape[1])
+  enc = golden["encoder_input_tokens"]
+  tokens = decoding.make_decode_fn(Transformer(config), cfg)(
+      params, {"encoder_input_tokens": enc}, jax.random.PRNGKey(0), np.arange(len(enc)))[0]
+  np.testing.assert_array_equal(np.asarray(tokens), want)
+
+
+def test_export_gives_back_the_same_tensors_and_config(loaded, tmp_path):
+  config, params = loaded
+  hf_t5gemma.save_hf_t5gemma(tmp_path, config, params)
+  original, written = load_file(os.path.join(TINY, "model.safetensors")), load_file(
+      os.path.join(tmp_path, "model.safetensors"))
+  assert sorted(written) == sorted(original)  # tied: no lm_head.out_proj.weight in either
+  for name in original:
+    np.testing.assert_array_equal(written[name], original[name], err_msg=name)
+  again, _ = hf_t5gemma.load_hf_t5gemma(tmp_path)
+  assert again == config
+  with open(os.path.join(tmp_path, "config.json")) as f:
+    exported = json.load(f)
+  hf = _hf_config()
+  for stack in ("encoder", "decoder"):
+    for key, value in exported[stack].items():
+      if key in hf[stack]:
+        assert hf[stack][key] == value, (stack, key)
+
+
+def test_scanned_import_and_untied_head(loaded, golden, tmp_path):
+  config, params = loaded
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  head = np.random.default_rng(3).normal(0, 0.5, tensors["model.decoder.embed_tokens.weight"].shape)
+  tensors[hf_t5gemma.HEAD_NAME] = head.astype(np.float32)
+  hf = dict(_hf_config(), tie_word_embeddings=False)
+  untied, untied_params = hf_t5gemma.hf_to_lm(hf, tensors)
+  assert not untied.tie_embeddings
+  np.testing.assert_array_equal(untied_params["logits_dense"]["kernel"], head.T.astype(np.float32))
+  hf_back, back = hf_t5gemma.lm_to_hf(untied, untied_params)
+  np.testing.assert_array_equal(back[hf_t5gemma.HEAD_NAME], tensors[hf_t5gemma.HEAD_NAME])
+  assert hf_back["tie_word_embeddings"] is False
+  # Scanning needs a uniform pattern: an all-global copy of the model scans and round-trips.
+  hf_global = copy.deepcopy(_hf_config())
+  for stack in ("encoder", "decoder"):
+    hf_global[stack]["layer_types"] = ["full_attention"] * hf_global[stack]["num_hidden_layers"]
+  scanned_cfg, scanned = hf_t5gemma.hf_to_lm(hf_global, load_file(os.path.join(TINY, "model.safetensors")),
+                                             scan_layers=True)
+  assert scanned_cfg.layer_pattern is None and scanned_cfg.sliding_window is None
+  assert scanned["encoder"]["layers"]["self_attention"]["key"].shape == (3, 16, 2, 8)
+  _, tensors_back = hf_t5gemma.lm_to_hf(scanned_cfg, scanned)
+  for name, value in load_file(os.path.join(TINY, "model.safetensors")).items():
+    np.testing.assert_array_equal(tensors_back[name], value, err_msg=name)
+
+
+def _write(directory, hf_config, tensors=None):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(hf_config, f)
+  save_file(tensors if tensors is not None else load_file(os.path.join(TINY, "model.safetensors")),
+            os.path.join(directory, "model.safetensors"))
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda c: c["encoder"].update(hidden_size=32), "encoder.hidden_size=32"),
+    (lambda c: c["decoder"].update(attention_bias=True), "attention_bias"),
+    (lambda c: c["encoder"].update(sliding_window=5), "encoder.sliding_window=5"),
+    (lambda c: c["encoder"].update(layer_types=["sliding_attention", "sliding_attention",
+                                                "full_attention"]), "layer_types"),
+    (lambda c: [c[s].update(hidden_activation="gelu") for s in ("encoder", "decoder")],
+     "hidden_activation='gelu'"),
+    (lambda c: [c[s].update(rms_norm_eps=1e-5) for s in ("encoder", "decoder")], "rms_norm_eps"),
+    (lambda c: [c[s].update(rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                             "rope_theta": 1e4}) for s in ("encoder", "decoder")],
+     "rope_type='linear'"),
+    (lambda c: c.update(attention_dropout=0.1), "attention_dropout"),
+    (lambda c: c.update(model_type="t5"), "model_type 't5'"),
+])
+def test_unsupported_fields_are_named(tmp_path, edit, field):
+  hf = _hf_config()
+  edit(hf)
+  _write(tmp_path, hf)
+  with pytest.raises(ValueError) as info:
+    hf_t5gemma.load_hf_t5gemma(tmp_path)
+  assert isinstance(info.value, HFConversionError)
+  assert field in str(info.value), str(info.value)
+
+
+def test_differing_embeddings_and_bad_tensors_are_named(tmp_path):
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  tensors["model.encoder.embed_tokens.weight"] = tensors["model.encoder.embed_tokens.weight"] + 1
+  _write(tmp_path / "emb", _hf_config(), tensors)
+  with pytest.raises(HFConversionError, match="model.encoder.embed_tokens.weight differs"):
+    hf_t5gemma.load_hf_t5gemma(tmp_path / "emb")
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  del tensors["model.decoder.layers.1.cross_attn.k_proj.weight"]
+  tensors["model.decoder.layers.1.cross_attn.k_proj.bias"] = np.zeros(16, np.float32)
+  _write(tmp_path / "names", _hf_config(), tensors)
+  with pytest.raises(HFConversionError, match="cross_attn.k_proj.bias"):
+    hf_t5gemma.load_hf_t5gemma(tmp_path / "names")
+
+
+def test_export_refuses_non_t5gemma_configs(loaded):
+  config, params = loaded
+  for bad, field in ((config.replace(norm_position="pre"), "norm_position='pre'"),
+                     (config.replace(scale_embeddings=False), "scale_embeddings=False"),
+                     (config.replace(tied_logits_scale=True), "tied_logits_scale=True")):
+    with pytest.raises(HFConversionError, match=field):
+      hf_t5gemma.lm_to_hf(bad, params)
+
+
+def test_ckpt_init_from_reads_a_t5gemma_directory(loaded):
+  import flax.linen as nn
+
+  from lm import train
+
+  config, params = loaded
+  model = Transformer(config)
+  batch = {"encoder_input_tokens": np.ones((1, 4), np.int32),
+           "decoder_input_tokens": np.ones((1, 4), np.int32)}
+  abstract = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.key(0), batch)["params"]))
+  got = train.init_params_from(TINY, config, abstract, None)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  with pytest.raises(Exception, match="emb_dim=16"):
+    wider = config.replace(emb_dim=32)
+    train.init_params_from(TINY, wider, jax.eval_shape(lambda: nn.unbox(
+        Transformer(wider).init(jax.random.key(0), batch)["params"])), None)
+
+
+def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
+  import ml_dtypes
+
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  _write(tmp_path, _hf_config(), {k: v.astype(ml_dtypes.bfloat16) for k, v in tensors.items()})
+  config, params = hf_t5gemma.load_hf_t5gemma(tmp_path)
+  want = tensors["model.encoder.layers.0.mlp.down_proj.weight"].astype(ml_dtypes.bfloat16)
+  got = params["encoder"]["layers_0"]["mlp"]["wo"]
+  assert got.dtype == np.float32
+  np.testing.assert_array_equal(got, want.astype(np.float32).T)
