@@ -170,7 +170,7 @@ def test_plan_derives_after_the_overrides(monkeypatch):
 _MAIN_DRIVER = """
 import json, sys
 from lm import main, train
-def record(config, workdir):
+def record(config, workdir, parts=None):
   with open(workdir, "w") as f:
     json.dump({"data": config.data.to_dict(), "model": config.model.to_dict()}, f)
 train.train_and_evaluate = record

@@ -130,7 +130,7 @@ def test_validate_returns_every_typed_setting_the_run_is_built_from():
   from configs import t5
   from lm import config as config_lib
   from lm import validate
-  config = t5.get_config("runlocal")
+  config = config_lib.derive(t5.get_config("runlocal"))
   got = validate.validate(config, num_devices=1)
   assert got == config_lib.RunSettings(
       model=config_lib.model_config(config), data=config_lib.data_spec(config),
