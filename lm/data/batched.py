@@ -499,7 +499,6 @@ def convert_batch(example: Mapping[str, np.ndarray], architecture: str, *, eos_i
   if inputs.ndim != 2 or targets.ndim != 2 or inputs.shape[0] != targets.shape[0]:
     raise ValueError(f"inputs/targets must be int32[B, L] blocks with the same B, got "
                      f"{inputs.shape} and {targets.shape}")
-  b = inputs.shape[0]
   if targets_eos:
     targets = _trim_append_eos(targets, lengths.get("targets"), eos_id)
   elif lengths.get("targets") is not None:

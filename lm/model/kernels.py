@@ -29,7 +29,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import PartitionSpec as P
 
 # The Pallas TPU kernels' block: sequence lengths must be multiples of it.
