@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -370,6 +370,46 @@ def _unbox(tree):
   return np.asarray(value, np.float32)
 
 
+class TensorExport:
+  """An lm param tree read into HF tensors: `put` converts one param (recording its path),
+  `unused` names the params no `put` or `take` read (an export must use them all).
+
+  Attributes:
+    tensors: {hf name: float32 array}, filled by `put`.
+  """
+
+  def __init__(self, params: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
+               to_hf: Callable[[np.ndarray, str], np.ndarray]):
+    """params: plain unscanned numpy params; shapes: {kind: HF shape}; to_hf(x, kind)."""
+    self._params, self._shapes, self._to_hf = params, shapes, to_hf
+    self.used: set[tuple[str, ...]] = set()
+    self.tensors: dict[str, np.ndarray] = {}
+
+  def take(self, path: tuple[str, ...]) -> np.ndarray:
+    """The param at `path`, recorded as used; HFConversionError naming a missing one."""
+    node = self._params
+    for key in path:
+      if not isinstance(node, Mapping) or key not in node:
+        raise HFConversionError(f"params are missing {'/'.join(path)}")
+      node = node[key]
+    self.used.add(path)
+    return node
+
+  def put(self, name: str, path: tuple[str, ...], kind: str) -> None:
+    """tensors[name] = the param at `path` in HF layout, checked against shapes[kind]."""
+    value = self._to_hf(self.take(path), kind)
+    if tuple(value.shape) != self._shapes[kind]:
+      raise HFConversionError(f"shape mismatch: {'/'.join(path)} gives {name} "
+                              f"{tuple(value.shape)} != {self._shapes[kind]}")
+    self.tensors[name] = np.ascontiguousarray(value, np.float32)
+
+  def unused(self, params: Mapping[str, Any] | None = None) -> list[str]:
+    """"a/b/c" of every leaf of `params` (default: all) that was not read."""
+    tree = self._params if params is None else params
+    leaf_paths = (path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0])
+    return ["/".join(p) for p in leaf_paths if p not in self.used]
+
+
 def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """Converts lm encoder-decoder params into an HF T5 config dict and named tensors.
 
@@ -399,24 +439,8 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]) -> tuple[dict
     params = dict(params, encoder=enc)
 
   shapes = _hf_shapes(config)
-  used: set[tuple[str, ...]] = set()
-  tensors: dict[str, np.ndarray] = {}
-
-  def take(path: tuple[str, ...]):
-    node = params
-    for key in path:
-      if not isinstance(node, Mapping) or key not in node:
-        raise HFConversionError(f"params are missing {'/'.join(path)}")
-      node = node[key]
-    used.add(path)
-    return node
-
-  def put(name, path, kind):
-    value = _lm_to_hf_tensor(take(path), kind, config)
-    if tuple(value.shape) != shapes[kind]:
-      raise HFConversionError(f"shape mismatch: {'/'.join(path)} gives {name} {value.shape} != {shapes[kind]}")
-    tensors[name] = np.ascontiguousarray(value, np.float32)
-
+  export = TensorExport(params, shapes, lambda x, kind: _lm_to_hf_tensor(x, kind, config))
+  put, tensors = export.put, export.tensors
   put("shared.weight", ("token_embedder", "embedding"), "embed")
   for stack, num in _stacks(config):
     put(f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
@@ -426,18 +450,16 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]) -> tuple[dict
       for hf, path, kind in _layer_table(stack, i, config.mlp_activation):
         put(hf, (stack, f"layers_{i}") + path, kind)
   if not config.tie_embeddings:
-    tensors["lm_head.weight"] = np.ascontiguousarray(take(("logits_dense", "kernel")).T)
+    tensors["lm_head.weight"] = np.ascontiguousarray(export.take(("logits_dense", "kernel")).T)
     if tensors["lm_head.weight"].shape != shapes["embed"]:
       raise HFConversionError(f"shape mismatch: logits_dense/kernel {tensors['lm_head.weight'].shape[::-1]}")
   elif not config.tied_logits_scale:
     tensors["lm_head.weight"] = tensors["shared.weight"].copy()  # tied without the scale
 
   source = params
-  if config.shared_encoder_decoder:
+  if config.shared_encoder_decoder:  # (the copied encoder was read; the decoder must be too)
     source = {k: v for k, v in params.items() if k != "encoder"}
-    used = {p for p in used if p[0] != "encoder"}
-  leaf_paths = (path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(source)[0])
-  extra = ["/".join(p) for p in leaf_paths if p not in used]
+  extra = export.unused(source)
   if extra:
     raise HFConversionError(f"params with no HF T5 equivalent: {_format_names(extra)}")
   return hf_config, tensors

@@ -59,13 +59,11 @@ import json
 import os
 from typing import Any, Mapping
 
-import jax
 import numpy as np
 
 from lm.checkpoint import hf_t5
 from lm.checkpoint.hf_t5 import (CONFIG_NAME, WEIGHTS_NAME, HFConversionError, _format_names,
                                  _to_numpy, _unbox, read_json, read_safetensors)
-from lm.keypaths import path_names
 from lm.model.transformer import TransformerConfig, scan_to_unscanned, unscanned_to_scan
 
 _LM_EPSILON = 1e-6
@@ -458,36 +456,19 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]
   hf_config = config_to_hf(config)
   params = _to_numpy(scan_to_unscanned(_unbox(dict(params))))
   shapes = _hf_shapes(config)
-  used: set[tuple[str, ...]] = set()
-  tensors: dict[str, np.ndarray] = {}
-
-  def take(path):
-    node = params
-    for key in path:
-      if not isinstance(node, Mapping) or key not in node:
-        raise HFConversionError(f"params are missing {'/'.join(path)}")
-      node = node[key]
-    used.add(path)
-    return node
-
-  def put(name, path, kind):
-    value = _lm_to_hf_tensor(take(path), kind, config)
-    if tuple(value.shape) != shapes[kind]:
-      raise HFConversionError(f"shape mismatch: {'/'.join(path)} gives {name} "
-                              f"{tuple(value.shape)} != {shapes[kind]}")
-    tensors[name] = np.ascontiguousarray(value, np.float32)
+  export = hf_t5.TensorExport(params, shapes, lambda x, kind: _lm_to_hf_tensor(x, kind, config))
+  put, tensors = export.put, export.tensors
 
   for name in EMBED_NAMES:
     put(name, ("token_embedder", "embedding"), "embed")
   if not config.tie_embeddings:
-    tensors[HEAD_NAME] = np.ascontiguousarray(take(("logits_dense", "kernel")).T, np.float32)
+    tensors[HEAD_NAME] = np.ascontiguousarray(export.take(("logits_dense", "kernel")).T, np.float32)
     if tensors[HEAD_NAME].shape != shapes["embed"]:
       raise HFConversionError(f"shape mismatch: logits_dense/kernel "
                               f"{tensors[HEAD_NAME].shape[::-1]}")
   for name, (path, kind) in _table(config).items():
     put(name, path, kind)
-  leaf_paths = (path_names(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0])
-  extra = ["/".join(p) for p in leaf_paths if p not in used]
+  extra = export.unused()
   if extra:
     raise HFConversionError(f"params with no HF T5Gemma equivalent: {_format_names(extra)}")
   return hf_config, tensors
