@@ -25,12 +25,13 @@ TRUE_WORDS = ("1", "true", "yes", "y", "on", "t")
 FALSE_WORDS = ("0", "false", "no", "n", "off", "f")
 
 
-def _tuples(value: Any) -> Any:
-  """Lists (and lists inside dicts) as tuples: configs hold tuples, never lists."""
+def as_tuples(value: Any) -> Any:
+  """Lists (and lists inside dicts) as tuples: configs hold tuples, never lists (parsed
+  literals, and config.json's lists read back by lm.config.load_config_json)."""
   if isinstance(value, list):
-    return tuple(_tuples(v) for v in value)
+    return tuple(as_tuples(v) for v in value)
   if isinstance(value, dict):
-    return {k: _tuples(v) for k, v in value.items()}
+    return {k: as_tuples(v) for k, v in value.items()}
   return value
 
 
@@ -90,7 +91,7 @@ def parse_value(text: str, like: Any, *, name: str | None) -> Any:
     value = text
   if isinstance(like, tuple) and not isinstance(value, (tuple, list)):
     value = (value,)
-  return _tuples(value) if isinstance(value, list) else value
+  return as_tuples(value) if isinstance(value, list) else value
 
 
 def parse_config_flags_with_parse_value() -> None:

@@ -425,15 +425,6 @@ def migrate(raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
   return {**raw, "model": model, "data": data}
 
 
-def _tuples(value: Any) -> Any:
-  """JSON lists back to tuples (configs hold tuples: paths, mesh shape, axis rules, tags)."""
-  if isinstance(value, list):
-    return tuple(_tuples(v) for v in value)
-  if isinstance(value, dict):
-    return {k: _tuples(v) for k, v in value.items()}
-  return value
-
-
 def load_config_json(path: str) -> ml_collections.ConfigDict:
   """Reads a config.json written by lm/train.py back into a ConfigDict.
 
@@ -460,7 +451,7 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
   defaults = {f.name: f.default for f in dataclasses.fields(TransformerConfig)}
   raw["model"] = {**{k: defaults[k] for k in EXECUTION_FIELDS + tuple(ADDED_FIELDS)},
                   **raw["model"]}
-  return ml_collections.ConfigDict(_tuples(raw))
+  return ml_collections.ConfigDict(cli.as_tuples(raw))  # JSON lists back to tuples
 
 
 def _parse_override_value(field: str, text: str, current: Any) -> Any:
