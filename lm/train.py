@@ -580,7 +580,7 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, parts: parts_lib.Par
         step += 1
         ckpt.raise_if_save_failed()
         stop = preemption.should_stop(step, loop.log_every)
-        log_now = step % loop.log_every == 0 or step == num_steps
+        log_now = parts_lib.due_every(step, loop.log_every, num_steps)
         force = step == num_steps or stop
         save_now = force or ckpt.should_save(step)
         if log_now or save_now:  # fetch and check before anything is saved
