@@ -127,8 +127,7 @@ def point_figures(workdir: str) -> dict | None:
     return None
   config = config_lib.load_config_json(os.path.join(workdir, "config.json"))
   model = config_lib.model_config(config)
-  counts = accounting.param_breakdown(model, depth=1)
-  n = counts["total"] - counts.get("token_embedder", 0) - counts.get("logits_dense", 0)
+  n = accounting.count_non_embedding_params(model)
   data = config.data
   d = summary["step"] * data.batch_size * (data.inputs_length + data.targets_length)
   return dict(arch=config_lib.architecture(config), n=float(n), d=float(d),

@@ -143,11 +143,40 @@ def test_unsupported_fields_are_named(tmp_path, edit, field):
   assert field in str(info.value), str(info.value)
 
 
-def test_differing_embeddings_and_bad_tensors_are_named(tmp_path):
+def test_an_encoder_table_of_its_own_loads_runs_and_exports(loaded, tmp_path):
+  """T5Gemma's released checkpoints train the encoder's table apart from the decoder's."""
+  config, params = loaded
   tensors = load_file(os.path.join(TINY, "model.safetensors"))
-  tensors["model.encoder.embed_tokens.weight"] = tensors["model.encoder.embed_tokens.weight"] + 1
+  enc_name, dec_name = hf_t5gemma.EMBED_NAMES
+  tensors[enc_name] = tensors[enc_name] + np.float32(0.25)
   _write(tmp_path / "emb", _hf_config(), tensors)
-  with pytest.raises(HFConversionError, match="model.encoder.embed_tokens.weight differs"):
+  two, two_params = hf_t5gemma.load_hf_t5gemma(tmp_path / "emb")
+  assert two == config.replace(separate_encoder_embedding=True)
+  np.testing.assert_array_equal(two_params["encoder_token_embedder"]["embedding"], tensors[enc_name])
+  np.testing.assert_array_equal(two_params["token_embedder"]["embedding"], tensors[dec_name])
+  # The encoder reads the shifted table; the same shift put into the one-table model's
+  # encoder pass by hand gives the same encoder outputs.
+  tokens = np.array([[5, 9, 3, 1]], np.int32)
+  got = Transformer(two).apply({"params": two_params}, {"encoder_input_tokens": tokens},
+                               method=Transformer.encode)
+  one = copy.deepcopy(params)
+  one["token_embedder"]["embedding"] = tensors[enc_name]
+  want = Transformer(config).apply({"params": one}, {"encoder_input_tokens": tokens},
+                                   method=Transformer.encode)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
+  hf_t5gemma.save_hf_t5gemma(tmp_path / "back", two, two_params)
+  back = load_file(os.path.join(tmp_path / "back", "model.safetensors"))
+  for name in (enc_name, dec_name):
+    np.testing.assert_array_equal(back[name], tensors[name], err_msg=name)
+  with pytest.raises(HFConversionError, match="decided by the tensors"):
+    hf_t5gemma.load_hf_t5gemma(tmp_path / "emb", separate_encoder_embedding=False)
+
+
+def test_bad_tensors_are_named(tmp_path):
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  tensors["model.encoder.embed_tokens.weight"] = tensors["model.encoder.embed_tokens.weight"][:-1]
+  _write(tmp_path / "emb", _hf_config(), tensors)
+  with pytest.raises(HFConversionError, match="model.encoder.embed_tokens.weight .63, 16. != .64, 16."):
     hf_t5gemma.load_hf_t5gemma(tmp_path / "emb")
   tensors = load_file(os.path.join(TINY, "model.safetensors"))
   del tensors["model.decoder.layers.1.cross_attn.k_proj.weight"]

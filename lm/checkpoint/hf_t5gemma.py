@@ -15,7 +15,9 @@ come from ``lm.checkpoint.hf_t5``.
 
 Mapping (HF name -> lm param; HF ``nn.Linear`` weights are [out, in] and are transposed;
 N = query heads, K = key/value heads, H = head_dim, D = hidden_size, F = intermediate_size):
-  model.{encoder,decoder}.embed_tokens.weight [V, D]    token_embedder/embedding (one table)
+  model.decoder.embed_tokens.weight [V, D]              token_embedder/embedding
+  model.encoder.embed_tokens.weight [V, D]              encoder_token_embedder/embedding when the
+                                                        two tables differ, else the same table
   lm_head.out_proj.weight [V, D] (untied only)          logits_dense/kernel [D, V]
   model.{stack}.layers.i.self_attn.q_proj.weight [N*H, D]   {stack}/layers_i/self_attention/query [D, N, H]
   ....self_attn.{k,v}_proj.weight [K*H, D]              .../self_attention/{key,value} [D, K, H]
@@ -135,12 +137,15 @@ def _layer_pattern(encoder_types, decoder_types) -> str | None:
 
 
 def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
+                   separate_encoder_embedding: bool = False,
                    **overrides) -> TransformerConfig:
   """TransformerConfig for an HF ``T5GemmaConfig`` dict (config.json contents).
 
   Args:
     hf_config: the parsed config.json.
-    tie_embeddings: whether the head is the shared embedding (decided from the tensors).
+    tie_embeddings: whether the head is the decoder's embedding (decided from the tensors).
+    separate_encoder_embedding: whether the encoder's table differs from the decoder's
+      (decided from the tensors).
     **overrides: other TransformerConfig fields (``dtype``, ``scan_layers``, ...).
   Returns:
     The TransformerConfig (dtype "float32" unless overridden).
@@ -214,6 +219,7 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
       norm_type="gemma_rmsnorm",
       norm_position="sandwich",
       tie_embeddings=bool(tie_embeddings),
+      separate_encoder_embedding=bool(separate_encoder_embedding),
       tied_logits_scale=False,
       scale_embeddings=True,
       query_pre_attn_scalar=float(enc["query_pre_attn_scalar"]),
@@ -393,17 +399,23 @@ def hf_to_lm(hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
   if not present_embeds:
     raise HFConversionError(f"missing tensor(s): {' or '.join(EMBED_NAMES)}")
   embedding = np.asarray(tensors[present_embeds[-1]], np.float32)  # the decoder's, if present
-  for name in present_embeds[:-1]:
-    if tensors[name].shape != embedding.shape or not np.array_equal(
-        np.asarray(tensors[name], np.float32), embedding):
-      raise HFConversionError(f"{name} differs from {present_embeds[-1]}: lm has one token "
-                              "embedding for encoder, decoder and (tied) head")
+  # T5Gemma trains the encoder's table apart from the decoder's: one lm table when they are
+  # equal (a checkpoint saved with tied tables), two (separate_encoder_embedding) otherwise.
+  encoder_embedding = None
+  if len(present_embeds) == 2:
+    enc = np.asarray(tensors[EMBED_NAMES[0]], np.float32)
+    if enc.shape != embedding.shape or not np.array_equal(enc, embedding):
+      encoder_embedding = enc
   head = tensors.get(HEAD_NAME)
   tied = head is None or (head.shape == embedding.shape
                           and np.array_equal(np.asarray(head, np.float32), embedding))
   if head is None and hf_config.get("tie_word_embeddings", True) is False:
     raise HFConversionError(f"missing tensor(s): {HEAD_NAME} (tie_word_embeddings is false)")
-  config = config_from_hf(hf_config, tie_embeddings=tied, **overrides)
+  if "separate_encoder_embedding" in overrides:
+    raise HFConversionError("separate_encoder_embedding is decided by the tensors (the two "
+                            "embed_tokens tables differ or not); do not override it")
+  config = config_from_hf(hf_config, tie_embeddings=tied,
+                          separate_encoder_embedding=encoder_embedding is not None, **overrides)
 
   shapes = _hf_shapes(config)
   expected = _table(config)
@@ -423,6 +435,8 @@ def hf_to_lm(hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
     raise HFConversionError(f"shape mismatch: {_format_names(bad)}")
 
   params: dict[str, Any] = {"token_embedder": {"embedding": embedding}}
+  if encoder_embedding is not None:
+    params["encoder_token_embedder"] = {"embedding": encoder_embedding}
   if not tied:
     params["logits_dense"] = {"kernel": np.ascontiguousarray(np.asarray(head, np.float32).T)}
   for name, (path, kind) in expected.items():
@@ -449,7 +463,8 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]
     params: boxed or plain, scanned or not, jax or numpy.
   Returns:
     (hf_config dict for config.json, {hf name: float32 array}); both embedding tables are
-    written (the same array), ``lm_head.out_proj.weight`` only when untied.
+    written (the same array unless separate_encoder_embedding), ``lm_head.out_proj.weight``
+    only when untied.
   Raises:
     HFConversionError: unsupported config, or params missing / extra / misshapen (named).
   """
@@ -459,8 +474,10 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]
   export = hf_t5.TensorExport(params, shapes, lambda x, kind: _lm_to_hf_tensor(x, kind, config))
   put, tensors = export.put, export.tensors
 
-  for name in EMBED_NAMES:
-    put(name, ("token_embedder", "embedding"), "embed")
+  encoder_table = ("encoder_token_embedder" if config.separate_encoder_embedding
+                   else "token_embedder")
+  put(EMBED_NAMES[0], (encoder_table, "embedding"), "embed")
+  put(EMBED_NAMES[1], ("token_embedder", "embedding"), "embed")
   if not config.tie_embeddings:
     tensors[HEAD_NAME] = np.ascontiguousarray(export.take(("logits_dense", "kernel")).T, np.float32)
     if tensors[HEAD_NAME].shape != shapes["embed"]:

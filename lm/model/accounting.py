@@ -68,8 +68,9 @@ from lm.model.transformer import Transformer, TransformerConfig
 
 
 def _abstract_params(config: TransformerConfig):
-  # Scanning and remat change neither the count nor the FLOPs; scan traces faster.
-  config = config.replace(scan_layers=True, remat_policy="none")
+  # Scanning, remat and which layers are local change no param; scan traces faster.
+  config = config.replace(scan_layers=True, remat_policy="none", layer_pattern=None,
+                          sliding_window=None)
   model = Transformer(config)
   length = 4
   batch = {"encoder_input_tokens": jnp.ones((1, length), jnp.int32),
@@ -105,6 +106,16 @@ def param_breakdown(config: TransformerConfig, depth: int = 2) -> dict[str, int]
 def count_params(config: TransformerConfig) -> int:
   """Total number of parameters of ``Transformer(config)`` (via jax.eval_shape)."""
   return param_breakdown(config, depth=1)["total"]
+
+
+# The top-level param groups that are token tables (input embeddings, an untied head).
+EMBEDDING_PARAMS = ("token_embedder", "encoder_token_embedder", "logits_dense")
+
+
+def count_non_embedding_params(config: TransformerConfig) -> int:
+  """Parameters outside the token tables (EMBEDDING_PARAMS): Kaplan et al.'s N."""
+  counts = param_breakdown(config, depth=1)
+  return counts["total"] - sum(counts.get(name, 0) for name in EMBEDDING_PARAMS)
 
 
 def forward_flops(config: TransformerConfig, inputs_length: int, targets_length: int) -> dict[str, Any]:
@@ -262,5 +273,5 @@ def activation_bytes(config: TransformerConfig, inputs_length: int, targets_leng
           "total": float(total)}
 
 
-__all__ = ["count_params", "param_breakdown", "forward_flops", "training_flops", "flops_per_token",
+__all__ = ["EMBEDDING_PARAMS", "count_params", "count_non_embedding_params", "param_breakdown", "forward_flops", "training_flops", "flops_per_token",
            "activation_bytes"]

@@ -54,7 +54,7 @@ EXECUTION_FIELDS = ("attention_impl",)
 ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
                 "attn_logit_softcapping": None, "final_logit_softcapping": None,
                 "scale_embeddings": False, "sliding_window": None, "layer_pattern": None,
-                "cross_attention_rope": None}
+                "cross_attention_rope": None, "separate_encoder_embedding": False}
 CROSS_ATTENTION_ROPE = (None, "restart", "continue")
 LAYER_KINDS = {"L": "local", "G": "global"}  # layer_pattern's letters
 
@@ -123,6 +123,9 @@ class TransformerConfig:
       self-attention. "continue" (RedLLM): decoder position p of a segment is p + the
       encoder segment's length, as if the targets followed the inputs in one sequence.
       Self-attention is unchanged by the offset (RoPE is relative).
+    separate_encoder_embedding: the encoder reads its own token embedding table
+      (``encoder_token_embedder``, T5Gemma); the decoder and a tied head read
+      ``token_embedder``. False (T5, T5Gemma 2): one table for both stacks.
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -157,6 +160,7 @@ class TransformerConfig:
   sliding_window: int | None = None
   layer_pattern: str | None = None
   cross_attention_rope: str | None = None
+  separate_encoder_embedding: bool = False
 
   def __post_init__(self):
     def check(ok, msg):
@@ -207,6 +211,12 @@ class TransformerConfig:
           f"cross_attention_rope={self.cross_attention_rope!r} needs position_encoding='rope' "
           f"and mask_type='encoder_decoder' (got {self.position_encoding!r}, "
           f"{self.mask_type!r})")
+    check(isinstance(self.separate_encoder_embedding, bool),
+          f"separate_encoder_embedding must be a bool, got {self.separate_encoder_embedding!r}")
+    check(not self.separate_encoder_embedding or (
+        self.mask_type == "encoder_decoder" and not self.shared_encoder_decoder),
+          "separate_encoder_embedding=True needs mask_type='encoder_decoder' with its own "
+          "encoder (shared_encoder_decoder=False)")
     check(not (self.scan_layers and pattern is not None and len(set(pattern)) > 1),
           f"layer_pattern {pattern!r} mixes local and global layers: set scan_layers=False "
           f"(a scanned stack runs one layer body)")

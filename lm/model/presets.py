@@ -26,6 +26,18 @@ Families:
   for 1.3B the paper prints 24 heads x 128, which would give 1.5B params, so we use 16 x 128
   = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers (only LayerNorm
   has a shift) and dense (not sparse-banded) attention.
+- ``t5gemma`` {s, b, l, xl, 2b, 9b}: T5Gemma (arXiv 2504.06225; docs/model.md): Gemma 2
+  blocks (GQA, RoPE, tanh-GEGLU, Gemma RMSNorm before and after each sub-block, sqrt(D)
+  embedding scale, attention / final soft-caps 50 / 30, local (4096-token window) and global
+  layers alternating, query scale head_dim**-0.5), vocab 256000, the head tied to the
+  decoder's table; as ``encoder_decoder`` the encoder reads its own table
+  (separate_encoder_embedding), the other architectures have one. 2b and 9b are Gemma 2's
+  shapes (as ``causal``: Gemma 2 2B / 9B, 2,614,341,888 / 9,241,705,984 params); s, b, l,
+  xl T5.1.1's sizes with multi-head attention. The encoder_decoder counts equal the
+  released checkpoints' (s 312,517,632; b 591,490,560; xl 3,766,980,608; 9b 20,333,401,088);
+  l (1,241,761,792) has no published count to check it against. Not here: ML (its 26 x 1152
+  x 2,200,345,344 is met by many head shapes) and the unbalanced 9B-2B (lm's stacks share
+  one width).
 - ``cpu`` {tiny, small_cpu}: T5.1.1 blocks in float32 for CPU runs: tiny (emb 64, 2 layers
   per stack), small_cpu (emb 256, 4 layers per stack).
 """
@@ -45,11 +57,22 @@ _GPT3 = dict(vocab_size=50304, mlp_activation="gelu", position_encoding="learned
              tied_logits_scale=False, embedding_init_stddev=0.02, dropout_rate=0.0,
              dtype="bfloat16")
 _CPU = dict(_T5_1_1, dtype="float32")
+_T5GEMMA = dict(vocab_size=256000, mlp_activation="gated_gelu", position_encoding="rope",
+                rope_max_wavelength=10_000.0, norm_type="gemma_rmsnorm",
+                norm_position="sandwich", tie_embeddings=True, tied_logits_scale=False,
+                scale_embeddings=True, attn_logit_softcapping=50.0,
+                final_logit_softcapping=30.0, sliding_window=4096, layer_pattern="LG",
+                separate_encoder_embedding=True, dropout_rate=0.0, dtype="bfloat16")
 
 
 def _row(num_layers, emb_dim, mlp_dim, num_heads, head_dim) -> dict[str, int]:
   return dict(num_layers=num_layers, emb_dim=emb_dim, mlp_dim=mlp_dim, num_heads=num_heads,
               head_dim=head_dim)
+
+
+def _gemma_row(num_layers, emb_dim, mlp_dim, num_heads, num_kv_heads, head_dim):
+  return dict(_row(num_layers, emb_dim, mlp_dim, num_heads, head_dim),
+              num_kv_heads=num_kv_heads, query_pre_attn_scalar=float(head_dim))
 
 
 def _gpt3_row(num_layers, d_model, num_heads, head_dim) -> dict[str, int]:
@@ -81,6 +104,14 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {
         "6_7b": _gpt3_row(32, 4096, 32, 128),
         "13b": _gpt3_row(40, 5140, 40, 128),
         "175b": _gpt3_row(96, 12288, 96, 128),
+    }),
+    "t5gemma": (_T5GEMMA, {
+        "s": _gemma_row(8, 512, 1024, 8, 8, 64),
+        "b": _gemma_row(12, 768, 2048, 12, 12, 64),
+        "l": _gemma_row(24, 1024, 2816, 16, 16, 64),
+        "xl": _gemma_row(24, 2048, 5120, 32, 32, 64),
+        "2b": _gemma_row(26, 2304, 9216, 8, 4, 256),
+        "9b": _gemma_row(42, 3584, 14336, 16, 8, 256),
     }),
     "cpu": (_CPU, {
         "tiny": _row(2, 64, 128, 4, 16),
@@ -117,7 +148,7 @@ def make_config(family: str, size: str, architecture: str, **overrides) -> Trans
   """The TransformerConfig of a family's size as `architecture`, plus keyword overrides.
 
   Args:
-    family: a key of FAMILIES ("t5_1_1", "t5_1_0", "gpt3", "cpu").
+    family: a key of FAMILIES ("t5_1_1", "t5_1_0", "gpt3", "t5gemma", "cpu").
     size: one of `sizes(family)`.
     architecture: one of lm.architecture.ARCHITECTURES (encoder_decoder, shared,
       prefix_lm, causal); it sets mask_type, shared_encoder_decoder and the stacks.
@@ -137,6 +168,8 @@ def make_config(family: str, size: str, architecture: str, **overrides) -> Trans
     raise ValueError(f"unknown override(s) {unknown} for {family}/{size}; expected "
                      f"TransformerConfig fields or num_layers (the architecture sets "
                      f"{sorted(derived)})")
+  if architecture != "encoder_decoder":  # one stack's table (Gemma 2 itself as causal)
+    fields["separate_encoder_embedding"] = False
   fields.update(overrides)
   num_layers = fields.pop("num_layers")
   return TransformerConfig(**fields, **architecture_lib.model_fields(architecture, num_layers))

@@ -414,6 +414,11 @@ class Transformer(nn.Module):
     self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
                                 dtype=cfg.activation_dtype, name="token_embedder",
                                 scale_by_sqrt_dim=cfg.scale_embeddings)
+    if cfg.separate_encoder_embedding:
+      self.encoder_token_embedder = Embed(
+          cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
+          dtype=cfg.activation_dtype, name="encoder_token_embedder",
+          scale_by_sqrt_dim=cfg.scale_embeddings)
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
@@ -440,7 +445,9 @@ class Transformer(nn.Module):
     tokens = _batch_array(batch, "encoder_input_tokens")
     seg = _batch_array(batch, "encoder_segment_ids", required=False)
     seg = (tokens != 0).astype(jnp.int32) if seg is None else seg
-    return self._encoder_stack()(self.token_embedder(tokens), segment_ids=seg,
+    embed = (self.encoder_token_embedder if self.config.separate_encoder_embedding
+             else self.token_embedder)
+    return self._encoder_stack()(embed(tokens), segment_ids=seg,
                                  positions=_batch_array(batch, "encoder_positions", required=False),
                                  encoder_pass=True, deterministic=not enable_dropout)
 

@@ -41,6 +41,30 @@ def test_shared_has_half_the_layer_params():
   assert abs(accounting.count_params(six) - lm) / lm < 0.25
 
 
+@pytest.mark.parametrize("size,architecture,want", [
+    # The released T5Gemma checkpoints' safetensors totals (encoder table, decoder table tied
+    # to the head); Gemma 2 2B / 9B as decoder-only.
+    ("s", "encoder_decoder", 312_517_632), ("b", "encoder_decoder", 591_490_560),
+    ("xl", "encoder_decoder", 3_766_980_608), ("9b", "encoder_decoder", 20_333_401_088),
+    ("2b", "causal", 2_614_341_888), ("9b", "causal", 9_241_705_984),
+])
+def test_t5gemma_param_counts_are_the_released_checkpoints(size, architecture, want):
+  assert accounting.count_params(make_config("t5gemma", size, architecture)) == want
+
+
+def test_t5gemma_presets_separate_the_encoder_table_only_with_an_encoder():
+  encdec = make_config("t5gemma", "2b", "encoder_decoder")
+  assert encdec.separate_encoder_embedding and encdec.layer_pattern == "LG"
+  assert (encdec.num_kv_heads, encdec.query_pre_attn_scalar) == (4, 256.0)
+  counts = accounting.param_breakdown(encdec, depth=1)
+  assert counts["encoder_token_embedder"] == counts["token_embedder"] == 256000 * 2304
+  assert "logits_dense" not in counts
+  assert accounting.count_non_embedding_params(encdec) == (
+      counts["total"] - 2 * 256000 * 2304)
+  for architecture in ("shared", "prefix_lm", "causal"):
+    assert not make_config("t5gemma", "2b", architecture).separate_encoder_embedding
+
+
 def test_gpt3_param_counts():
   # Paper sizes; our models have no dense biases, so allow a few percent.
   for size, want in [("125m", 125e6), ("350m", 350e6), ("1_3b", 1.3e9), ("6_7b", 6.7e9),
@@ -239,11 +263,16 @@ PUBLISHED_SHAPES = {
     ("gpt3", "2_7b"): (32, 2560, 10240, 32, 80), ("gpt3", "6_7b"): (32, 4096, 16384, 32, 128),
     ("gpt3", "13b"): (40, 5140, 20560, 40, 128), ("gpt3", "175b"): (96, 12288, 49152, 96, 128),
     ("cpu", "tiny"): (2, 64, 128, 4, 16), ("cpu", "small_cpu"): (4, 256, 1024, 4, 64),
+    # T5Gemma: T5.1.1's sizes with multi-head attention (8 heads in s), Gemma 2's shapes.
+    ("t5gemma", "s"): (8, 512, 1024, 8, 64), ("t5gemma", "b"): (12, 768, 2048, 12, 64),
+    ("t5gemma", "l"): (24, 1024, 2816, 16, 64), ("t5gemma", "xl"): (24, 2048, 5120, 32, 64),
+    ("t5gemma", "2b"): (26, 2304, 9216, 8, 256), ("t5gemma", "9b"): (42, 3584, 14336, 16, 256),
 }
 
 
 def test_preset_shapes_are_the_published_ones():
-  assert {(f, s) for f in ("t5_1_1", "t5_1_0", "gpt3", "cpu") for s in presets_sizes(f)} == set(
+  assert {(f, s) for f in ("t5_1_1", "t5_1_0", "gpt3", "t5gemma", "cpu")
+          for s in presets_sizes(f)} == set(
       PUBLISHED_SHAPES)
   for (family, size), want in PUBLISHED_SHAPES.items():
     for architecture, stacks in (("encoder_decoder", 2), ("causal", 1)):
@@ -267,6 +296,12 @@ def test_preset_family_fields():
                    tie_embeddings=True, tied_logits_scale=False, embedding_init_stddev=0.02,
                    dropout_rate=0.0, dtype="bfloat16"),
       "cpu": dict(t5_1_1, dtype="float32"),
+      "t5gemma": dict(vocab_size=256000, mlp_activation="gated_gelu", position_encoding="rope",
+                      rope_max_wavelength=10_000.0, norm_type="gemma_rmsnorm",
+                      norm_position="sandwich", tie_embeddings=True, tied_logits_scale=False,
+                      scale_embeddings=True, attn_logit_softcapping=50.0,
+                      final_logit_softcapping=30.0, sliding_window=4096, layer_pattern="LG",
+                      dropout_rate=0.0, dtype="bfloat16"),
   }
   for family, fields in want.items():
     for size in presets_sizes(family):

@@ -219,6 +219,30 @@ def test_shared_encoder_decoder_params():
 
 # ------------------------------------------------------------------------- variants
 
+def test_separate_encoder_embedding_feeds_only_the_encoder():
+  cfg = tiny(separate_encoder_embedding=True)
+  model = Transformer(cfg)
+  tokens = jnp.array([[4, 7, 9, 1]], jnp.int32)
+  batch = {"encoder_input_tokens": tokens, "decoder_input_tokens": tokens,
+           "decoder_target_tokens": tokens}
+  params = nn.meta.unbox(random_params(model, batch))
+  assert params["encoder_token_embedder"]["embedding"].shape == (V, cfg.emb_dim)
+  encode = lambda p: model.apply({"params": p}, batch, method=Transformer.encode)
+  logits = lambda p: model.apply({"params": p}, batch)
+
+  def shifted(name):
+    p = jax.tree_util.tree_map(lambda x: x, params)
+    p[name] = {"embedding": p[name]["embedding"] + 0.5}
+    return p
+  # The decoder's table does not reach the encoder; the encoder's does, and through it
+  # the logits.
+  np.testing.assert_array_equal(encode(shifted("token_embedder")), encode(params))
+  assert not np.allclose(encode(shifted("encoder_token_embedder")), encode(params))
+  assert not np.allclose(logits(shifted("encoder_token_embedder")), logits(params))
+  with pytest.raises(ValueError, match="separate_encoder_embedding=True needs"):
+    tiny(separate_encoder_embedding=True, mask_type="causal", num_encoder_layers=0)
+
+
 def test_tied_embeddings_t5_1_0():
   cfg = tiny(tie_embeddings=True, mlp_activation="relu")
   params = init(cfg, "simple")
