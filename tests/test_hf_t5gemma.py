@@ -16,7 +16,7 @@ from lm.model.transformer import Transformer
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "testdata", "hf_t5gemma")
 TINY = os.path.join(GOLDEN, "tiny")
-ATOL = 5e-5  # float32: the script measured 1.0e-5 on logits up to 3.9 in magnitude
+ATOL = 5e-5  # float32: the script measured 2.2e-5 on logits up to 3.9 in magnitude
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,7 @@ def test_config_maps_every_t5gemma_knob(loaded):
   assert (config.norm_type, config.norm_position, config.position_encoding) == (
       "gemma_rmsnorm", "sandwich", "rope")
   assert config.tie_embeddings and not config.tied_logits_scale and config.scale_embeddings
+  assert config.separate_encoder_embedding
   assert config.mlp_activation == "gated_gelu" and config.dtype == "float32"
 
 
@@ -143,33 +144,30 @@ def test_unsupported_fields_are_named(tmp_path, edit, field):
   assert field in str(info.value), str(info.value)
 
 
-def test_an_encoder_table_of_its_own_loads_runs_and_exports(loaded, tmp_path):
-  """T5Gemma's released checkpoints train the encoder's table apart from the decoder's."""
+def test_the_encoder_table_of_its_own_and_equal_tables(loaded, tmp_path):
+  """The golden's encoder table differs from the decoder's (as in the released checkpoints,
+  which train them apart); a directory whose two tables are equal loads as one table."""
   config, params = loaded
   tensors = load_file(os.path.join(TINY, "model.safetensors"))
   enc_name, dec_name = hf_t5gemma.EMBED_NAMES
-  tensors[enc_name] = tensors[enc_name] + np.float32(0.25)
-  _write(tmp_path / "emb", _hf_config(), tensors)
-  two, two_params = hf_t5gemma.load_hf_t5gemma(tmp_path / "emb")
-  assert two == config.replace(separate_encoder_embedding=True)
-  np.testing.assert_array_equal(two_params["encoder_token_embedder"]["embedding"], tensors[enc_name])
-  np.testing.assert_array_equal(two_params["token_embedder"]["embedding"], tensors[dec_name])
-  # The encoder reads the shifted table; the same shift put into the one-table model's
-  # encoder pass by hand gives the same encoder outputs.
-  tokens = np.array([[5, 9, 3, 1]], np.int32)
-  got = Transformer(two).apply({"params": two_params}, {"encoder_input_tokens": tokens},
-                               method=Transformer.encode)
-  one = copy.deepcopy(params)
-  one["token_embedder"]["embedding"] = tensors[enc_name]
-  want = Transformer(config).apply({"params": one}, {"encoder_input_tokens": tokens},
-                                   method=Transformer.encode)
-  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6)
-  hf_t5gemma.save_hf_t5gemma(tmp_path / "back", two, two_params)
-  back = load_file(os.path.join(tmp_path / "back", "model.safetensors"))
-  for name in (enc_name, dec_name):
-    np.testing.assert_array_equal(back[name], tensors[name], err_msg=name)
+  assert config.separate_encoder_embedding
+  np.testing.assert_array_equal(params["encoder_token_embedder"]["embedding"], tensors[enc_name])
+  np.testing.assert_array_equal(params["token_embedder"]["embedding"], tensors[dec_name])
+  tensors[enc_name] = tensors[dec_name]
+  _write(tmp_path / "one", _hf_config(), tensors)
+  one, one_params = hf_t5gemma.load_hf_t5gemma(tmp_path / "one")
+  assert one == config.replace(separate_encoder_embedding=False)
+  assert "encoder_token_embedder" not in one_params
+  # The same model as the two-table one whose encoder table is set to the decoder's.
+  two_params = copy.deepcopy(params)
+  two_params["encoder_token_embedder"]["embedding"] = tensors[dec_name]
+  batch = {"encoder_input_tokens": np.array([[5, 9, 3, 1]], np.int32),
+           "decoder_input_tokens": np.array([[0, 7, 4, 2]], np.int32)}
+  np.testing.assert_allclose(
+      np.asarray(Transformer(one).apply({"params": one_params}, batch)),
+      np.asarray(Transformer(config).apply({"params": two_params}, batch)), atol=1e-6)
   with pytest.raises(HFConversionError, match="decided by the tensors"):
-    hf_t5gemma.load_hf_t5gemma(tmp_path / "emb", separate_encoder_embedding=False)
+    hf_t5gemma.load_hf_t5gemma(tmp_path / "one", separate_encoder_embedding=True)
 
 
 def test_bad_tensors_are_named(tmp_path):

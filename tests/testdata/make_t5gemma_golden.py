@@ -11,8 +11,8 @@ with FIXED numpy weights (seeded numpy Generator, not torch's init): GQA (4 quer
 key/value heads), query_pre_attn_scalar 6 (not head_dim), alternating sliding / full
 layers (HF's default layer_types) with a window of 3 over 10 encoder / 8 decoder tokens,
 attention and final soft-capping set low enough to bite, every RMSNorm weight moved off
-its initial 0, tied embeddings (the encoder's table equal to the decoder's), 3 encoder and 2
-decoder layers. It writes, with transformers' own save_pretrained (safetensors):
+its initial 0, the head tied to the decoder's table and the encoder's own table (as the
+released checkpoints: lm's separate_encoder_embedding), 3 encoder and 2 decoder layers. It writes, with transformers' own save_pretrained (safetensors):
   hf_t5gemma/tiny/          the checkpoint directory (config.json + model.safetensors)
   hf_t5gemma/golden.npz     encoder_input_tokens [2, 10] (row 1 padded with 0 at the end),
                             decoder_input_tokens [2, 8], logits float32 [2, 8, 64] (HF eager),
@@ -78,7 +78,6 @@ def set_weights(model) -> None:
       p.copy_(torch.tensor(rng.normal(0.0, std, tuple(p.shape)).astype(np.float32)))
     # A small pad row, so that greedy decoding does not just repeat token 0.
     model.model.decoder.embed_tokens.weight[0] *= 0.05
-    model.model.encoder.embed_tokens.weight.copy_(model.model.decoder.embed_tokens.weight)
 
 
 def fixed_inputs():
