@@ -1,12 +1,15 @@
 """The paired bootstrap, the paper's contrasts and verdicts (lm/downstream/contrasts.py)."""
 import itertools
 import json
+import pathlib
 
 import numpy as np
 import pytest
 
 from launch import points as points_lib
 from lm.downstream import contrasts as C
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _exact_means(d):
@@ -321,3 +324,63 @@ def test_load_nlu_results_reads_the_latest_step(tmp_path):
   (tmp_path / "eval" / "nlu_step_4000.json").write_text("{")
   with pytest.raises(ValueError, match="not JSON"):
     C.load_nlu_results(str(tmp_path))
+
+
+# ----------------------------------------------------------------------------------------
+# launch.report's Contrasts section, on a synthetic sweep directory.
+
+def _write_sweep(root, points, rng, skip=()):
+  runs = _objectives_points(rng, seeds=3, prefix_bonus=0.3, n=40)
+  seen = {}
+  for p in points:
+    base = p.replicate_of or p.name
+    if base in skip:
+      continue
+    k = seen[base] = seen.get(base, -1) + 1
+    folder = root / p.name / "eval"
+    folder.mkdir(parents=True)
+    (folder / "nlu_step_1000.json").write_text(json.dumps(runs[base][min(k, 2)]))
+
+
+def test_the_report_shows_the_contrasts_with_intervals_and_verdicts(tmp_path, monkeypatch):
+  from launch import report  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(REPO)
+  points = points_lib.seed_replicates(
+      points_lib.collect("experiments/t5_objectives.py", runlocal=True), 3)
+  assert [p.name for p in points][-2:] == ["replace_spans_seed1", "replace_spans_seed2"]
+  _write_sweep(tmp_path, points, np.random.default_rng(0))
+  text = report.write_report(str(tmp_path), points, experiment="experiments/t5_objectives.py")
+  section = text[text.index("## Contrasts"):text.index("## Points")]
+  rows = [line for line in section.splitlines() if line.startswith("| C")]
+  assert len(rows) == 6
+  assert rows[0].startswith("| C1: bert + mass + replace_spans + drop_tokens vs prefix_lm | "
+                            "pairs/a_an | 1 / 1 |")
+  assert rows[0].endswith("| reversed | GLUE 83.25 vs 80.69 (+2.56); SQuAD 80.54 vs 77.99 "
+                          "(+2.55); SGLUE 69.79 vs 65.27 (+4.52) |")
+  assert rows[2].startswith("| C1 | pooled | 1 / 1 |") and rows[2].endswith("| reversed |  |")
+  assert rows[5].startswith("| C2 | pooled | 1 / 1 |") and "| agrees with the paper |" in rows[5]
+  assert "C1, C2: one seed per point" in section
+  assert "not ranked against the paper" in section and "Gisserot-Boukhlef" in section
+
+
+def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_items(tmp_path,
+                                                                                  monkeypatch):
+  from launch import report  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(REPO)
+  points = points_lib.collect("experiments/t5_objectives.py", runlocal=True)
+  assert report.contrasts_section(str(tmp_path), points, "experiments/t5_objectives.py") == []
+  _write_sweep(tmp_path, points, np.random.default_rng(1), skip=("mass",))
+  section = "\n".join(report.contrasts_section(str(tmp_path), points,
+                                               "experiments/t5_objectives.py"))
+  assert "C1 waits for the nlu results of: mass." in section
+  assert "| C2: prefix_lm vs deshuffle |" in section and "| C1" not in section
+  path = tmp_path / "deshuffle" / "eval" / "nlu_step_2000.json"
+  path.write_text(json.dumps({**json.loads(path.with_name("nlu_step_1000.json").read_text()),
+                              "items_digest": {"other": "x"}}))
+  section = "\n".join(report.contrasts_section(str(tmp_path), points,
+                                               "experiments/t5_objectives.py"))
+  assert "**The contrasts cannot be computed:** C2: the points were scored on different items" \
+      in section
+  other = "\n".join(report.contrasts_section(str(tmp_path), points,
+                                             "experiments/t5_corruption_rate.py"))
+  assert "None of the paper's contrasts" in other
