@@ -7,7 +7,9 @@ What lives here: `paired_bootstrap` (an interval for the difference of two arms 
 same items), the paper's four contrasts as data (`CONTRASTS`), `verdict`, reading a run's
 `eval/nlu_step_<N>.json` and the table of every contrast per instrument and pooled. What does
 not: building the items (lm/downstream/nlu_items.py) and scoring a model on them (the
-`--suite=nlu` path of lm/evaluate.py). Pure NumPy. The narrative: docs/yardstick.md.
+`--suite=nlu` path of lm/evaluate.py), and the controls with intervals (margins over random
+initialisation, growth with steps: lm/downstream/nlu_controls.py). Pure NumPy. The
+narrative: docs/yardstick.md.
 """
 from __future__ import annotations
 
@@ -330,7 +332,8 @@ def contrasts_of(study: str, contrasts: Sequence[Contrast] = CONTRASTS) -> tuple
 # ----------------------------------------------------------------------------------------
 # Reading results and the table of contrasts.
 
-_RESULT_FILE = re.compile(r"^nlu_step_(\d+)\.json$")
+# A run's nlu result files, `<workdir>/eval/nlu_step_<N>.json` (lm.evaluate --suite=nlu).
+RESULT_FILE = re.compile(r"^nlu_step_(\d+)\.json$")
 POOLED = "pooled"
 
 
@@ -344,7 +347,7 @@ def load_nlu_results(workdir: str) -> dict[str, Any] | None:
   folder = os.path.join(workdir, "eval")
   steps = []
   if os.path.isdir(folder):
-    steps = [int(m.group(1)) for m in map(_RESULT_FILE.match, os.listdir(folder)) if m]
+    steps = [int(m.group(1)) for m in map(RESULT_FILE.match, os.listdir(folder)) if m]
   if not steps:
     return None
   path = os.path.join(folder, f"nlu_step_{max(steps)}.json")
@@ -473,3 +476,4 @@ def contrast_table(points: Mapping[str, Sequence[Mapping[str, Any]]],
       rows.append(ContrastRow(contrast, name, result, verdict(result, contrast.paper_sign),
                               seed_count_note(result)))
   return rows
+

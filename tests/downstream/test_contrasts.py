@@ -48,7 +48,8 @@ def test_the_resampled_differences_have_the_closed_form_mean_and_variance():
   variance / N (the closed form of the bootstrap distribution)."""
   d = np.array([0.0, 1.0, 1.0, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0])
   strata = [([d[None]], [np.zeros((1, 10))])]
-  draws = C._resampled_differences(strata, np.random.default_rng(0), 40_000)  # pylint: disable=protected-access
+  resample = C._resampled_differences  # pylint: disable=protected-access
+  draws = resample(strata, np.random.default_rng(0), 40_000)
   assert draws.mean() == pytest.approx(d.mean(), abs=4 * d.std() / np.sqrt(10 * 40_000))
   assert draws.var() == pytest.approx(d.var() / 10, rel=0.03)
 
