@@ -91,14 +91,14 @@ def _check_strata(strata) -> tuple[list[tuple[list[np.ndarray], list[np.ndarray]
   return checked, seeds[0], seeds[1]
 
 
-def _observed(strata) -> float:
-  """Mean over strata of mean over items of (arm a's point-and-seed mean - arm b's)."""
-  return float(np.mean([np.mean([p.mean() for p in a]) - np.mean([p.mean() for p in b])
-                        for a, b in strata]))
+def _observed(strata) -> np.ndarray:
+  """float64[K]: per stratum, the mean over items of (arm a's point-and-seed mean - b's)."""
+  return np.array([np.mean([p.mean() for p in a]) - np.mean([p.mean() for p in b])
+                   for a, b in strata])
 
 
 def _resampled_differences(strata, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
-  """float64[R]: the statistic of `_observed` on R bootstrap resamples.
+  """float64[K, R]: the statistic of `_observed` on R bootstrap resamples, per stratum.
 
   Per resample: each point's seeds are drawn with replacement (when it has more than one;
   the same seed draw in every stratum, since a seed is one trained model), and each
@@ -108,25 +108,54 @@ def _resampled_differences(strata, rng: np.random.Generator, num_resamples: int)
   seeds_a, seeds_b = ([p.shape[0] for p in arm] for arm in strata[0])
   biggest = max(a[0].shape[1] for a, _ in strata)
   chunk = max(1, min(num_resamples, _CHUNK_CELLS // biggest))
-  out = np.empty(num_resamples, dtype=np.float64)
+  out = np.empty((len(strata), num_resamples), dtype=np.float64)
+
+  def shares(n: int, size: int) -> np.ndarray:
+    # float[size, n]: each of n things' share of a draw of n with replacement (counts / n).
+    draws = rng.integers(0, n, (size, n)) + n * np.arange(size)[:, None]
+    return np.bincount(draws.ravel(), minlength=size * n).reshape(size, n) / n
 
   def seed_weights(counts: list[int], size: int) -> list[np.ndarray]:
-    # float[size, S] per point: the share of each seed in the resample (1 with one seed).
-    return [np.ones((size, 1)) if s == 1 else rng.multinomial(s, np.full(s, 1 / s), size) / s
-            for s in counts]
+    # float[size, S] per point (1 with one seed: nothing to draw).
+    return [np.ones((size, 1)) if s == 1 else shares(s, size) for s in counts]
 
   for start in range(0, num_resamples, chunk):
     size = min(chunk, num_resamples - start)
     u_a, u_b = seed_weights(seeds_a, size), seed_weights(seeds_b, size)
-    total = np.zeros(size)
-    for a, b in strata:
-      n = a[0].shape[1]
-      w = rng.multinomial(n, np.full(n, 1 / n), size) / n                    # [size, N]
+    for k, (a, b) in enumerate(strata):
+      w = shares(a[0].shape[1], size)                                        # [size, N]
       per_item = (sum(u @ p for u, p in zip(u_a, a)) / len(a)
                   - sum(u @ p for u, p in zip(u_b, b)) / len(b))            # [size, N]
-      total += np.einsum("rn,rn->r", per_item, w)
-    out[start:start + size] = total / len(strata)
+      out[k, start:start + size] = np.einsum("rn,rn->r", per_item, w)
   return out
+
+
+def each_and_pooled(strata: Sequence[tuple[Any, Any]], *, num_resamples: int = 10_000,
+                    confidence: float = 0.95, seed: int = 0
+                    ) -> tuple[list[BootstrapResult], BootstrapResult]:
+  """`paired_bootstrap` of each stratum (instrument), and pooled over them, from one set of
+  resamples: (one result per stratum, the pooled result, each stratum weighted equally).
+
+  Args and the pooled result: as `stratified_bootstrap`. The per-stratum results are each
+  a paired bootstrap of its stratum alone (their resamples share the seed draws).
+  """
+  if not 0 < confidence < 1:
+    raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
+  if num_resamples < 1:
+    raise ValueError(f"num_resamples must be >= 1, got {num_resamples}.")
+  strata, seeds_a, seeds_b = _check_strata(strata)
+  draws = _resampled_differences(strata, np.random.default_rng(seed), num_resamples)
+  observed, tail = _observed(strata), (1 - confidence) / 2
+
+  def result(value: float, values: np.ndarray, num_items: int) -> BootstrapResult:
+    low, high = np.quantile(values, [tail, 1 - tail])
+    return BootstrapResult(difference=float(value), low=float(low), high=float(high),
+                           confidence=confidence, num_items=num_items,
+                           seeds_a=min(seeds_a), seeds_b=min(seeds_b))
+
+  sizes = [a[0].shape[1] for a, _ in strata]
+  return ([result(observed[k], draws[k], sizes[k]) for k in range(len(strata))],
+          result(observed.mean(), draws.mean(axis=0), sum(sizes)))
 
 
 def stratified_bootstrap(strata: Sequence[tuple[Any, Any]], *, num_resamples: int = 10_000,
@@ -143,19 +172,8 @@ def stratified_bootstrap(strata: Sequence[tuple[Any, Any]], *, num_resamples: in
     The mean over strata of each stratum's difference, and its percentile interval, items
     resampled within each stratum and seeds once across them.
   """
-  if not 0 < confidence < 1:
-    raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
-  if num_resamples < 1:
-    raise ValueError(f"num_resamples must be >= 1, got {num_resamples}.")
-  strata, seeds_a, seeds_b = _check_strata(strata)
-  rng = np.random.default_rng(seed)
-  draws = _resampled_differences(strata, rng, num_resamples)
-  tail = (1 - confidence) / 2
-  low, high = np.quantile(draws, [tail, 1 - tail])
-  return BootstrapResult(difference=_observed(strata), low=float(low), high=float(high),
-                         confidence=confidence,
-                         num_items=sum(a[0].shape[1] for a, _ in strata),
-                         seeds_a=min(seeds_a), seeds_b=min(seeds_b))
+  return each_and_pooled(strata, num_resamples=num_resamples, confidence=confidence,
+                         seed=seed)[1]
 
 
 def paired_bootstrap(a: Any, b: Any, *, num_resamples: int = 10_000, confidence: float = 0.95,
@@ -324,9 +342,11 @@ CONTRASTS = (
 
 
 def contrasts_of(study: str, contrasts: Sequence[Contrast] = CONTRASTS) -> tuple[Contrast, ...]:
-  """The contrasts whose points are in `study` (an experiment file; compared by file name)."""
-  name = os.path.basename(study)
-  return tuple(c for c in contrasts if os.path.basename(c.study) == name)
+  """The contrasts whose points are in `study`: an experiment file or module name
+  (`experiments/t5_objectives.py`, `experiments.t5_objectives`), compared by its last part."""
+  def last(name: str) -> str:
+    return re.split(r"[/\\.]", name.removesuffix(".py"))[-1]
+  return tuple(c for c in contrasts if last(c.study) == last(study))
 
 
 # ----------------------------------------------------------------------------------------
@@ -384,15 +404,17 @@ def item_scores(instrument: Mapping[str, Any], where: str = "") -> np.ndarray:
                      "random initialisation.")
   x = np.asarray(per_item, dtype=np.float64)
   mean, accuracy = float(x.mean()), instrument.get("accuracy")
-  scale = 100.0
-  if accuracy is not None:
-    if abs(accuracy - mean) <= 1e-6:
-      scale = 1.0
-    elif abs(accuracy - 100 * mean) > 1e-4:
-      raise ValueError(f"{where}: accuracy {accuracy} is neither the mean of per_item "
-                       f"({mean}) nor 100 times it.")
-  random_init = float(instrument["random_init"]) * (100.0 / scale)
-  return 100.0 * x - random_init
+  random_init = float(instrument["random_init"])
+  if accuracy is None:
+    raise ValueError(f"{where}: no accuracy (the record's unit, fraction or percentage, is "
+                     "read off it).")
+  fraction, percent = abs(accuracy - mean) <= 1e-6, abs(accuracy - 100 * mean) <= 1e-4
+  if not (fraction or percent):
+    raise ValueError(f"{where}: accuracy {accuracy} is neither the mean of per_item "
+                     f"({mean}) nor 100 times it.")
+  if fraction and percent:              # every item 0: the random-init accuracy tells
+    fraction = random_init <= 1
+  return 100.0 * x - (100.0 * random_init if fraction else random_init)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,14 +439,21 @@ def _member_results(contrast: Contrast, member: Member, results: Sequence[Mappin
 
 
 def _check_digests(contrast: Contrast, results: Mapping[str, Sequence[Mapping[str, Any]]]):
-  digests = {}
+  """Refuses records of a contrast scored on different items or at different steps."""
+  digests, steps = {}, {}
   for point, rs in results.items():
     for r in rs:
       digests.setdefault(json.dumps(r.get("items_digest"), sort_keys=True), point)
+      steps.setdefault(r.get("step"), point)
   if len(digests) > 1:
     raise ValueError(f"{contrast.key}: the points were scored on different items "
                      f"(items_digest differs between {sorted(set(digests.values()))}); rescore "
                      "them with the same item set (`python -m lm.evaluate --suite=nlu`).")
+  if len(steps) > 1:
+    raise ValueError(f"{contrast.key}: the points' newest nlu results are from different "
+                     f"pre-training steps ({', '.join(f'{p} at {s}' for s, p in steps.items())}"
+                     "); score every point at the same step (a run still training is compared "
+                     "once it has finished).")
 
 
 def ready(contrast: Contrast, points: Mapping[str, Sequence[Mapping[str, Any]]]) -> bool:
@@ -466,13 +495,9 @@ def contrast_table(points: Mapping[str, Sequence[Mapping[str, Any]]],
       strata.append(tuple(
           [np.stack([item_scores(r["instruments"][name], f"{m.point} {name}") for r in rs])
            for m, rs in arm] for arm in arms))
-    # The same seed for every instrument of a contrast: rows stay deterministic one by one.
-    runs = [(name, [s]) for name, s in zip(names, strata)]
-    if len(strata) > 1:
-      runs.append((POOLED, strata))
-    for name, chosen in runs:
-      result = stratified_bootstrap(chosen, num_resamples=num_resamples,
-                                    confidence=confidence, seed=seed)
+    each, pooled = each_and_pooled(strata, num_resamples=num_resamples,
+                                   confidence=confidence, seed=seed)
+    for name, result in zip(names + [POOLED] * (len(strata) > 1), each + [pooled]):
       rows.append(ContrastRow(contrast, name, result, verdict(result, contrast.paper_sign),
                               seed_count_note(result)))
   return rows

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lm.downstream.contrasts import (MIN_SEEDS, POOLED, RESULT_FILE, BootstrapResult,
-                                     item_scores, seed_count_note, stratified_bootstrap)
+                                     each_and_pooled, item_scores, seed_count_note)
 
 ABOVE = "above random initialisation"
 BELOW = "below random initialisation"
@@ -54,12 +54,10 @@ def _check_same_items(point: str, records: Sequence[Mapping[str, Any]]) -> None:
 
 def _control_rows(point: str, strata: list[tuple[str, np.ndarray]], readings, **kwargs):
   """Rows of one point: each instrument's float[S, N] against 0, then POOLED."""
-  runs = [(name, [(x, np.zeros((1, x.shape[1])))]) for name, x in strata]
-  if len(strata) > 1:
-    runs.append((POOLED, [(x, np.zeros((1, x.shape[1]))) for _, x in strata]))
+  each, pooled = each_and_pooled([(x, np.zeros((1, x.shape[1]))) for _, x in strata], **kwargs)
   rows = []
-  for name, chosen in runs:
-    result = stratified_bootstrap(chosen, **kwargs)
+  for name, result in zip([n for n, _ in strata] + [POOLED] * (len(strata) > 1),
+                          each + [pooled]):
     note = "" if result.seeds_a >= MIN_SEEDS else seed_count_note(
         dataclasses.replace(result, seeds_b=result.seeds_a))
     rows.append(ControlRow(point, name, result, _reading(result, *readings), note))

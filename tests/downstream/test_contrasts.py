@@ -49,7 +49,7 @@ def test_the_resampled_differences_have_the_closed_form_mean_and_variance():
   d = np.array([0.0, 1.0, 1.0, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0])
   strata = [([d[None]], [np.zeros((1, 10))])]
   resample = C._resampled_differences  # pylint: disable=protected-access
-  draws = resample(strata, np.random.default_rng(0), 40_000)
+  draws = resample(strata, np.random.default_rng(0), 40_000)[0]
   assert draws.mean() == pytest.approx(d.mean(), abs=4 * d.std() / np.sqrt(10 * 40_000))
   assert draws.var() == pytest.approx(d.var() / 10, rel=0.03)
 
@@ -110,6 +110,18 @@ def test_an_arm_of_several_points_scores_their_mean():
   result = C.paired_bootstrap([p1, p2], b, num_resamples=100)
   assert result.difference == pytest.approx((2 / 3 + 4 / 6) / 2)
   assert (result.seeds_a, result.seeds_b) == (1, 1)   # the fewest of any point
+
+
+def test_each_instruments_result_is_its_own_paired_bootstrap():
+  rng = np.random.default_rng(4)
+  strata = [(rng.random((1, 30)), rng.random((1, 30))), (rng.random((1, 20)), rng.random((1, 20)))]
+  each, pooled = C.each_and_pooled(strata, num_resamples=4_000)
+  assert pooled == C.stratified_bootstrap(strata, num_resamples=4_000)
+  for (a, b), result in zip(strata, each):
+    alone = C.paired_bootstrap(a, b, num_resamples=4_000, seed=11)
+    assert result.difference == pytest.approx(alone.difference)
+    assert result.num_items == alone.num_items
+    assert (result.low, result.high) == pytest.approx((alone.low, alone.high), abs=0.02)
 
 
 def test_stratified_pooling_weighs_each_instrument_equally():
@@ -188,6 +200,7 @@ def test_the_paper_signs_hold_on_every_understanding_column():
   c1 = C.CONTRASTS[0]
   assert c1.paper_numbers().startswith("GLUE 83.25 vs 80.69 (+2.56); SQuAD 80.54 vs 77.99")
   assert C.contrasts_of("runs/x/t5_objectives.py") == C.CONTRASTS[:2]
+  assert C.contrasts_of("experiments.t5_objectives") == C.CONTRASTS[:2]
   assert C.contrasts_of("experiments/t5_corruption_rate.py") == ()
 
 
@@ -303,10 +316,20 @@ def test_a_contrast_waits_for_all_its_points():
     ({"accuracy": 0.5, "random_init": 0.5}, "no per_item"),
     ({"accuracy": 0.5, "per_item": [1, 0]}, "no random_init"),
     ({"accuracy": 0.3, "random_init": 0.5, "per_item": [1, 0]}, "neither the mean"),
+    ({"random_init": 0.5, "per_item": [1, 0]}, "no accuracy"),
 ])
 def test_bad_instrument_records_are_refused(instrument, match):
   with pytest.raises(ValueError, match=match):
     C.item_scores(instrument, "p probe/x")
+
+
+def test_item_scores_are_points_over_random_initialisation_in_either_unit():
+  for unit in (1.0, 100.0):
+    got = C.item_scores({"accuracy": 0.75 * unit, "random_init": 0.5 * unit,
+                         "per_item": [1, 1, 0.5, 0.5]})
+    np.testing.assert_allclose(got, [50, 50, 0, 0])
+    zeros = C.item_scores({"accuracy": 0.0, "random_init": 0.5 * unit, "per_item": [0, 0]})
+    np.testing.assert_allclose(zeros, [-50, -50])
 
 
 def test_load_nlu_results_reads_the_latest_step(tmp_path):
@@ -380,8 +403,13 @@ def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_ite
                               "items_digest": {"other": "x"}}))
   section = "\n".join(report.contrasts_section(str(tmp_path), points,
                                                "experiments/t5_objectives.py"))
-  assert "**The contrasts cannot be computed:** C2: the points were scored on different items" \
-      in section
+  assert "**C2 cannot be computed:** C2: the points were scored on different items" in section
+  path.write_text(path.with_name("nlu_step_1000.json").read_text().replace('"step": 1000',
+                                                                          '"step": 2000'))
+  section = "\n".join(report.contrasts_section(str(tmp_path), points,
+                                               "experiments.t5_objectives"))
+  assert ("**C2 cannot be computed:** C2: the points' newest nlu results are from different "
+          "pre-training steps (prefix_lm at 1000, deshuffle at 2000)") in section
   other = "\n".join(report.contrasts_section(str(tmp_path), points,
                                              "experiments/t5_corruption_rate.py"))
   assert "None of the paper's contrasts" in other
