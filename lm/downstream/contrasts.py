@@ -427,7 +427,7 @@ class ContrastRow:
   note: str
 
 
-def _member_results(contrast: Contrast, member: Member, results: Sequence[Mapping[str, Any]]):
+def _checked_member(contrast: Contrast, member: Member, results: Sequence[Mapping[str, Any]]):
   for r in results:
     for field, want in (("objective", member.objective), ("architecture", member.architecture)):
       got = r.get(field)
@@ -478,18 +478,21 @@ def contrast_table(points: Mapping[str, Sequence[Mapping[str, Any]]],
     (`stratified_bootstrap`). Instruments are those every record of the contrast holds.
 
   Raises:
-    ValueError: the points' items_digest differ, or a point records another objective or
-      architecture than the contrast's.
+    ValueError: the points' items_digest or steps differ, they share no instrument, or a
+      point records another objective or architecture than the contrast's.
   """
   rows = []
   for contrast in contrasts:
     if not ready(contrast, points):
       continue
-    arms = [[(m, _member_results(contrast, m, points[m.point])) for m in arm]
+    arms = [[(m, _checked_member(contrast, m, points[m.point])) for m in arm]
             for arm in (contrast.a, contrast.b)]
     _check_digests(contrast, {m.point: points[m.point] for m in contrast.a + contrast.b})
     every = [r for arm in arms for _, rs in arm for r in rs]
     names = sorted(set.intersection(*(set(r["instruments"]) for r in every)))
+    if not names:
+      raise ValueError(f"{contrast.key}: no instrument is in every record of its points; "
+                       "score them with the same suite.")
     strata = []
     for name in names:
       strata.append(tuple(

@@ -303,6 +303,16 @@ def test_a_point_with_another_objective_is_refused():
     C.contrast_table(points, C.CONTRASTS[1:2])
 
 
+def test_points_without_a_common_instrument_are_refused():
+  rng = np.random.default_rng(5)
+  points = _objectives_points(rng, seeds=1, n=10)
+  record = points["deshuffle"][0]
+  points["deshuffle"] = [{**record, "instruments": {"probe/other": record["instruments"][
+      "probe/agreement"]}}]
+  with pytest.raises(ValueError, match="C2: no instrument is in every record"):
+    C.contrast_table(points, C.CONTRASTS[1:2])
+
+
 def test_a_contrast_waits_for_all_its_points():
   rng = np.random.default_rng(4)
   points = _objectives_points(rng, seeds=1, n=10)
