@@ -13,8 +13,8 @@ launch/local.py's job.
 At tiny scale our column is the mini suite's, reported as decoder fluency with its
 blank-input control (`mini.blank_inputs`, `mini.surviving_share`) and no Kendall's tau
 against the paper (WHY_NO_TAU; docs/downstream_mini.md); paper-scale columns get a tau. The
-paper's contrasts with their intervals and verdicts come from the points' nlu results
-(`contrasts_section`, lm/downstream/contrasts.py; docs/yardstick.md).
+paper's contrasts and the controls, with intervals, come from the points' nlu results
+(launch/yardstick.py; docs/yardstick.md).
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import shlex
 from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
+from launch import yardstick
 from launch.points import Point, collect, seed_replicates
 
 
@@ -330,67 +331,6 @@ def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, flo
   return lines
 
 
-def contrasts_section(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:
-  """Markdown: the paper's contrasts on the neutral yardstick (lm.downstream.contrasts), one
-  row per contrast and instrument and one pooled over the instruments, each difference with
-  its paired-bootstrap interval and verdict beside the paper's numbers. Each point's seeds
-  are the point and its replicates; a point's nlu results are its workdir's newest
-  `eval/nlu_step_<N>.json`. [] when no point has nlu results."""
-  from lm.downstream import contrasts  # pylint: disable=g-import-not-at-top
-  runs: dict[str, list[dict[str, Any]]] = {}
-  problems = []
-  for p in points:
-    try:
-      record = contrasts.load_nlu_results(os.path.join(root, p.name))
-    except ValueError as e:
-      problems.append(str(e))
-      continue
-    if record is not None:
-      runs.setdefault(p.replicate_of or p.name, []).append(record)
-  if not runs and not problems:
-    return []
-  chosen = contrasts.contrasts_of(experiment) if experiment else contrasts.CONTRASTS
-  lines = ["## Contrasts: the paper's, with intervals", ""]
-  if not chosen:
-    return lines + [f"None of the paper's contrasts (C1-C4, docs/yardstick.md) has its arms in "
-                    f"this study ({experiment}).", ""]
-  lines += ["Each contrast is arm a minus arm b on the neutral yardstick (docs/yardstick.md): "
-            "per instrument, the difference of the arms' scores (accuracy minus the same "
-            "architecture's random-initialisation accuracy, in percentage points; an arm of "
-            "several points is their mean) with a 95 % paired-bootstrap interval over items "
-            "and seeds; *pooled* weighs every instrument equally. The verdict is "
-            f"\"{contrasts.AGREES}\" only when the interval excludes 0 on the paper's side, "
-            f"\"{contrasts.REVERSED}\" when it excludes 0 on the other, \"{contrasts.UNRESOLVED}\" "
-            "otherwise. The paper's numbers are each arm's mean over its rows "
-            f"({', '.join(contrasts.PAPER_COLUMNS)}; a - b). The *{FLUENCY}* column is not "
-            "ranked against the paper; these contrasts are how the points meet the paper.", ""]
-  for problem in problems:
-    lines += [f"**Not read:** {problem}", ""]
-  rows = []
-  for contrast in chosen:
-    try:
-      rows += contrasts.contrast_table(runs, [contrast])
-    except ValueError as e:
-      lines += [f"**{contrast.key} cannot be computed:** {e}", ""]
-  lines += ["| contrast | instrument | seeds (a / b) | difference | 95 % interval | verdict | "
-            "paper's numbers |", "|---|---|---:|---:|---|---|---|"] if rows else []
-  for i, row in enumerate(rows):
-    c, r, first = row.contrast, row.result, i == 0 or rows[i - 1].contrast != row.contrast
-    arms = f"{c.key}: {' + '.join(m.point for m in c.a)} vs {' + '.join(m.point for m in c.b)}"
-    lines.append(f"| {arms if first else c.key} | {row.instrument} | {r.seeds_a} / {r.seeds_b} "
-                 f"| {r.difference:+.2f} | [{r.low:+.2f}, {r.high:+.2f}] | {row.verdict} | "
-                 f"{c.paper_numbers() if first else ''} |")
-  notes: dict[str, list[str]] = {}
-  for row in rows:
-    if row.note and row.contrast.key not in notes.setdefault(row.note, []):
-      notes[row.note].append(row.contrast.key)
-  lines += [f"\n{', '.join(keys)}: {note}" for note, keys in notes.items()] + [""]
-  lines += [f"{c.key} waits for the nlu results of: "
-            f"{', '.join(dict.fromkeys(p for p in c.points if not runs.get(p)))}.\n"
-            for c in chosen if not contrasts.ready(c, runs)]
-  return lines + [f"**Scale.** {contrasts.SCALE_EVIDENCE}", ""]
-
-
 def _min_share_margin() -> float:
   from lm.downstream import mini  # pylint: disable=g-import-not-at-top
   return mini.MIN_SHARE_MARGIN
@@ -492,7 +432,8 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
   lines += mini_tasks_section(root, points, random_record)
   lines += ranking_section(points, scores)
-  lines += contrasts_section(root, points, experiment)
+  lines += yardstick.contrasts_section(root, points, experiment)
+  lines += yardstick.controls_section(root, points)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
   for i, p in enumerate(points):

@@ -240,10 +240,10 @@ def seed_count_note(result: BootstrapResult) -> str:
   if seeds >= MIN_SEEDS:
     return ""
   if seeds == 1:
-    return ("one seed per point in an arm: the interval covers the sampling of items only, "
-            "not seed noise (run at least 3 seeds per point).")
-  return (f"{seeds} seeds per point in an arm: resampling so few seeds understates seed "
-          "noise (run at least 3 seeds per point).")
+    return ("one seed per point: the interval covers the sampling of items only, not seed "
+            "noise (run at least 3 seeds per point).")
+  return (f"{seeds} seeds per point: resampling so few seeds understates seed noise (run at "
+          "least 3 seeds per point).")
 
 
 # ----------------------------------------------------------------------------------------
@@ -361,16 +361,21 @@ def load_nlu_results(workdir: str) -> dict[str, Any] | None:
   """The newest `<workdir>/eval/nlu_step_<N>.json` (largest N), or None when there is none.
 
   Raises:
-    ValueError: the file is not JSON, or not an nlu record ({"suite": "nlu", "instruments":
-      {...}}).
+    ValueError: the file is not an nlu record (`read_nlu_record`).
   """
   folder = os.path.join(workdir, "eval")
   steps = []
   if os.path.isdir(folder):
     steps = [int(m.group(1)) for m in map(RESULT_FILE.match, os.listdir(folder)) if m]
-  if not steps:
-    return None
-  path = os.path.join(folder, f"nlu_step_{max(steps)}.json")
+  return read_nlu_record(os.path.join(folder, f"nlu_step_{max(steps)}.json")) if steps else None
+
+
+def read_nlu_record(path: str) -> dict[str, Any]:
+  """One nlu result file ({"suite": "nlu", "instruments": {...}, ...}).
+
+  Raises:
+    ValueError: the file is not JSON, or not an nlu record.
+  """
   try:
     with open(path) as f:
       record = json.load(f)

@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lm.downstream.contrasts import (MIN_SEEDS, POOLED, RESULT_FILE, BootstrapResult,
-                                     each_and_pooled, item_scores, seed_count_note)
+                                     each_and_pooled, item_scores, read_nlu_record,
+                                     seed_count_note)
 
 ABOVE = "above random initialisation"
 BELOW = "below random initialisation"
@@ -111,18 +112,16 @@ def item_slopes(scores_by_step: Mapping[int, np.ndarray]) -> np.ndarray:
 
 
 def load_nlu_history(workdir: str) -> dict[int, dict[str, Any]]:
-  """{step: record} of every `<workdir>/eval/nlu_step_<N>.json` ({} when there is none)."""
+  """{step: record} of every `<workdir>/eval/nlu_step_<N>.json` ({} when there is none).
+
+  Raises:
+    ValueError: a file is not an nlu record (`contrasts.read_nlu_record`).
+  """
   folder = os.path.join(workdir, "eval")
-  steps = sorted(int(m.group(1)) for m in map(RESULT_FILE.match, os.listdir(folder)) if m
-                 ) if os.path.isdir(folder) else []
-  out = {}
-  for step in steps:
-    with open(os.path.join(folder, f"nlu_step_{step}.json")) as f:
-      try:
-        out[step] = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{f.name} is not JSON ({e}); rescore the run.") from e
-  return out
+  if not os.path.isdir(folder):
+    return {}
+  steps = sorted(int(m.group(1)) for m in map(RESULT_FILE.match, os.listdir(folder)) if m)
+  return {s: read_nlu_record(os.path.join(folder, f"nlu_step_{s}.json")) for s in steps}
 
 
 def growth_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str, Any]]]], *,

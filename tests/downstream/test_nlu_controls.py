@@ -1,5 +1,6 @@
 """The yardstick's controls with intervals (lm/downstream/nlu_controls.py)."""
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -10,12 +11,13 @@ from lm.downstream import nlu_controls as K
 STEPS = (250, 500, 1000, 2000)
 
 
-def _record(p_probe, p_pairs, rng, *, n=80, random_init=0.5, digest="d", step=1000):
+def _record(p_probe, p_pairs, rng, *, n=80, random_init=0.5, digest="d", step=1000,
+            objective="bert"):
   def instrument(p):
     items = (rng.random(n) < p).astype(float)
     return {"accuracy": float(items.mean()), "random_init": random_init,
             "per_item": items.tolist()}
-  return {"suite": "nlu", "step": step, "objective": "bert", "architecture": "encoder_decoder",
+  return {"suite": "nlu", "step": step, "objective": objective, "architecture": "encoder_decoder",
           "items_digest": {"all": digest},
           "instruments": {"probe/x": instrument(p_probe), "pairs/y": instrument(p_pairs)}}
 
@@ -94,3 +96,38 @@ def test_load_nlu_history_reads_every_step(tmp_path):
   (tmp_path / "eval" / "nlu_step_4000.json").write_text("{")
   with pytest.raises(ValueError, match="not JSON"):
     K.load_nlu_history(str(tmp_path))
+
+
+def test_the_report_shows_each_points_controls(tmp_path, monkeypatch):
+  """A synthetic t5_span_length sweep: the baseline with three seeds scored at two steps and
+  rising, the span points at one step at chance."""
+  from launch import points as points_lib  # pylint: disable=g-import-not-at-top
+  from launch import report  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[2])
+  points = points_lib.seed_replicates(
+      points_lib.collect("experiments/t5_span_length.py", runlocal=True), 3)
+  rng = np.random.default_rng(5)
+  for p in points:
+    (tmp_path / p.name / "eval").mkdir(parents=True)
+    iid = (p.replicate_of or p.name) == "iid"
+    steps = {500: 0.7, 1000: 0.9} if iid else {1000: 0.5}
+    objective = "iid_replace_spans" if iid else "span_corruption"
+    for step, acc in steps.items():
+      (tmp_path / p.name / "eval" / f"nlu_step_{step}.json").write_text(
+          json.dumps(_record(acc, acc, rng, n=60, step=step, objective=objective)))
+  text = report.write_report(str(tmp_path), points, experiment="experiments/t5_span_length.py")
+  start = text.index("## Controls")
+  section = text[start:text.index("\n## ", start)]
+  rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in section.splitlines()
+          if line.startswith("| ") and not line.startswith("| point")}
+  assert sorted(rows) == ["iid", "span_02", "span_03", "span_05", "span_10"]
+  iid = rows["iid"]
+  assert iid[1] == "3" and iid[4] == K.ABOVE and iid[5] == "2 of 2" and iid[8] == K.RISES + " |"
+  assert 30 < float(iid[2]) < 50 and 10 < float(iid[6]) < 30      # ~40 points, ~20 / doubling
+  span = rows["span_02"]
+  assert span[1] == "1" and span[4] == K.NOT_SEPARATED and span[6:8] == ["—", "—"]
+  assert "one seed per point" in section
+  # The contrast (C4) is there too, from each run's newest step (1,000 for all): the span
+  # points at chance, iid far above, so reversed.
+  assert "| C4 | pooled | 1 / 3 |" in text and "| C4 | pooled | 1 / 3 | -" in text
+  assert text.count("| reversed |") == 3
