@@ -12,7 +12,9 @@ launch/local.py's job.
 
 At tiny scale our column is the mini suite's, reported as decoder fluency with its
 blank-input control (`mini.blank_inputs`, `mini.surviving_share`) and no Kendall's tau
-against the paper (WHY_NO_TAU; docs/downstream_mini.md); paper-scale columns get a tau.
+against the paper (WHY_NO_TAU; docs/downstream_mini.md); paper-scale columns get a tau. The
+paper's contrasts and the controls, with intervals, come from the points' nlu results
+(launch/yardstick.py; docs/yardstick.md).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import shlex
 from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
+from launch import yardstick
 from launch.points import Point, collect, seed_replicates
 
 
@@ -429,6 +432,8 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
   lines += mini_tasks_section(root, points, random_record)
   lines += ranking_section(points, scores)
+  lines += yardstick.contrasts_section(root, points, experiment)
+  lines += yardstick.controls_section(root, points)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
   for i, p in enumerate(points):
