@@ -21,7 +21,7 @@ from lm import config as config_lib
 from lm.model import presets
 
 ARCHS = architecture.ARCHITECTURES    # T5 Table 2 (lm/architecture.py)
-FAMILIES = ("t5_1_1", "t5_1_0")      # size tables of lm/model/presets.py
+FAMILIES = ("t5_1_1", "t5_1_0", "t5gemma")  # size tables of lm/model/presets.py
 CPU_SIZES = presets.sizes("cpu")      # the "cpu" family's sizes, with either family
 
 # name -> (lm.data.objectives name, params). Defaults are the T5 paper's (§3.3).

@@ -1,5 +1,6 @@
 r"""The plans table of docs/planning.md: `lm.plan` for the T5.1.1 family and its decoder-only
-counterparts on a few TPU topologies, one process per plan, then a Markdown table.
+counterparts (and two T5Gemma shapes) on a few TPU topologies, one process per plan, then a
+Markdown table.
 
     python -m tools.plan_table --out=runs/plans [--only=xxl] [--table=FILE]
 
@@ -37,12 +38,16 @@ ROWS = [
     ("xxl_v4", "configs/t5.py:size=xxl", "v4-128", "1,64,1"),
     ("xxl_v6e", "configs/t5.py:size=xxl", "v6e-64", "1,64,1"),
     ("xxl_v5e", "configs/t5.py:size=xxl", "v5e-64", "1,64,1"),
+    # T5Gemma's blocks on the study's data and vocabulary (32128, not Gemma's 256000): its
+    # alternating local / global layers are two layer bodies, so the stacks are unrolled
+    # (the 5th field: scan_layers False; a compile of about 7 minutes here).
+    ("t5gemma_b", "configs/t5.py:family=t5gemma,size=b", "v5p-8", "1,4,1", False),
 ]
 
 
-def command(config: str, topology: str, mesh: str) -> list[str]:
+def command(config: str, topology: str, mesh: str, scan: bool = True) -> list[str]:
   return ["python", "-m", "lm.plan", f"--config={config}", f"--topology={topology}",
-          f"--mesh={mesh}", "--config.model.scan_layers=True", "--config.data.num_shards=1"]
+          f"--mesh={mesh}", f"--config.model.scan_layers={scan}", "--config.data.num_shards=1"]
 
 
 def _gib(x) -> str:
@@ -93,10 +98,10 @@ def main(argv=None) -> int:
     parser.error(f"unknown rows {sorted(unknown)}; expected some of {[r[0] for r in ROWS]}")
   os.makedirs(args.out, exist_ok=True)
   lines = [HEADER]
-  for name, config, topology, mesh in ROWS:
+  for name, config, topology, mesh, *scan in ROWS:
     if only and name not in only:
       continue
-    cmd = command(config, topology, mesh)
+    cmd = command(config, topology, mesh, *scan)
     path = os.path.join(args.out, f"{name}.json")
     if not os.path.exists(path):
       t0 = time.perf_counter()
