@@ -379,7 +379,9 @@ def _pair_of(phenomenon: str, d: int, sentence: str, vocab: _Vocabulary,
              rng: np.random.Generator) -> Pair | None:
   """The sentence's pair of `phenomenon`: one of its edits drawn at random, and one of that
   edit's replacements; None when the sentence has none."""
-  edits = _EDITS[phenomenon](_tokens(sentence), vocab)
+  edits = [(start, end, options) for start, end, options in
+           _EDITS[phenomenon](_tokens(sentence), vocab)
+           if all(o != sentence[start:end] for o in options)]  # never bad == good
   if not edits:
     return None
   start, end, options = edits[int(rng.integers(len(edits)))]
