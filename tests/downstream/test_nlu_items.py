@@ -367,3 +367,19 @@ def test_golden_digests_and_counts_of_the_embedded_corpus(embedded):
   counts = {**{f"pairs/{k}": len(v) for k, v in pairs.items()},
             **{f"probes/{k}": len(v) for k, v in probes.items()}}
   assert counts == EMBEDDED_COUNTS
+
+
+@pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7),
+                    reason="the docs' count table is for the embedded corpus of Python 3.11.7")
+def test_the_docs_count_table_is_the_embedded_counts():
+  root = os.path.join(os.path.dirname(__file__), "..", "..")
+  with open(os.path.join(root, "docs", "yardstick.md"), encoding="utf-8") as f:
+    text = f.read()
+  section = text[text.index("## Items"):]
+  rows = re.findall(r"^\| `(\w+)` \| (\d+|-) \| (\d+) \| \d+ \|$", section, re.M)
+  got = {}
+  for task, pairs, probes in rows:
+    if pairs != "-":
+      got[f"pairs/{task}"] = int(pairs)
+    got[f"probes/{task}"] = int(probes)
+  assert got == EMBEDDED_COUNTS
