@@ -438,7 +438,8 @@ def _subset(n: int, limit: int, rng: np.random.Generator) -> list[int]:
   return sorted(int(i) for i in rng.choice(n, limit, replace=False))
 
 
-def _pairs(phenomenon, sents, vocab, seed) -> list[Pair]:
+def _pairs(phenomenon: str, sents: Sequence[tuple[int, str]], vocab: _Vocabulary, seed: int
+           ) -> list[Pair]:
   """Every sentence's pair of `phenomenon` (uncapped), in sentence order."""
   rng = _rng(seed, phenomenon, 0)
   return [p for d, s in sents if (p := _pair_of(phenomenon, d, s, vocab, rng)) is not None]
