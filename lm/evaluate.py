@@ -5,7 +5,8 @@ r"""Evaluate checkpoints on common ground: held-out loss per objective and conti
   python -m lm.evaluate --workdirs=runs/a,runs/b --output=table.md
   python -m lm.evaluate --workdir=runs/ft --task=glue_cola[,glue_sst2] [--split=validation]
       [--data_dir=DIR] [--max_examples=N] [--max_decode_length=M] [--rank_classification]
-  python -m lm.evaluate --workdir=RUN --suite=nlu [--blank_inputs] [--json=FILE] [--data_dir=DIR]
+  python -m lm.evaluate --workdir=RUN --suite=nlu [--blank_inputs] [--json=FILE]
+      [--data_dir=DIR]
 
 For the run's held-out split (the same validation documents training evaluated on):
 

@@ -79,7 +79,8 @@ def probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
   Raises:
     ValueError: mismatched lengths, fewer than 2 groups or fewer than 2 classes.
   """
-  from sklearn import linear_model, model_selection, pipeline, preprocessing  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from sklearn import linear_model, model_selection, pipeline, preprocessing
   x = np.asarray(features, np.float64)
   y, g = np.asarray(labels), np.asarray(groups)
   if x.ndim != 2 or not x.shape[0] == y.shape[0] == g.shape[0]:
@@ -335,7 +336,8 @@ def _states_fn(model: Transformer):
 @functools.lru_cache(maxsize=8)
 def _score_fn(model: Transformer):
   """jit of lm.score's log-likelihood: float32[B]."""
-  return jax.jit(lambda params, batch: score_lib.score(params, batch, model=model)["log_likelihood"])
+  return jax.jit(
+      lambda params, batch: score_lib.score(params, batch, model=model)["log_likelihood"])
 
 
 def text_features(ids: np.ndarray, architecture: str) -> dict[str, np.ndarray]:
@@ -400,13 +402,20 @@ def pair_margins(r: restore.Restored, pairs: Sequence[Any], *, fmt: str | None =
 
 def random_init(r: restore.Restored, seed: int = RANDOM_INIT_SEED) -> restore.Restored:
   """`r` with freshly initialised params (jax.random.key(seed)), placed with r's shardings."""
-  _, shardings = restore.abstract_params(r.model, r.mesh, r.rules)
-  from lm.data import features  # pylint: disable=g-import-not-at-top
-  batch = features.zero_batch(r.architecture, 4, 4, segments=False)
-  init = lambda key: nn.meta.unbox(r.model.init(key, batch)["params"])
+  init = _init_fn(r.model, r.mesh, tuple(r.rules))  # abstract_params: outside axis_rules
   with partitioning.axis_rules(r.mesh, r.rules):
-    params = jax.jit(init, out_shardings=shardings)(jax.random.key(seed))
+    params = init(jax.random.key(seed))
   return dataclasses.replace(r, params=params)
+
+
+@functools.lru_cache(maxsize=4)
+def _init_fn(model: Transformer, mesh, rules):
+  """jit of the model's init, unboxed, out_shardings as restore places a checkpoint."""
+  from lm.data import features  # pylint: disable=g-import-not-at-top
+  _, shardings = restore.abstract_params(model, mesh, rules)
+  batch = features.zero_batch(model.config.mask_type, 4, 4, segments=False)
+  return jax.jit(lambda key: nn.meta.unbox(model.init(key, batch)["params"]),
+                 out_shardings=shardings)
 
 
 # ---------------------------------------------------------------------------------------
