@@ -510,9 +510,12 @@ def run_suite(r: restore.Restored, *, data_dir: str | None = None, blank_inputs:
   if missing:
     raise ValueError(f"lm.downstream.nlu_items lacks the item builders {missing}; "
                      "this build cannot run --suite=nlu.")
-  documents = nlu_items.documents(data_dir)
-  pairs = nlu_items.minimal_pairs(documents, seed=0)
-  probes = nlu_items.probe_sets(documents, seed=0)
+  if hasattr(nlu_items, "item_sets"):  # held-out documents, less what pre-training read
+    pairs, probes = nlu_items.item_sets(data_dir, seed=0)
+  else:
+    documents = nlu_items.documents(data_dir)
+    pairs = nlu_items.minimal_pairs(documents, seed=0)
+    probes = nlu_items.probe_sets(documents, seed=0)
   if not pairs and not probes:
     raise ValueError(f"no items could be built from the held-out documents "
                      f"({data_dir or 'the embedded corpus'}); pass a larger --data_dir.")

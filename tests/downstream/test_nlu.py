@@ -325,6 +325,8 @@ def test_evaluate_suite_json_shape(runs):
 
 def _patch_items(monkeypatch, n_docs=24):
   probes, pairs = _hand_items(n_docs)
+  monkeypatch.setattr(nlu_items, "item_sets", lambda data_dir=None, seed=0: (pairs, probes),
+                      raising=False)
   monkeypatch.setattr(nlu_items, "documents", lambda data_dir=None: ["doc"], raising=False)
   monkeypatch.setattr(nlu_items, "minimal_pairs", lambda docs, seed=0: pairs, raising=False)
   monkeypatch.setattr(nlu_items, "probe_sets", lambda docs, seed=0: probes, raising=False)
@@ -338,6 +340,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
   assert err.startswith("error:") and "\n" not in err
   assert evaluate.run(["--workdir", str(tmp_path), "--suite=nlu", "--task=glue_cola"]) == 2
   assert "--suite" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--blank_inputs"]) == 2
+  assert "--suite=nlu" in capsys.readouterr().err
 
 
 @pytest.mark.slow
