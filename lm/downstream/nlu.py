@@ -63,7 +63,8 @@ def probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
   """Out-of-fold accuracy of a linear probe (standardise + ridge classifier).
 
   Closed-form ridge (RidgeClassifier, alpha 1) on standardised features, cross-validated
-  with GroupKFold by `groups` (no document in two folds; the folds shuffled by `seed`).
+  by `groups` (no document in two folds; the folds shuffled by `seed`): StratifiedGroupKFold
+  when every class has at least `folds` items, else GroupKFold.
 
   Args:
     features: float[N, D].
@@ -91,8 +92,12 @@ def probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
                      f"{np.unique(g).size} documents, {np.unique(y).size} classes")
   model = pipeline.make_pipeline(preprocessing.StandardScaler(),
                                  linear_model.RidgeClassifier(alpha=1.0))
-  cv = model_selection.GroupKFold(n_splits=min(folds, np.unique(g).size), shuffle=True,
-                                  random_state=seed)
+  k = min(folds, np.unique(g).size)
+  # Stratified where every class can sit in every fold: a probe that learns nothing then
+  # predicts a balanced training fold's tie, not the test fold's minority class.
+  split = (model_selection.StratifiedGroupKFold if np.unique(y, return_counts=True)[1].min() >= k
+           else model_selection.GroupKFold)
+  cv = split(n_splits=k, shuffle=True, random_state=seed)
   predictions = model_selection.cross_val_predict(model, x, y, groups=g, cv=cv)
   correct = (predictions == y).astype(np.int64)
   return {"accuracy": 100.0 * float(correct.mean()), "per_item": correct,

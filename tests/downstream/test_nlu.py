@@ -34,7 +34,7 @@ def test_probe_matches_sklearn_cross_val_predict():
   out = nlu.probe(x, y, groups, folds=5, seed=3)
   model = pipeline.make_pipeline(preprocessing.StandardScaler(),
                                  linear_model.RidgeClassifier(alpha=1.0))
-  cv = model_selection.GroupKFold(n_splits=5, shuffle=True, random_state=3)
+  cv = model_selection.StratifiedGroupKFold(n_splits=5, shuffle=True, random_state=3)
   expected = model_selection.cross_val_predict(model, x, y, groups=groups, cv=cv)
   np.testing.assert_array_equal(out["predictions"], expected)
   np.testing.assert_array_equal(out["per_item"], (expected == y).astype(int))
