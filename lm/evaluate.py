@@ -5,6 +5,8 @@ r"""Evaluate checkpoints on common ground: held-out loss per objective and conti
   python -m lm.evaluate --workdirs=runs/a,runs/b --output=table.md
   python -m lm.evaluate --workdir=runs/ft --task=glue_cola[,glue_sst2] [--split=validation]
       [--data_dir=DIR] [--max_examples=N] [--max_decode_length=M] [--rank_classification]
+  python -m lm.evaluate --workdir=RUN --suite=nlu [--blank_inputs] [--json=FILE]
+      [--data_dir=DIR]
 
 For the run's held-out split (the same validation documents training evaluated on):
 
@@ -38,6 +40,11 @@ checkpoint (greedy; `--rank_classification` ranks the task's choices with lm.sco
 postprocesses and computes the task's metrics (lm.downstream.evaluation.evaluate_task).
 Results: `<workdir>/eval/tasks_step_<N>.json` (+ one predictions JSONL per task) and wandb
 `eval/<task>/<metric>`. `--data_dir` defaults to the run's config.finetune.data_dir.
+
+The neutral yardstick (`--suite=nlu`, docs/yardstick.md): linear probes on frozen
+representations and minimal pairs in the run's native format, each minus the same
+architecture's random initialisation (lm/downstream/nlu.py holds the work). Results:
+`<workdir>/eval/nlu_step_<N>.json` (and `--json=FILE`); `--blank_inputs` is the control.
 
 Bad input (missing workdir, unknown task, unknown step, checkpoint of another architecture or vocabulary,
 a shape-changing override, a malformed flag) prints one line `error: ...` and exits 2.
@@ -526,6 +533,13 @@ def _parser() -> argparse.ArgumentParser:
                  help="rows per decode call (default: the run's eval batch size)")
   t.add_argument("--rank_classification", action="store_true",
                  help="rank the task's choices by log-likelihood instead of decoding")
+  n = p.add_argument_group("the neutral yardstick (instead of --score)")
+  n.add_argument("--suite", choices=("nlu",), default=None,
+                 help="nlu: probes and native minimal pairs (docs/yardstick.md); writes "
+                      "<workdir>/eval/nlu_step_<N>.json; items from --data_dir")
+  n.add_argument("--blank_inputs", action="store_true",
+                 help="--suite=nlu's blank-input control: probe texts and pair inputs empty")
+  n.add_argument("--json", default=None, help="--suite=nlu: also write the result here")
   p.add_argument("--mesh_shape", default=None,
                  help="(data, fsdp, tensor) sizes, e.g. '-1,1,1' (default: all devices on data)")
   p.add_argument("--wandb_mode", default=None, choices=("auto", "online", "offline", "disabled"),
@@ -615,6 +629,23 @@ def _run_tasks(args, workdir: str, overrides: Sequence[str], progress: bool) -> 
     print(json.dumps({"written": str(path), **flat_metrics(result)}, indent=1))
 
 
+def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress: bool) -> int:
+  """`--suite=nlu`: lm.downstream.nlu.run_suite on one run, then a short table."""
+  from lm.downstream import nlu  # pylint: disable=g-import-not-at-top
+  if args.task is not None or args.workdirs or args.output:
+    raise ValueError("--suite=nlu takes one --workdir, without --task, --workdirs or --output.")
+  r = restore.load_run(workdirs[0], step=args.step, overrides=overrides,
+                       mesh_shape=args.mesh_shape)
+  d = r.config.data
+  result = nlu.run_suite(r, data_dir=args.data_dir, blank_inputs=args.blank_inputs,
+                         json_path=args.json, progress=progress,
+                         batch_size=args.batch_size or int(d.eval_batch_size or d.batch_size))
+  if jax.process_index() == 0:
+    print(f"wrote {result['written']}" + (f" and {args.json}" if args.json else ""))
+    print(nlu.table(result))
+  return 0
+
+
 def run(argv: Sequence[str] | None = None) -> int:
   """Command-line entry: returns the exit status (2 on bad input)."""
   parser = _parser()
@@ -642,6 +673,10 @@ def run(argv: Sequence[str] | None = None) -> int:
       if not os.path.isdir(w):
         raise restore.RunNotFoundError(f"workdir {os.path.abspath(w)} does not exist.")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
+    if args.suite is not None:
+      return _run_suite(args, workdirs, overrides, progress)
+    if args.blank_inputs or args.json:
+      raise ValueError("--blank_inputs and --json go with --suite=nlu.")
     if args.task is not None:
       if args.output:
         raise ValueError("--output (a Markdown table) is not supported with --task.")

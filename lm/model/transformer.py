@@ -360,8 +360,8 @@ class Stack(nn.Module):
       policy = REMAT_POLICIES[cfg.remat_policy]
       layer_cls = nn.remat(layer_cls, policy=None if cfg.remat_policy == "full" else policy,
                            prevent_cse=not cfg.scan_layers)
-    if cfg.scan_layers:
-      scanned = nn.scan(layer_cls, variable_axes={"params": 0, "cache": 0},
+    if cfg.scan_layers:  # "intermediates": capture_intermediates sees each layer (nlu.py)
+      scanned = nn.scan(layer_cls, variable_axes={"params": 0, "cache": 0, "intermediates": 0},
                         split_rngs={"params": True, "dropout": True},
                         in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
                         metadata_params={nn.PARTITION_NAME: "layers"})
