@@ -354,6 +354,12 @@ def contrasts_of(study: str, contrasts: Sequence[Contrast] = CONTRASTS) -> tuple
 
 # A run's nlu result files, `<workdir>/eval/nlu_step_<N>.json` (lm.evaluate --suite=nlu).
 RESULT_FILE = re.compile(r"^nlu_step_(\d+)\.json$")
+
+
+def result_file(step: int, blank_inputs: bool = False) -> str:
+  """The name of a run's nlu result at `step` in `<workdir>/eval/`; the blank-input control
+  has its own (`nlu_blank_step_<N>.json`), which no contrast reads."""
+  return f"nlu_{'blank_' if blank_inputs else ''}step_{int(step)}.json"
 POOLED = "pooled"
 
 
@@ -367,7 +373,7 @@ def load_nlu_results(workdir: str) -> dict[str, Any] | None:
   steps = []
   if os.path.isdir(folder):
     steps = [int(m.group(1)) for m in map(RESULT_FILE.match, os.listdir(folder)) if m]
-  return read_nlu_record(os.path.join(folder, f"nlu_step_{max(steps)}.json")) if steps else None
+  return read_nlu_record(os.path.join(folder, result_file(max(steps)))) if steps else None
 
 
 def read_nlu_record(path: str) -> dict[str, Any]:
@@ -386,6 +392,9 @@ def read_nlu_record(path: str) -> dict[str, Any]:
       or not isinstance(record.get("instruments"), dict)):
     raise ValueError(f"{path} is not an nlu result (expected {{'suite': 'nlu', "
                      "'instruments': {...}}).")
+  if record.get("blank_inputs"):
+    raise ValueError(f"{path} is a blank-input control, not a result; contrasts read "
+                     "`python -m lm.evaluate --suite=nlu` without --blank_inputs.")
   return record
 
 

@@ -28,6 +28,7 @@ import numpy as np
 from lm import partitioning, restore
 from lm import score as score_lib
 from lm.data import converters, noise, packing
+from lm.downstream import contrasts, nlu_items
 from lm.model.layers import Embed
 from lm.model.transformer import Transformer, TransformerLayer
 
@@ -479,8 +480,9 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
           "blank_inputs": bool(blank_inputs), "instruments": instruments}
 
 
-def results_path(workdir: str, step: int) -> str:
-  return os.path.join(workdir, "eval", f"nlu_step_{step}.json")
+def results_path(workdir: str, step: int, blank_inputs: bool = False) -> str:
+  """<workdir>/eval/nlu_step_<N>.json, or nlu_blank_step_<N>.json for the control."""
+  return os.path.join(workdir, "eval", contrasts.result_file(step, blank_inputs))
 
 
 def write_json(result: Mapping[str, Any], path: str) -> str | None:
@@ -509,18 +511,7 @@ def run_suite(r: restore.Restored, *, data_dir: str | None = None, blank_inputs:
               progress: bool = False) -> dict[str, Any]:
   """`--suite=nlu`: builds the items, scores `r`, writes <workdir>/eval/nlu_step_<N>.json
   (and `json_path`); returns the result with "written" added."""
-  from lm.downstream import nlu_items  # pylint: disable=g-import-not-at-top
-  needed = ("documents", "minimal_pairs", "probe_sets", "chance", "digest")
-  missing = [n for n in needed if not hasattr(nlu_items, n)]
-  if missing:
-    raise ValueError(f"lm.downstream.nlu_items lacks the item builders {missing}; "
-                     "this build cannot run --suite=nlu.")
-  if hasattr(nlu_items, "item_sets"):  # held-out documents, less what pre-training read
-    pairs, probes = nlu_items.item_sets(data_dir, seed=0)
-  else:
-    documents = nlu_items.documents(data_dir)
-    pairs = nlu_items.minimal_pairs(documents, seed=0)
-    probes = nlu_items.probe_sets(documents, seed=0)
+  pairs, probes = nlu_items.item_sets(data_dir, seed=0)  # held-out, less what pre-training read
   if not pairs and not probes:
     raise ValueError(f"no items could be built from the held-out documents "
                      f"({data_dir or 'the embedded corpus'}); pass a larger --data_dir.")
@@ -529,7 +520,7 @@ def run_suite(r: restore.Restored, *, data_dir: str | None = None, blank_inputs:
   result = evaluate_suite(r, pairs, probes, chance={t: nlu_items.chance(t) for t in probes},
                           items_digest=digests, blank_inputs=blank_inputs,
                           batch_size=batch_size, progress=progress)
-  written = write_json(result, results_path(r.workdir, r.step))
+  written = write_json(result, results_path(r.workdir, r.step, blank_inputs))
   if json_path:
     write_json(result, json_path)
   return {**result, "written": written}

@@ -351,7 +351,11 @@ def test_load_nlu_results_reads_the_latest_step(tmp_path):
     (tmp_path / "eval" / f"nlu_step_{step}.json").write_text(json.dumps(record))
   (tmp_path / "eval" / "tasks_step_9000.json").write_text("{}")        # another suite's file
   (tmp_path / "eval" / "nlu_step_9000.json.tmp").write_text("{")       # not a result file
-  assert C.load_nlu_results(str(tmp_path))["step"] == 2000
+  blank = dict(_record("bert", "encoder_decoder", [1, 1], [1, 1], step=8000), blank_inputs=True)
+  (tmp_path / "eval" / C.result_file(8000, blank_inputs=True)).write_text(json.dumps(blank))
+  assert C.load_nlu_results(str(tmp_path))["step"] == 2000             # the control is no result
+  with pytest.raises(ValueError, match="blank-input control"):
+    C.read_nlu_record(str(tmp_path / "eval" / "nlu_blank_step_8000.json"))
   (tmp_path / "eval" / "nlu_step_3000.json").write_text(json.dumps({"suite": "mini"}))
   with pytest.raises(ValueError, match="not an nlu result"):
     C.load_nlu_results(str(tmp_path))

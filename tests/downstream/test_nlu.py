@@ -15,7 +15,7 @@ from lm import evaluate, partitioning, restore
 from lm import score as score_lib
 from lm.data import converters, packing
 from lm.data import tokenizer as tokenizer_lib
-from lm.downstream import nlu, nlu_items
+from lm.downstream import contrasts, nlu, nlu_items
 from lm.downstream.nlu_items import Pair, ProbeItem
 from lm.model import scanning
 from lm.model.transformer import Transformer
@@ -325,13 +325,9 @@ def test_evaluate_suite_json_shape(runs):
 
 def _patch_items(monkeypatch, n_docs=24):
   probes, pairs = _hand_items(n_docs)
-  monkeypatch.setattr(nlu_items, "item_sets", lambda data_dir=None, seed=0: (pairs, probes),
-                      raising=False)
-  monkeypatch.setattr(nlu_items, "documents", lambda data_dir=None: ["doc"], raising=False)
-  monkeypatch.setattr(nlu_items, "minimal_pairs", lambda docs, seed=0: pairs, raising=False)
-  monkeypatch.setattr(nlu_items, "probe_sets", lambda docs, seed=0: probes, raising=False)
-  monkeypatch.setattr(nlu_items, "chance", lambda task: 50.0, raising=False)
-  monkeypatch.setattr(nlu_items, "digest", lambda items: f"n{len(items)}", raising=False)
+  monkeypatch.setattr(nlu_items, "item_sets", lambda data_dir=None, seed=0: (pairs, probes))
+  monkeypatch.setattr(nlu_items, "chance", lambda task: 50.0)
+  monkeypatch.setattr(nlu_items, "digest", lambda items: f"n{len(items)}")
 
 
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
@@ -362,5 +358,8 @@ def test_cli_on_a_trained_run_blank_at_chance(tmp_path, monkeypatch, capsys):
                        f"--json={blank_file}"]) == 0
   blank = json.loads(blank_file.read_text())
   assert blank["blank_inputs"] is True
+  # The control has its own file: the result the contrasts read is untouched.
+  assert blank == json.loads(open(os.path.join(run, "eval", "nlu_blank_step_4.json")).read())
+  assert result == contrasts.load_nlu_results(run)
   for name in ("accuracy", "random_init"):
     assert blank["instruments"]["probe/length"][name] == 50.0
