@@ -634,6 +634,11 @@ def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress
   from lm.downstream import nlu  # pylint: disable=g-import-not-at-top
   if args.task is not None or args.workdirs or args.output:
     raise ValueError("--suite=nlu takes one --workdir, without --task, --workdirs or --output.")
+  try:
+    import sklearn  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    raise ValueError("--suite=nlu fits its probes with scikit-learn, which is not installed: "
+                     "pip install -e '.[downstream]'.") from None
   r = restore.load_run(workdirs[0], step=args.step, overrides=overrides,
                        mesh_shape=args.mesh_shape)
   d = r.config.data
