@@ -59,6 +59,23 @@ _NON_IDENTITY = tuple(p for p in itertools.permutations(range(3)) if p != (0, 1,
 # Held-out documents -> units.
 
 
+@functools.lru_cache(maxsize=1)
+def _embedded_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """(pre-training documents, held-out documents) of the embedded corpus, split as the
+  pipeline splits it (HELDOUT_FRACTION, HELDOUT_SEED)."""
+  from lm.data import sources  # pylint: disable=g-import-not-at-top
+  corpus = sources.make_source("default", None)
+  pretrain, heldout = sources.split_validation(corpus, HELDOUT_FRACTION, seed=HELDOUT_SEED)
+  return (tuple(pretrain[i] for i in range(len(pretrain))),
+          tuple(heldout[i] for i in range(len(heldout))))
+
+
+def pretraining_documents(data_dir: str | None = None) -> tuple[str, ...]:
+  """The documents pre-training reads beside the held-out ones: data_dir None, the embedded
+  corpus's pre-training split; a path, () (what else a model read is unknown)."""
+  return _embedded_split()[0] if data_dir is None else ()
+
+
 @functools.lru_cache(maxsize=4)
 def _read_documents(data_dir: str | None
                     ) -> tuple[tuple[str, ...], tuple[str, ...] | None, frozenset[str]]:
@@ -71,13 +88,11 @@ def _read_documents(data_dir: str | None
   """
   from lm.data import sources  # pylint: disable=g-import-not-at-top
   if data_dir is None:
-    corpus = sources.make_source("default", None)
-    pretrain, heldout = sources.split_validation(corpus, HELDOUT_FRACTION, seed=HELDOUT_SEED)
-    pretrain_docs = [pretrain[i] for i in range(len(pretrain))]
+    pretrain_docs, heldout = _embedded_split()
     seen = frozenset(u for doc in pretrain_docs for run in document_units(doc) for u in run)
     n = min(TRAIN_DOCUMENTS, len(pretrain_docs))
     train_side = tuple(pretrain_docs[i * len(pretrain_docs) // n] for i in range(n))
-    return tuple(heldout[i] for i in range(len(heldout))), train_side, seen
+    return heldout, train_side, seen
   if os.path.isdir(data_dir) and not any(
       os.path.exists(os.path.join(data_dir, f))
       for f in ("dataset_info.json", "state.json", "dataset_dict.json")):

@@ -141,18 +141,13 @@ def documents(data_dir: str | None = None) -> list[str]:
 def pretraining_text(data_dir: str | None = None) -> str:
   """The text of the documents pre-training reads, whitespace-collapsed, one per line.
 
-  data_dir None: the embedded corpus's pre-training split (the pipeline's split with the
-  configs' fraction and seed, `mini.HELDOUT_FRACTION`, `mini.HELDOUT_SEED`); its standard
+  data_dir None: the embedded corpus's pre-training split (`mini.pretraining_documents`:
+  the pipeline's split with the configs' fraction and seed); its standard
   library docstrings repeat, and a held-out sentence also found here is left out of the item
   sets (`sentences(exclude_text=...)`), as the mini suite leaves such lines out. A path: ""
   (the yardstick cannot know what else a model read: point data_dir at held-out text).
   """
-  if data_dir is not None:
-    return ""
-  from lm.data import sources  # pylint: disable=g-import-not-at-top
-  pretrain, _ = sources.split_validation(sources.make_source("default", None),
-                                         mini.HELDOUT_FRACTION, seed=mini.HELDOUT_SEED)
-  return "\n".join(mini._clean(pretrain[i]) for i in range(len(pretrain)))  # pylint: disable=protected-access
+  return "\n".join(mini._clean(d) for d in mini.pretraining_documents(data_dir))  # pylint: disable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
