@@ -361,5 +361,16 @@ def test_cli_on_a_trained_run_blank_at_chance(tmp_path, monkeypatch, capsys):
   # The control has its own file: the result the contrasts read is untouched.
   assert blank == json.loads(open(os.path.join(run, "eval", "nlu_blank_step_4.json")).read())
   assert result == contrasts.load_nlu_results(run)
+  # The record is what the contrasts read: a point against itself differs by exactly 0 on
+  # every instrument, and is "not resolvable".
+  me = contrasts.Member("run", result["objective"], result["architecture"], (0.0, 0.0, 0.0))
+  other = dataclasses.replace(me, point="again")
+  itself = contrasts.Contrast("C0", "itself", "none", "-", a=(me,), b=(other,), paper_sign=1)
+  rows = contrasts.contrast_table({"run": [result], "again": [result]}, [itself],
+                                  num_resamples=200)
+  assert {row.instrument for row in rows} == {*result["instruments"], contrasts.POOLED}
+  for row in rows:
+    assert (row.result.difference, row.result.low, row.result.high) == (0.0, 0.0, 0.0)
+    assert row.verdict == "not resolvable at this scale"
   for name in ("accuracy", "random_init"):
     assert blank["instruments"]["probe/length"][name] == 50.0
