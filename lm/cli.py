@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 EXIT_BAD_INPUT = 2
@@ -208,3 +208,13 @@ def bad_input_exit(problem: BaseException | str, *, prefix: str = "error", file=
   """
   print(f"{prefix}: {problem}", file=sys.stderr if file is None else file)
   return EXIT_BAD_INPUT
+
+
+def progress(iterable: Iterable, total: int | None, desc: str, enabled: bool) -> Iterator:
+  """`iterable`, with a tqdm bar on stderr when `enabled` (the commands' --progress)."""
+  if not enabled:
+    yield from iterable
+    return
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
+                  file=sys.stderr, dynamic_ncols=True)

@@ -58,12 +58,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -76,7 +77,7 @@ from lm import score as score_lib
 from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
-from lm.data import converters, objectives, packing
+from lm.data import converters, objectives
 from lm.data import pipeline as pipeline_lib
 
 EVAL_DIR = "eval"
@@ -244,15 +245,6 @@ def objective_spec(spec: pipeline_lib.DataSpec, name: str, *, max_length: int | 
                              targets_length=int(lt))
 
 
-def _progress(iterable: Iterable, total: int | None, desc: str, enabled: bool) -> Iterator:
-  if not enabled:
-    yield from iterable
-    return
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
-                  file=sys.stderr, dynamic_ncols=True)
-
-
 def evaluate_objective(r: restore.Restored, spec: pipeline_lib.DataSpec, *,
                        num_batches: int | None, progress: bool = False) -> dict[str, float]:
   """Loss / accuracy / perplexity of the restored model on `spec`'s held-out batches.
@@ -269,7 +261,7 @@ def evaluate_objective(r: restore.Restored, spec: pipeline_lib.DataSpec, *,
             if r.config is not None and "loss" in r.config else {})
   eval_fn = jax.jit(functools.partial(steps.eval_step, model=r.model, **kwargs))
   with partitioning.axis_rules(r.mesh, r.rules):
-    batches = _progress(data.eval_iterator(num_batches=num_batches), num_batches,
+    batches = cli.progress(data.eval_iterator(num_batches=num_batches), num_batches,
                         spec.objective, progress)
     acc = parts.heldout_totals(eval_fn, r.params, batches, r.mesh)  # the trainer's loop
   if acc is None:
@@ -294,10 +286,6 @@ def _sums_fn(model, max_segments=None):
             "num_tokens": jnp.sum(out["num_tokens"]),
             "num_correct": jnp.sum(out["num_correct"])}
   return sums
-
-
-def _round_up(n: int, k: int) -> int:
-  return -(-n // k) * k
 
 
 def evaluate_continuation(r: restore.Restored, documents: Iterable[str], *,
@@ -337,30 +325,13 @@ def evaluate_continuation(r: restore.Restored, documents: Iterable[str], *,
   if not examples:
     raise ValueError(f"no held-out document is longer than prefix_chars + continuation_chars "
                      f"= {prefix_chars + continuation_chars} characters; lower them.")
-  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
-  lengths = {s: _round_up(max(e[k].size for e in examples), 8) for s, k in stacks.items()
-             if k in examples[0]}
-  cfg = r.model_config
-  if cfg.position_encoding == "learned" and max(lengths.values()) > cfg.max_length:
-    raise ValueError(f"continuation rows of {max(lengths.values())} tokens exceed the model's "
-                     f"learned positions ({cfg.max_length}); lower prefix_chars.")
-  rows = [packing.pad_example(e, lengths) for e in examples]
-  shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
-  batch_size = _round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
-  num_rows = _round_up(len(rows), batch_size)
-  zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
-  rows += [zeros] * (num_rows - len(rows))
-  per_process = batch_size // jax.process_count()
   sums_fn = jax.jit(_sums_fn(r.model))
   acc = {"log_likelihood": 0.0, "num_tokens": 0.0, "num_correct": 0.0}
-  starts = range(0, num_rows, batch_size)
-  with partitioning.axis_rules(r.mesh, r.rules):
-    for start in _progress(starts, len(starts), CONTINUATION, progress):
-      lo = start + jax.process_index() * per_process
-      local = {k: np.stack([row[k] for row in rows[lo:lo + per_process]]) for k in rows[0]}
-      out = jax.device_get(sums_fn(r.params, partitioning.make_global_batch(local, r.mesh)))
-      for k in acc:
-        acc[k] += float(out[k])
+  for out in restore.run_batches(r, examples, sums_fn, batch_size=batch_size,
+                                 desc=CONTINUATION, progress=progress):
+    out = jax.device_get(out)
+    for k in acc:
+      acc[k] += float(out[k])
   nll, tokens = -acc["log_likelihood"], acc["num_tokens"]
   return {"examples": len(examples), "tokens": tokens, "bytes": num_bytes,
           "nll_per_token": nll / tokens, "perplexity": math.exp(min(nll / tokens, 700.0)),
@@ -634,11 +605,9 @@ def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress
   from lm.downstream import nlu  # pylint: disable=g-import-not-at-top
   if args.task is not None or args.workdirs or args.output:
     raise ValueError("--suite=nlu takes one --workdir, without --task, --workdirs or --output.")
-  try:
-    import sklearn  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
+  if importlib.util.find_spec("sklearn") is None:
     raise ValueError("--suite=nlu fits its probes with scikit-learn, which is not installed: "
-                     "pip install -e '.[downstream]'.") from None
+                     "pip install -e '.[downstream]'.")
   r = restore.load_run(workdirs[0], step=args.step, overrides=overrides,
                        mesh_shape=args.mesh_shape)
   d = r.config.data

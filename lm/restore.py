@@ -29,20 +29,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
 import ml_collections
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lm import checkpoint, partitioning
+from lm import checkpoint, cli, partitioning
 from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5
 from lm.checkpoint.signature import recorded_model
-from lm.data import features
+from lm.data import features, packing
 from lm.data import tokenizer as tokenizer_lib
 from lm.model.config import EXECUTION_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
@@ -57,7 +59,7 @@ HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 # fields, attention_impl, are not in checkpoint signatures at all.)
 RUNTIME_MODEL_FIELDS = ("dtype", "remat_policy", "dropout_rate") + EXECUTION_FIELDS
 
-__all__ = ["Restored", "load_run", "load_hf", "RunNotFoundError", "StepNotFoundError",
+__all__ = ["Restored", "load_run", "load_hf", "run_batches", "RunNotFoundError", "StepNotFoundError",
            "IncompatibleCheckpointError", "abstract_params", "RUNTIME_MODEL_FIELDS"]
 
 
@@ -305,3 +307,48 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   return Restored(config=None, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=None, workdir=None,
                   source=directory)
+
+
+# ---------------------------------------------------------------------------------------
+# Running a restored model over examples.
+
+def _round_up(n: int, k: int) -> int:
+  return -(-n // k) * k
+
+
+def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: Callable, *,
+                batch_size: int, desc: str = "", progress: bool = False) -> list[Any]:
+  """`fn(params, global batch)` over `examples` (converter features), padded into batches.
+
+  Each feature is padded to its stack's longest example (a multiple of 8); the global batch
+  is `batch_size` rounded up to the mesh's batch shards and the process count, its rows
+  split over the processes; the last batch is filled with all-zero rows (their outputs
+  are the caller's to drop: rows past len(examples)). Runs under r's axis rules.
+
+  Returns:
+    fn's outputs, one per batch, as fn returns them (global arrays).
+  Raises:
+    ValueError: rows longer than the model's learned positions.
+  """
+  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
+  lengths = {s: _round_up(max(max(e[k].size for e in examples), 1), 8)
+             for s, k in stacks.items() if k in examples[0]}
+  cfg = r.model_config
+  if cfg.position_encoding == "learned" and max(lengths.values()) > cfg.max_length:
+    raise ValueError(f"rows of {max(lengths.values())} tokens exceed the model's learned "
+                     f"positions ({cfg.max_length}); use shorter texts.")
+  rows = [packing.pad_example(e, lengths) for e in examples]
+  shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
+  batch_size = _round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
+  num_rows = _round_up(len(rows), batch_size)
+  zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
+  rows += [zeros] * (num_rows - len(rows))
+  per_process = batch_size // jax.process_count()
+  outputs = []
+  starts = range(0, num_rows, batch_size)
+  with partitioning.axis_rules(r.mesh, r.rules):
+    for start in cli.progress(starts, len(starts), desc, progress):
+      lo = start + jax.process_index() * per_process
+      local = {k: np.stack([row[k] for row in rows[lo:lo + per_process]]) for k in rows[0]}
+      outputs.append(fn(r.params, partitioning.make_global_batch(local, r.mesh)))
+  return outputs

@@ -34,28 +34,18 @@ import contextlib
 import functools
 import math
 import re
-import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from lm import decoding, partitioning
+from lm import cli, decoding, partitioning
 from lm import score as score_lib
 from lm.data import converters, packing
 from lm.downstream.task import Task
 
 EOS_ID = decoding.EOS_ID
-
-
-def _progress(iterable: Iterable, total: int, desc: str, enabled: bool) -> Iterator:
-  if not enabled:
-    yield from iterable
-    return
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
-                  file=sys.stderr, dynamic_ncols=True)
 
 
 def _round_up(n: int, k: int) -> int:
@@ -108,7 +98,7 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
   rng = jax.random.key(0)
   out: list[list[int]] = []
   starts = range(0, len(inputs), batch_size)
-  for start in _progress(starts, len(starts), desc, progress):
+  for start in cli.progress(starts, len(starts), desc, progress):
     chunk = inputs[start:start + batch_size]
     batch = decoding.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size)
     row_ids = np.arange(start, start + batch_size, dtype=np.int32)
@@ -156,7 +146,7 @@ def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray
   starts = range(0, len(rows), batch_size)
   ctx = (partitioning.axis_rules(mesh, rules) if mesh is not None else contextlib.nullcontext())
   with ctx:
-    for start in _progress(starts, len(starts), "rank", progress):
+    for start in cli.progress(starts, len(starts), "rank", progress):
       chunk = rows[start:start + batch_size]
       chunk = chunk + [zeros] * (batch_size - len(chunk))
       batch = {k: np.stack([r[k] for r in chunk]) for k in chunk[0]}

@@ -14,10 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
-import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -27,7 +25,7 @@ import numpy as np
 
 from lm import partitioning, restore
 from lm import score as score_lib
-from lm.data import converters, noise, packing
+from lm.data import converters, noise
 from lm.downstream import contrasts, nlu_items
 from lm.model.layers import Embed
 from lm.model.transformer import Transformer, TransformerLayer
@@ -238,51 +236,18 @@ def pair_outcomes(margins: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # Model passes (under the run's mesh and axis rules).
 
-def _progress(iterable: Iterable, total: int, desc: str, enabled: bool) -> Iterator:
-  if not enabled:
-    yield from iterable
-    return
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
-                  file=sys.stderr, dynamic_ncols=True)
-
-
-def _round_up(n: int, k: int) -> int:
-  return -(-n // k) * k
-
-
 def _batches(r: restore.Restored, examples: Sequence[Mapping[str, np.ndarray]],
              batch_size: int, fn, desc: str, progress: bool) -> list[Any]:
-  """Pads `examples` (converter features) into global batches and returns fn's outputs.
+  """restore.run_batches, each batch's per-row outputs gathered to every process.
 
   fn(params, batch) -> a pytree of arrays with leading axis B (the global batch), jitted
-  (cached per model, so the trained and random-init passes compile once); the outputs
-  are gathered to every process and cut to the real rows, one per batch.
+  (cached per model, so the trained and random-init passes compile once).
   """
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
-  lengths = {s: _round_up(max(max(e[k].size for e in examples), 1), 8)
-             for s, k in stacks.items() if k in examples[0]}
-  cfg = r.model_config
-  if cfg.position_encoding == "learned" and max(lengths.values()) > cfg.max_length:
-    raise ValueError(f"rows of {max(lengths.values())} tokens exceed the model's learned "
-                     f"positions ({cfg.max_length}); use shorter items.")
-  rows = [packing.pad_example(e, lengths) for e in examples]
-  shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
-  batch_size = _round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
-  num_rows = _round_up(len(rows), batch_size)
-  zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
-  rows += [zeros] * (num_rows - len(rows))
-  per_process = batch_size // jax.process_count()
-  outputs = []
-  starts = range(0, num_rows, batch_size)
-  with partitioning.axis_rules(r.mesh, r.rules):
-    for start in _progress(starts, len(starts), desc, progress):
-      lo = start + jax.process_index() * per_process
-      local = {k: np.stack([row[k] for row in rows[lo:lo + per_process]]) for k in rows[0]}
-      out = fn(r.params, partitioning.make_global_batch(local, r.mesh))
-      outputs.append(jax.tree.map(np.asarray, multihost_utils.process_allgather(out, tiled=True)))
-  return outputs
+  outs = restore.run_batches(r, examples, fn, batch_size=batch_size, desc=desc,
+                             progress=progress)
+  return [jax.tree.map(np.asarray, multihost_utils.process_allgather(o, tiled=True))
+          for o in outs]
 
 
 def _capture(module, method_name: str) -> bool:
