@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm import partitioning, restore
+from lm import workdir as workdir_lib
 from lm import score as score_lib
 from lm.data import converters, noise
 from lm.downstream import contrasts, nlu_items
@@ -455,11 +456,7 @@ def write_json(result: Mapping[str, Any], path: str) -> str | None:
   if jax.process_index() != 0:
     return None
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(result, f, indent=1, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  workdir_lib.write_text_atomic(path, json.dumps(result, indent=1, sort_keys=True) + "\n")
   return path
 
 
