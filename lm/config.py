@@ -13,6 +13,8 @@ objects; no other module reads the ConfigDict's sections for their meaning:
     loop = loop_config(config)           # LoopConfig (steps, logging, eval, seed)
     ckpt = checkpoint_config(config)     # CheckpointConfig
     train_step_kwargs(config), eval_step_kwargs(config)   # lm.steps keyword arguments
+    finetune_settings(config)            # lm.downstream.finetune.FinetuneSettings, or None
+    wandb_config(config), record(config) # lm.writers.WandbConfig; config.json's plain data
 
 The model section names its preset (`family`, `size`: a row of lm/model/presets.py's size
 tables) and the architecture, `config.model.architecture`, the one owner of that fact
@@ -41,9 +43,11 @@ from ml_collections import config_dict
 from lm import architecture as architecture_lib
 from lm import cli
 from lm import optim
+from lm import writers
 from lm.data import objectives, pipeline
 from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 from lm.data.tokenizer import padded_vocab_size
+from lm.downstream import finetune, finetune_data
 from lm.model import presets
 from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
@@ -272,6 +276,58 @@ def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
   fields["eval_paths"] = tuple(fields["eval_paths"])
   fields["objective_params"] = dict(fields["objective_params"])
   return pipeline.DataSpec(**fields)
+
+
+def wandb_config(config: ml_collections.ConfigDict) -> writers.WandbConfig:
+  """config.wandb typed (lm.writers.WandbConfig)."""
+  w = config.wandb
+  return writers.WandbConfig(mode=w.mode, project=w.project, entity=w.entity, group=w.group,
+                             name=w.name, tags=tuple(w.tags), notes=w.notes)
+
+
+def record(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The resolved config as plain data, secrets filtered: config.json's and wandb's copy."""
+  return writers.filter_secrets(config.to_dict())
+
+
+def tokenizer_path(config: ml_collections.ConfigDict) -> str | None:
+  """The run's SentencePiece model: config.data.tokenizer, or a prepared dataset's own
+  (as the data pipeline finds it); None: the on-the-fly default tokenizer."""
+  d = config.data
+  if not d.tokenizer and d.format == "prepared":
+    from lm.data import prepared  # pylint: disable=g-import-not-at-top  (reads the manifest)
+    return prepared.tokenizer_path(tuple(d.paths))
+  return d.tokenizer or None
+
+
+def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSettings | None:
+  """config.finetune typed (lm.downstream.finetune.FinetuneSettings), with the data fields
+  fine-tuning reads; None when config.finetune.tasks is unset (a pre-training run)."""
+  ft = config.get("finetune")
+  if ft is None or not ft.get("tasks"):
+    return None
+  d = config.data
+  tasks = finetune.parse_tasks(ft.tasks)
+  eval_tasks = finetune.parse_tasks(ft.eval_tasks) if ft.get("eval_tasks") else tasks
+  layout = architecture_lib.layout(architecture(config))
+  data = finetune_data.FinetuneSpec(
+      tasks=tasks, data_dir=ft.data_dir or None, split=ft.split, architecture=layout,
+      inputs_length=int(d.inputs_length), targets_length=int(d.targets_length),
+      batch_size=int(d.batch_size), eval_batch_size=d.eval_batch_size,
+      num_shards=int(d.num_shards), pack=bool(d.pack), num_packing_bins=d.num_packing_bins,
+      loss_on_inputs=bool(d.loss_on_inputs), seed=int(d.seed))
+  evaluation = finetune.TaskEval(
+      tasks=tuple(name for name, _ in eval_tasks), split=ft.eval_split,
+      data_dir=ft.data_dir or None, batch_size=int(d.eval_batch_size or d.batch_size),
+      max_decode_length=int(ft.max_decode_length or d.targets_length),
+      max_examples=int(ft.max_eval_examples) or None,
+      inputs_length=int(d.inputs_length) or None,
+      rank_classification=bool(ft.rank_classification),
+      architecture=architecture(config), every=int(ft.eval_every))
+  return finetune.FinetuneSettings(
+      data=data, tokenizer_path=tokenizer_path(config),
+      default_vocab_size=int(d.default_vocab_size), extra_ids=int(d.extra_ids),
+      evaluation=evaluation)
 
 
 # --- derived fields -----------------------------------------------------------------------
@@ -510,6 +566,11 @@ class RunSettings:
     rules: the logical-axis rules, ((logical name, mesh axes), ...).
     train_step_kwargs, eval_step_kwargs: keyword arguments of lm.steps.train_step and
       eval_step (`train_step_kwargs`, `eval_step_kwargs`).
+    finetune: a fine-tuning run's FinetuneSettings (`finetune_settings`); None when
+      pre-training.
+    wandb: lm.writers.WandbConfig (`wandb_config`).
+    record: the resolved config as plain data, secrets filtered (`record`): what
+      config.json holds and wandb logs.
   """
   model: TransformerConfig
   data: pipeline.DataSpec
@@ -521,3 +582,6 @@ class RunSettings:
   rules: tuple
   train_step_kwargs: Mapping[str, Any]
   eval_step_kwargs: Mapping[str, Any]
+  finetune: finetune.FinetuneSettings | None = None
+  wandb: writers.WandbConfig = writers.WandbConfig()
+  record: Mapping[str, Any] = dataclasses.field(default_factory=dict)

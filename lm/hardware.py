@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
-import ml_collections
 
 from lm import metrics as metrics_lib
 from lm import partitioning
@@ -182,8 +181,9 @@ def resolve_target(name: str, num_slices: int = 1, memory_gib: float | None = No
                 memory_bytes=override or chip.hbm_bytes)
 
 
-def make_target_mesh(config: ml_collections.ConfigDict, target: Target):
-  """The (data, fsdp, tensor) mesh of config.mesh.shape over the target's devices.
+def make_target_mesh(mesh_shape: Any, target: Target):
+  """The (data, fsdp, tensor) mesh of `mesh_shape` (config.mesh.shape: sizes, one may be
+  -1, or their text) over the target's devices.
 
   Several TPU slices: a hybrid mesh whose data axis spans the slices (data-center
   network between slices, ICI within). "analytic" targets: an AbstractMesh.
@@ -192,7 +192,7 @@ def make_target_mesh(config: ml_collections.ConfigDict, target: Target):
     PlanError: the mesh does not match the target's device count.
   """
   try:
-    shape = partitioning.parse_mesh_shape(config.mesh.shape, target.num_devices)
+    shape = partitioning.parse_mesh_shape(mesh_shape, target.num_devices)
   except ValueError as e:
     raise PlanError(f"config.mesh.shape on {target.name} ({target.num_devices} devices): "
                     f"{e}") from None

@@ -72,10 +72,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resu
 
 def training_parts(config):
   """The kind of run `config` is, chosen once: fine-tuning's parts (the tasks' data and
-  evaluation, lm.downstream.finetune.parts) when config.finetune.tasks is set, else None
+  evaluation, lm.downstream.finetune.PARTS) when config.finetune.tasks is set, else None
   (lm.train's default, pre-training's lm.parts.PRETRAINING)."""
   from lm.downstream import finetune  # pylint: disable=g-import-not-at-top  (imports jax)
-  return finetune.parts(config) if finetune.enabled(config) else None
+  ft = config.get("finetune")
+  return finetune.PARTS if ft is not None and ft.get("tasks") else None
 
 
 def main(argv) -> int:

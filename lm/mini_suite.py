@@ -171,6 +171,7 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
   from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
   ft = config.finetune
+  settings = config_lib.finetune_settings(config).evaluation
   r = restore.load_run(str(workdir), step=step)
   out = {}
   for name in TASKS:
@@ -179,8 +180,9 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
     if int(ft.max_eval_examples):
       examples = examples[:int(ft.max_eval_examples)]
     blank_task, blank = mini.blank_inputs(task, examples)
-    out[name] = finetune.evaluate_one_task(config, r.model, r.params, r.tokenizer, blank_task,
-                                           blank, mesh=r.mesh, rules=r.rules)["metrics"]
+    out[name] = finetune.evaluate_one_task(settings, r.model, r.params, r.tokenizer,
+                                           blank_task, blank, mesh=r.mesh,
+                                           rules=r.rules)["metrics"]
   return out
 
 
@@ -222,7 +224,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
                      f"{output} (or pass another --output) and run again.")
   log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
       f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
-  train.train_and_evaluate(config, str(workdir), finetune.parts(config))
+  train.train_and_evaluate(config, str(workdir), finetune.PARTS)
   path = evaluation.results_path(str(workdir), steps)
   if not pathlib.Path(path).is_file():
     raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "

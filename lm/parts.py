@@ -6,7 +6,7 @@
     if evaluator.due(step): metrics = evaluator.run(params, step)
 
 `PRETRAINING`, lm.train's default: the objective's DataPipeline and the held-out loss.
-Fine-tuning's parts come from lm.downstream.finetune.parts (the tasks' data, the held-out
+Fine-tuning's parts come from lm.downstream.finetune.PARTS (the tasks' data, the held-out
 loss and the task evaluation). lm/train.py calls the parts and names no kind of run.
 `heldout_totals` is the one held-out loop (the trainer's eval_loss and lm.evaluate's).
 """

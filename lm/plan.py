@@ -265,7 +265,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
     PlanError: the config or mesh does not suit the target.
   """
   from lm import train  # pylint: disable=g-import-not-at-top
-  mesh = make_target_mesh(config, target)
+  mesh = make_target_mesh(config.mesh.shape, target)
   try:
     run = train.build_run(config, mesh=mesh)
   except ValueError as e:

@@ -131,11 +131,8 @@ def _rules(config: ml_collections.ConfigDict | None) -> tuple[tuple[str, Any], .
 def run_tokenizer(config: ml_collections.ConfigDict) -> tokenizer_lib.Tokenizer:
   """The tokenizer a run trained with (`lm.data.tokenizer.run_tokenizer`, as its pipeline)."""
   d = config.data
-  path = d.tokenizer
-  if not path and d.format == "prepared":  # the prepared dataset's own, as the pipeline's
-    from lm.data import prepared  # pylint: disable=g-import-not-at-top
-    path = prepared.tokenizer_path(tuple(d.paths))
-  return tokenizer_lib.run_tokenizer(path, default_vocab_size=d.default_vocab_size,
+  return tokenizer_lib.run_tokenizer(config_lib.tokenizer_path(config),
+                                     default_vocab_size=d.default_vocab_size,
                                      extra_ids=d.extra_ids)
 
 

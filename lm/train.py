@@ -307,9 +307,10 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
                   train_step=train_fn, eval_step=eval_fn)
 
 
-def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike, *,
+def write_config(record: Mapping[str, Any], workdir: str | os.PathLike, *,
                  resumed_at: int | None = None) -> None:
-  """Writes the resolved config as JSON (process 0, secrets filtered, atomically).
+  """Writes the resolved config (`record`: RunSettings.record, lm.config.record) as JSON
+  (process 0, secrets filtered, atomically).
 
   Call it only once the run is known to be good (config, data, checkpoint check). A new
   run writes `config.json`. A resumed run (`resumed_at` = its start step) never
@@ -320,7 +321,7 @@ def write_config(config: ml_collections.ConfigDict, workdir: str | os.PathLike, 
     return
   workdir = workdir_lib.as_path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  config_dict = writers.filter_secrets(config.to_dict())
+  config_dict = writers.filter_secrets(dict(record))
   text = json.dumps(config_dict, indent=2, sort_keys=True, default=str) + "\n"
   path = workdir / CONFIG_FILE
   if resumed_at is not None and path.exists():
@@ -413,7 +414,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     config: a config from configs/*.py (after command-line overrides).
     workdir: the run's directory (local or gs://).
     parts: the kind of run, chosen by the caller (lm.parts.Parts); None: pre-training
-      (lm.parts.PRETRAINING). A fine-tuning config takes lm.downstream.finetune.parts(config)
+      (lm.parts.PRETRAINING). A fine-tuning config takes lm.downstream.finetune.PARTS
       (lm.main chooses by config.finetune.tasks).
 
   Returns:
@@ -434,9 +435,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       if jax.process_index() == 0:  # before anything is written to the workdir
         lock = stack.enter_context(workdir_lib.WorkdirLock(workdir))
       ckpt = _checkpoint_manager(workdir, run, data)  # before compiling
-      start = restore_or_init(run, ckpt, config, workdir, data)
-      return _train_loop(config, workdir, lock, run, data, parts, evaluators, ckpt, start,
-                         peak)
+      start = restore_or_init(run, ckpt, workdir, data)
+      return _train_loop(workdir, lock, run, data, parts, evaluators, ckpt, start, peak)
 
 
 def _checkpoint_manager(workdir, run: RunBuild, data) -> checkpoint.CheckpointManager:
@@ -470,8 +470,8 @@ class Start:
   last_saved: int | None
 
 
-def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
-                    config: ml_collections.ConfigDict, workdir, data) -> Start:
+def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager, workdir,
+                    data) -> Start:
   """Resumes from the newest intact checkpoint in `ckpt`, or initialises a new run.
 
   In order: restore; open the train iterator; then either set its position and the
@@ -499,7 +499,7 @@ def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager,
         state = state.replace(params=params)
         logging.info("initialised parameters from %s", init_from)
       start = Start(state, int(state.step), iterator, metrics_lib.LogWindow(), last_saved=None)
-    write_config(config, workdir, resumed_at=None if restored is None else start.step)
+    write_config(run.settings.record, workdir, resumed_at=None if restored is None else start.step)
   except BaseException:  # the checkpointer's threads and the iterator's pool end here
     ckpt.close(after_error=True)
     if iterator is not None:
@@ -540,7 +540,7 @@ def _warn_if_starved(values: dict[str, float], log_every: int) -> bool:
   return True
 
 
-def _train_loop(config, workdir, lock, run: RunBuild, data, parts: parts_lib.Parts,
+def _train_loop(workdir, lock, run: RunBuild, data, parts: parts_lib.Parts,
                 evaluators: Sequence[parts_lib.Evaluator], ckpt, start: Start,
                 peak: float) -> dict[str, float]:
   """Steps from `start` to train.num_steps (under the workdir lock and the axis rules).
@@ -560,7 +560,8 @@ def _train_loop(config, workdir, lock, run: RunBuild, data, parts: parts_lib.Par
                     "--config.train.num_steps to continue training.", workdir, step, num_steps)
   flops_per_token = accounting.flops_per_token(run.model_config, d.inputs_length,
                                                d.targets_length)
-  writer = writers.make_writers(config, workdir, total_steps=num_steps, start_step=step,
+  writer = writers.make_writers(run.settings.wandb, workdir, total_steps=num_steps,
+                                start_step=step, record=run.settings.record,
                                 progress_bar=sys.stderr.isatty())  # no bar in log files
   static = parts.logged_settings(d)
   last: dict[str, float] = {}

@@ -261,6 +261,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
       spec = config_lib.data_spec(config)
     except ValueError as e:
       errors.append(f"config.data: {e}")
+    try:
+      finetune = config_lib.finetune_settings(config)
+    except ValueError as e:
+      errors.append(f"config.finetune: {e}")
   if errors:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
   return config_lib.RunSettings(
@@ -268,4 +272,5 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
       loop=built[loop_config], checkpoint=built[checkpoint_config],
       mesh_shape=partitioning.mesh_shape_tuple(config.mesh.shape), rules=rules,
       train_step_kwargs=config_lib.train_step_kwargs(config),
-      eval_step_kwargs=config_lib.eval_step_kwargs(config))
+      eval_step_kwargs=config_lib.eval_step_kwargs(config), finetune=finetune,
+      wandb=config_lib.wandb_config(config), record=config_lib.record(config))

@@ -1,6 +1,7 @@
 """Metric writers: console (tqdm bar + one line per log step), JSON lines, wandb.
 
-    writer = make_writers(config, workdir, total_steps=config.train.num_steps, start_step=step)
+    writer = make_writers(settings.wandb, workdir, total_steps=settings.loop.num_steps,
+                          start_step=step, record=settings.record)
     writer.write(step, {"loss": 2.1, "tokens_per_s": 1.2e4, "mfu": 0.31, ...})
     writer.write(step, {"eval_loss": 2.3}, prefix_console="eval")
     writer.close()
@@ -24,6 +25,8 @@ secret-looking substrings of strings (notes, name, group, tags too) replaced by
 "[filtered]"; wandb is told not to record the command line, git state or code.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import json
 import logging
@@ -326,17 +329,31 @@ class MultiWriter:
         logging.exception("closing %s failed", type(w).__name__)
 
 
-def make_writers(config, workdir: str | os.PathLike, *, total_steps: int | None = None,
-                 start_step: int = 0, progress_bar: bool = True) -> MultiWriter | NullWriter:
+@dataclasses.dataclass(frozen=True)
+class WandbConfig:
+  """config.wandb typed (lm.config.wandb_config): where wandb logs ("disabled": nowhere;
+  "auto": online when a key is set, else offline) and the run's name, group, tags, notes."""
+  mode: str = "disabled"
+  project: str | None = None
+  entity: str | None = None
+  group: str | None = None
+  name: str | None = None
+  tags: tuple[str, ...] = ()
+  notes: str | None = None
+
+
+def make_writers(wandb: WandbConfig, workdir: str | os.PathLike, *, total_steps: int,
+                 start_step: int = 0, progress_bar: bool = True,
+                 record: Mapping[str, Any] | None = None) -> MultiWriter | NullWriter:
   """Console + `<workdir>/metrics.jsonl` + wandb (unless mode "disabled"), on process 0 only.
 
   Args:
-    config: the run config (uses config.wandb and config.train.num_steps; the whole
-      config, secrets filtered, is logged to wandb).
+    wandb: the run's wandb settings.
     workdir: the run directory.
-    total_steps: for the progress bar / ETA; default config.train.num_steps.
+    total_steps: for the progress bar / ETA (train.num_steps).
     start_step: the step the run starts (or resumes) at.
     progress_bar: show the tqdm bar (off for non-interactive logs if you like).
+    record: the resolved config, logged to wandb as the run's config (secrets filtered).
 
   metrics.jsonl lines of steps after `start_step` (left by a run killed after its last
   checkpoint) are dropped: this run logs those steps again.
@@ -344,13 +361,11 @@ def make_writers(config, workdir: str | os.PathLike, *, total_steps: int | None 
   if jax.process_index() != 0:
     return NullWriter()
   workdir = workdir_lib.as_path(workdir)
-  total = int(total_steps if total_steps is not None else config.train.num_steps)
-  writers: list[Any] = [ConsoleWriter(total, start_step, progress_bar=progress_bar),
+  writers: list[Any] = [ConsoleWriter(int(total_steps), start_step, progress_bar=progress_bar),
                         JsonlWriter(workdir / METRICS_FILE, start_step=start_step)]
-  w = config.wandb
+  w = wandb
   if resolve_wandb_mode(w.mode) != "disabled":
-    config_dict = config.to_dict() if hasattr(config, "to_dict") else dict(config)
     writers.append(WandbWriter(workdir, mode=w.mode, project=w.project, entity=w.entity,
                                group=w.group, name=w.name, tags=tuple(w.tags), notes=w.notes,
-                               config=config_dict))
+                               config=dict(record or {})))
   return MultiWriter(writers)

@@ -83,5 +83,5 @@ def fake_run(workdir: str, arch: str = "encoder_decoder", saved_steps=(2, 4)) ->
     params = jax.tree.map(lambda x, s=s: x + 0.01 * s, state.params)
     ckpt.save(s, state.replace(step=state.step + s, params=params), data_state={}, force=True)
   ckpt.close()
-  train.write_config(config, workdir)
+  train.write_config(config.to_dict(), workdir)
   return workdir

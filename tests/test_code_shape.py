@@ -433,7 +433,7 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
 
 def test_the_trainer_imports_nothing_from_downstream():
   """Fine-tuning and its task evaluation are parts chosen where the config is read
-  (lm.parts.Parts, lm.downstream.finetune.parts, lm.main), not branches of lm/train.py;
+  (lm.parts.Parts, lm.downstream.finetune.PARTS, lm.main), not branches of lm/train.py;
   lm/parts.py, the parts' interface, is below both."""
   for name in ("lm/train.py", "lm/parts.py"):
     found = sorted(m for m in _imported_modules(REPO / name)
@@ -462,3 +462,32 @@ def test_code_that_loads_a_config_file_derives_it():
       if re.search(r"\.get_config\(", text) and ".derive(" not in text:
         missing.append(_rel(path))
   assert not missing, f"get_config without lm.config.derive after the overrides: {missing}"
+
+# -- the ConfigDict is read at the boundary (issue 29) ------------------------------------------
+
+# The config boundary (lm/config.py, lm/validate.py, lm/cli.py's override parser), the
+# commands, and the two entry points still named by their ConfigDict: lm/train.py's
+# train_and_evaluate / build_run (which resolve it, through lm.validate, first) and
+# lm/restore.py's load_run (which reads a run's config.json and applies overrides).
+CONFIG_READERS = ("lm/config.py", "lm/validate.py", "lm/cli.py", "lm/main.py", "lm/plan.py",
+                  "lm/mini_suite.py", "lm/evaluate.py", "lm/train.py", "lm/restore.py")
+
+
+def _reads_config_dicts(path: pathlib.Path) -> bool:
+  return any(m == "ml_collections" or m.startswith("ml_collections.")
+             for m in _imported_modules(path))
+
+
+def test_only_the_boundary_and_the_commands_import_ml_collections():
+  """Every other module takes typed parts (lm.config.RunSettings and its fields)."""
+  found = [_rel(p) for p in _py_files("lm") if _rel(p) not in CONFIG_READERS
+           and _reads_config_dicts(p)]
+  assert not found, f"modules reading a ConfigDict below the boundary: {found}"
+
+
+def test_the_config_reader_check_sees_an_import(tmp_path):
+  (tmp_path / "a.py").write_text("def f():\n  import ml_collections\n")
+  (tmp_path / "b.py").write_text("from ml_collections import config_dict\n")
+  (tmp_path / "c.py").write_text("import json\n")
+  assert [_reads_config_dicts(tmp_path / n) for n in ("a.py", "b.py", "c.py")] == [
+      True, True, False]

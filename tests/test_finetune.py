@@ -42,7 +42,7 @@ def _train(config, workdir):
   """The trainer with fine-tuning's parts, as lm.main runs a fine-tuning config."""
   from lm import train
   from lm.downstream import finetune
-  return train.train_and_evaluate(config, workdir, finetune.parts(config))
+  return train.train_and_evaluate(config, workdir, finetune.PARTS)
 
 
 def _metrics(workdir):

@@ -120,7 +120,7 @@ def test_pretraining_parts_and_finetuning_parts_differ_only_where_they_must():
   fx.register_tasks()
   assert parts.PRETRAINING.evaluators == (parts.heldout_loss,)
   assert parts.PRETRAINING.merge_states is shards.merge_states
-  ft = finetune.parts(finetune_config.get_config("task=test_copy,runlocal"))
+  ft = finetune.PARTS
   assert ft.evaluators[0] is parts.heldout_loss and len(ft.evaluators) == 2
   assert ft.merge_states is finetune_data.FinetuneData.merge_states
 
@@ -138,7 +138,8 @@ def test_validate_returns_every_typed_setting_the_run_is_built_from():
       loop=config_lib.loop_config(config), checkpoint=config_lib.checkpoint_config(config),
       mesh_shape=(-1, 1, 1), rules=partitioning.rules_from_config(config.logical_axis_rules),
       train_step_kwargs=config_lib.train_step_kwargs(config),
-      eval_step_kwargs=config_lib.eval_step_kwargs(config))
+      eval_step_kwargs=config_lib.eval_step_kwargs(config), finetune=None,
+      wandb=config_lib.wandb_config(config), record=config_lib.record(config))
   config.data.num_epochs = 0  # DataSpec's own check, reported as a config problem
   with pytest.raises(ValueError, match="invalid config:\n  - config.data: DataSpec.num_epochs"):
     validate.validate(config)
@@ -153,5 +154,44 @@ def test_the_command_chooses_finetuning_parts_by_the_config():
   fx.register_tasks()
   assert main.training_parts(t5.get_config("runlocal")) is None  # lm.train: PRETRAINING
   chosen = main.training_parts(finetune_config.get_config("task=test_copy,runlocal"))
-  assert [type(e).__name__ for e in chosen.evaluators] == ["function", "partial"]
-  assert chosen.evaluators[1].func is finetune.task_evaluation
+  assert [type(e).__name__ for e in chosen.evaluators] == ["function", "function"]
+  assert chosen is finetune.PARTS and chosen.evaluators[1] is finetune.task_evaluation
+
+
+def test_finetune_settings_are_the_config_sections_typed():
+  """lm.config.finetune_settings reads config.finetune and the data fields fine-tuning uses
+  once; the parts take them from the run (RunSettings.finetune), not from the ConfigDict."""
+  import downstream_fixtures as fx
+  from configs import finetune as finetune_config
+  from configs import t5
+  from lm import config as config_lib
+  from lm import validate
+  from lm.downstream import finetune
+  fx.register_tasks()
+  assert config_lib.finetune_settings(config_lib.derive(t5.get_config("runlocal"))) is None
+  config = config_lib.derive(finetune_config.get_config("task=test_copy,runlocal"))
+  with config.unlocked():
+    config.finetune.tasks = "test_copy:2,test_first:0"
+    config.finetune.max_eval_examples = 7
+    config.data.eval_batch_size = None
+  got = config_lib.finetune_settings(config)
+  d = config.data
+  assert got.data.tasks == (("test_copy", 2.0), ("test_first", 0.0))
+  assert (got.data.inputs_length, got.data.targets_length, got.data.batch_size) == (
+      d.inputs_length, d.targets_length, d.batch_size)
+  assert got.evaluation == finetune.TaskEval(
+      tasks=("test_copy", "test_first"), split="validation", data_dir=config.finetune.data_dir or None,
+      batch_size=d.batch_size, max_decode_length=d.targets_length, max_examples=7,
+      inputs_length=d.inputs_length, rank_classification=False,
+      architecture=config.model.architecture, every=config.finetune.eval_every)
+  assert (got.default_vocab_size, got.extra_ids) == (d.default_vocab_size, d.extra_ids)
+  with config.unlocked():
+    config.finetune.eval_tasks = "test_first"
+    config.finetune.max_decode_length = 5
+  assert config_lib.finetune_settings(config).evaluation.tasks == ("test_first",)
+  assert config_lib.finetune_settings(config).evaluation.max_decode_length == 5
+  assert validate.validate(config).finetune == config_lib.finetune_settings(config)
+  with config.unlocked():
+    config.finetune.tasks = "test_copy:x"
+  with pytest.raises(ValueError, match="invalid config:\n  - config.finetune: "):
+    validate.validate(config)

@@ -105,7 +105,7 @@ def test_remote_workdir_files_go_through_epath(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   with fake_gcs.installed(tmp_path / "gcs"):
     run = "gs://bucket/run"
-    train.write_config(_config(steps=2), run)
+    train.write_config(_config(steps=2).to_dict(), run)
     j = writers.JsonlWriter(run + "/metrics.jsonl")
     j.write(1, {"loss": 2.0})
     j.write(2, {"loss": 1.0})
@@ -183,11 +183,11 @@ def test_diverging_run_stops_before_saving_a_non_finite_state(tmp_path):
 def test_config_json_is_never_replaced_by_a_different_one(tmp_path):
   from lm import train
   first = _config(steps=4)
-  train.write_config(first, tmp_path)
+  train.write_config(first.to_dict(), tmp_path)
   original = (tmp_path / "config.json").read_text()
-  train.write_config(first, tmp_path, resumed_at=4)  # same config on resume: untouched
+  train.write_config(first.to_dict(), tmp_path, resumed_at=4)  # same config on resume: untouched
   assert sorted(os.listdir(tmp_path)) == ["config.json"]
-  train.write_config(_config(steps=8), tmp_path, resumed_at=4)
+  train.write_config(_config(steps=8).to_dict(), tmp_path, resumed_at=4)
   assert (tmp_path / "config.json").read_text() == original
   assert json.loads((tmp_path / "config.step4.json").read_text())["train"]["num_steps"] == 8
 

@@ -585,7 +585,7 @@ def test_scaling_report_from_run_directories(tmp_path):
   for p in points:
     config = local.build_config(p)
     workdir = tmp_path / p.name
-    train.write_config(config, workdir)
+    train.write_config(config.to_dict(), workdir)
     steps = config.train.num_steps
     (workdir / "metrics.jsonl").write_text(json.dumps({"step": steps, "eval_loss": 0.0}) + "\n")
     fig = scaling.point_figures(str(workdir))

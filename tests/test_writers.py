@@ -18,6 +18,15 @@ def _config(mode):
       secrets=dict(wandb_api_key="0123456789abcdef0123456789abcdef01234567")))
 
 
+def _make_writers(config, workdir):
+  """make_writers as the trainer calls it: the typed wandb settings and the record from the
+  config boundary (lm.config)."""
+  from lm import config as config_lib
+  return writers.make_writers(config_lib.wandb_config(config), workdir,
+                              total_steps=config.train.num_steps, progress_bar=False,
+                              record=config_lib.record(config))
+
+
 def test_secret_filter_keeps_token_counts_and_drops_credentials():
   cfg = {"data": {"tokenizer": "x", "num_target_tokens": 3, "hf_token": "abc",
                   "api_key": "k", "password": "p", "keep": 3},
@@ -48,7 +57,7 @@ def test_console_line_and_jsonl(tmp_path):
 
 
 def test_make_writers_disabled_has_no_wandb(tmp_path):
-  w = writers.make_writers(_config("disabled"), tmp_path, progress_bar=False)
+  w = _make_writers(_config("disabled"), tmp_path)
   assert [type(x).__name__ for x in w.writers] == ["ConsoleWriter", "JsonlWriter"]
   w.write(5, {"loss": 3.0})
   w.close()
@@ -69,7 +78,7 @@ def test_wandb_offline_resumes_same_run_id_without_network(tmp_path, monkeypatch
   monkeypatch.delenv("WANDB_API_KEY", raising=False)
   monkeypatch.setenv("WANDB_MODE", "offline")
   monkeypatch.setenv("WANDB_SILENT", "true")
-  w = writers.make_writers(_config("auto"), tmp_path, progress_bar=False)
+  w = _make_writers(_config("auto"), tmp_path)
   wb = w.writers[-1]
   assert isinstance(wb, writers.WandbWriter) and wb.mode == "offline"
   logged = dict(wb.run.config)
@@ -79,7 +88,7 @@ def test_wandb_offline_resumes_same_run_id_without_network(tmp_path, monkeypatch
   w.close()
   run_id = (tmp_path / writers.RUN_ID_FILE).read_text().strip()
   assert run_id == wb.run_id
-  w2 = writers.make_writers(_config("offline"), tmp_path, progress_bar=False)
+  w2 = _make_writers(_config("offline"), tmp_path)
   assert w2.writers[-1].run_id == run_id and w2.writers[-1].run.id == run_id
   w2.close()
   assert any(p.startswith("offline-run") for p in os.listdir(tmp_path / "wandb"))
@@ -123,7 +132,7 @@ def test_secrets_in_overrides_never_reach_wandb_files(tmp_path, monkeypatch):
   config.wandb.name = f"run-{SECRET}"
   config.wandb.group = f"api_key={SECRET}"
   config.wandb.tags = ("ok", SECRET)
-  w = writers.make_writers(config, tmp_path, progress_bar=False)
+  w = _make_writers(config, tmp_path)
   run = w.writers[-1].run
   assert SECRET not in (run.notes or "") and SECRET not in run.name
   assert "my hf token is [filtered]" == run.notes
