@@ -77,6 +77,9 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/data/converters.py": ["tests/data/test_converters.py", "tests/data/test_packing.py",
                               "tests/data/test_features.py"],
     "lm/data/packing.py": ["tests/data/test_packing.py", "tests/data/test_features.py"],
+    "lm/data/records.py": ["tests/data/test_objectives.py", "tests/data/test_objective_mixtures.py",
+                           "tests/data/test_pipeline.py"],
+    "lm/data/stages.py": ["tests/data/test_pipeline.py", "tests/data/test_pipeline_reference.py"],
     # The searches on constructed score tables come first in the file (most mutants die
     # there); the model tests (prompt_batch, the cache glue, decode) after them.
     "lm/decoding.py": ["tests/test_decoding_search.py"],
@@ -97,7 +100,12 @@ MODULE_TESTS: dict[str, list[str]] = {
                                     "tests/test_evaluate_task.py",
                                     "tests/downstream/test_best_results.py"],
     "lm/downstream/finetune_data.py": ["tests/test_finetune_data.py"],
-    "lm/downstream/finetune.py": ["tests/test_finetune.py"],
+    "lm/downstream/finetune.py": ["tests/test_parts.py", "tests/test_finetune.py"],
+    "lm/downstream/nlu_items.py": ["tests/downstream/test_nlu_items.py"],
+    "lm/downstream/nlu.py": ["tests/downstream/test_nlu.py"],
+    "lm/downstream/contrasts.py": ["tests/downstream/test_contrasts.py",
+                                   "tests/downstream/test_nlu_controls.py"],
+    "lm/downstream/nlu_controls.py": ["tests/downstream/test_nlu_controls.py"],
 }
 
 # Module -> the only top-level functions / classes mutated by default (the rest of the module
