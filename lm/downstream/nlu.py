@@ -64,7 +64,11 @@ def probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
 
   Closed-form ridge (RidgeClassifier, alpha 1) on standardised features, cross-validated
   by `groups` (no document in two folds; the folds shuffled by `seed`): StratifiedGroupKFold
-  when every class has at least `folds` items, else GroupKFold.
+  when every class has at least `folds` items, else GroupKFold. The probe learns no class
+  prior (classes weighted to balance, no intercept): a training fold's majority is the
+  test fold's minority when folds are cut by document, so a prior would push a probe that
+  learned nothing under chance; without one, identical features score exactly chance on
+  a balanced set (the blank-input control).
 
   Args:
     features: float[N, D].
@@ -90,11 +94,10 @@ def probe(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, *,
   if np.unique(g).size < 2 or np.unique(y).size < 2:
     raise ValueError(f"probe needs at least 2 documents and 2 classes; got "
                      f"{np.unique(g).size} documents, {np.unique(y).size} classes")
-  model = pipeline.make_pipeline(preprocessing.StandardScaler(),
-                                 linear_model.RidgeClassifier(alpha=1.0))
+  model = pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.RidgeClassifier(
+      alpha=1.0, class_weight="balanced", fit_intercept=False))
   k = min(folds, np.unique(g).size)
-  # Stratified where every class can sit in every fold: a probe that learns nothing then
-  # predicts a balanced training fold's tie, not the test fold's minority class.
+  # Stratified where every class can sit in every fold (folds as alike as they can be).
   split = (model_selection.StratifiedGroupKFold if np.unique(y, return_counts=True)[1].min() >= k
            else model_selection.GroupKFold)
   cv = split(n_splits=k, shuffle=True, random_state=seed)

@@ -32,8 +32,8 @@ def test_probe_matches_sklearn_cross_val_predict():
   y = (x[:, 0] + 0.5 * rng.normal(size=60) > 0).astype(int)
   groups = np.repeat(np.arange(15), 4)
   out = nlu.probe(x, y, groups, folds=5, seed=3)
-  model = pipeline.make_pipeline(preprocessing.StandardScaler(),
-                                 linear_model.RidgeClassifier(alpha=1.0))
+  model = pipeline.make_pipeline(preprocessing.StandardScaler(), linear_model.RidgeClassifier(
+      alpha=1.0, class_weight="balanced", fit_intercept=False))
   cv = model_selection.StratifiedGroupKFold(n_splits=5, shuffle=True, random_state=3)
   expected = model_selection.cross_val_predict(model, x, y, groups=groups, cv=cv)
   np.testing.assert_array_equal(out["predictions"], expected)
@@ -54,6 +54,20 @@ def test_probe_separable_unlearnable_and_constant():
   # equally, so every training fold is balanced and the probe lands exactly at chance.
   balanced = np.tile([0, 1], 200)
   assert nlu.probe(np.ones((400, 3)), balanced, groups)["accuracy"] == 50.0
+
+
+@pytest.mark.parametrize("n,classes", [(16, 2), (50, 2), (124, 2), (20, 5), (150, 2)])
+def test_identical_features_score_chance_when_folds_are_unbalanced(n, classes):
+  """Blank inputs on the embedded corpus's set sizes: documents hold unequal numbers of
+  each class, so every training fold's majority is its test fold's minority. A probe with
+  a learned class prior (an intercept) scored 37.5 % on 16 binary items and 0 % on 20
+  items in 5 classes; this one learns no prior and scores exactly chance."""
+  rng = np.random.default_rng(n)
+  y = np.tile(np.arange(classes), n // classes)
+  groups = rng.integers(0, max(3, n // 3), y.size)
+  for seed in range(3):
+    out = nlu.probe(np.ones((y.size, 3)), y, groups, seed=seed)
+    assert out["accuracy"] == pytest.approx(100.0 / classes)
 
 
 def test_probe_groups_never_split_across_folds():
