@@ -5,7 +5,7 @@ r"""Evaluate checkpoints on common ground: held-out loss per objective and conti
   python -m lm.evaluate --workdirs=runs/a,runs/b --output=table.md
   python -m lm.evaluate --workdir=runs/ft --task=glue_cola[,glue_sst2] [--split=validation]
       [--data_dir=DIR] [--max_examples=N] [--max_decode_length=M] [--rank_classification]
-  python -m lm.evaluate --workdir=RUN --suite=nlu [--blank_inputs] [--json=FILE]
+  python -m lm.evaluate --workdir=RUN --suite=nlu [--items=comments|heldout] [--blank_inputs] [--json=FILE]
       [--data_dir=DIR]
 
 For the run's held-out split (the same validation documents training evaluated on):
@@ -507,7 +507,11 @@ def _parser() -> argparse.ArgumentParser:
   n = p.add_argument_group("the neutral yardstick (instead of --score)")
   n.add_argument("--suite", choices=("nlu",), default=None,
                  help="nlu: probes and native minimal pairs (docs/yardstick.md); writes "
-                      "<workdir>/eval/nlu_step_<N>.json; items from --data_dir")
+                      "<workdir>/eval/nlu_step_<N>.json")
+  n.add_argument("--items", choices=("comments", "heldout"), default=None,
+                 help="--suite=nlu's item source: comments, the standard library's comments "
+                      "(the default without --data_dir); heldout, the held-out documents of "
+                      "--data_dir (its default) or of the embedded corpus")
   n.add_argument("--blank_inputs", action="store_true",
                  help="--suite=nlu's blank-input control: probe texts and pair inputs empty")
   n.add_argument("--json", default=None, help="--suite=nlu: also write the result here")
@@ -608,10 +612,12 @@ def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress
   if importlib.util.find_spec("sklearn") is None:
     raise ValueError("--suite=nlu fits its probes with scikit-learn, which is not installed: "
                      "pip install -e '.[downstream]'.")
+  nlu.item_source(args.items, args.data_dir)  # a bad --items fails before the run loads
   r = restore.load_run(workdirs[0], step=args.step, overrides=overrides,
                        mesh_shape=args.mesh_shape)
   d = r.config.data
-  result = nlu.run_suite(r, data_dir=args.data_dir, blank_inputs=args.blank_inputs,
+  result = nlu.run_suite(r, data_dir=args.data_dir, items=args.items,
+                         blank_inputs=args.blank_inputs,
                          json_path=args.json, progress=progress,
                          batch_size=args.batch_size or int(d.eval_batch_size or d.batch_size))
   if jax.process_index() == 0:
@@ -649,8 +655,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     if args.suite is not None:
       return _run_suite(args, workdirs, overrides, progress)
-    if args.blank_inputs or args.json:
-      raise ValueError("--blank_inputs and --json go with --suite=nlu.")
+    if args.blank_inputs or args.json or args.items:
+      raise ValueError("--blank_inputs, --items and --json go with --suite=nlu.")
     if args.task is not None:
       if args.output:
         raise ValueError("--output (a Markdown table) is not supported with --task.")

@@ -19,18 +19,24 @@ also when it is found damaged (its bytes differ from the SHA-256 in the `.sha256
 beside it, which also catches a file cut short at a line boundary; not UTF-8; a line that
 is not `{"text": str}`; empty): a warning names the file and it is replaced.
 
+`comment_documents` reads the same files' comments (one document per file), which the
+corpus leaves out: prose that pre-training on it never reads (the yardstick's items,
+lm/downstream/nlu_items.py).
+
 What does not live here: reading user corpora (`sources.py`).
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import json
 import logging
 import os
 import sys
 import sysconfig
 import tempfile
+import tokenize
 
 _SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
                         "__pycache__"})
@@ -69,6 +75,49 @@ def _docstrings(source: bytes) -> list[str]:
   return docs
 
 
+def _comments(source: bytes) -> list[str]:
+  """The comment blocks of a source file: runs of comments on consecutive lines, each
+  block's lines stripped of `#` and joined by spaces (a file that does not tokenize: [])."""
+  blocks: list[list[str]] = []
+  last = -2
+  try:
+    for token in tokenize.tokenize(io.BytesIO(source).readline):
+      if token.type != tokenize.COMMENT:
+        continue
+      line, text = token.start[0], token.string.lstrip("#").strip()
+      if line != last + 1 or not blocks:
+        blocks.append([])
+      blocks[-1].append(text)
+      last = line
+  except (tokenize.TokenError, SyntaxError, UnicodeDecodeError):
+    return []
+  return [joined for block in blocks if (joined := " ".join(t for t in block if t))]
+
+
+def comment_documents(stdlib: str | None = None) -> list[str]:
+  """The standard library's comments, one document per file (its blocks, one per line),
+  files in sorted path order, files without comments left out; tests skipped as for the
+  corpus. Not cached: it is read a few times per study, in a few seconds.
+
+  Args:
+    stdlib: the standard library folder; defaults to this interpreter's.
+  """
+  stdlib = stdlib or sysconfig.get_paths()["stdlib"]
+  docs = []
+  for rel in _stdlib_files(stdlib):
+    with open(os.path.join(stdlib, rel), "rb") as f:
+      blocks = _comments(f.read())
+    if blocks:
+      docs.append("\n".join(blocks))
+  return docs
+
+
+def python_version() -> str:
+  """This interpreter's implementation and version, e.g. "cpython3.11.7": what the
+  standard library's text (the corpus, its comments) depends on."""
+  return "{}{}.{}.{}".format(sys.implementation.name, *sys.version_info[:3])
+
+
 def _pydoc_topics(path: str) -> list[str]:
   """The string values of `pydoc_data/topics.py`, read with `ast.literal_eval`."""
   if not os.path.exists(path):
@@ -103,9 +152,8 @@ def build_default_corpus(stdlib: str | None = None) -> list[str]:
 
 def _cache_path(stdlib: str) -> str:
   digest = hashlib.sha256("\n".join(_stdlib_files(stdlib)).encode()).hexdigest()[:12]
-  version = "{}{}.{}.{}".format(sys.implementation.name, *sys.version_info[:3])
   return os.path.join(cache_dir(), "corpus",
-                      f"stdlib-docs-v{_FORMAT_VERSION}-{version}-{digest}.jsonl")
+                      f"stdlib-docs-v{_FORMAT_VERSION}-{python_version()}-{digest}.jsonl")
 
 
 def default_corpus_path(*, use_cache: bool = True) -> str | None:

@@ -26,7 +26,7 @@ import numpy as np
 from lm import partitioning, restore
 from lm import workdir as workdir_lib
 from lm import score as score_lib
-from lm.data import converters, noise
+from lm.data import converters, corpus, noise
 from lm.downstream import contrasts, nlu_items
 from lm.model.layers import Embed
 from lm.model.transformer import Transformer, TransformerLayer
@@ -471,20 +471,43 @@ def table(result: Mapping[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def run_suite(r: restore.Restored, *, data_dir: str | None = None, blank_inputs: bool = False,
-              json_path: str | None = None, batch_size: int = 32,
+def item_source(items: str | None, data_dir: str | None) -> str:
+  """The item source of a run (nlu_items.ITEM_SOURCES): `items`, or by default "heldout"
+  for a data_dir and "comments" (the standard library's comments, about 30x the embedded
+  held-out split's sentences) for the embedded corpus.
+
+  Raises:
+    ValueError: an unknown source, or "comments" with a data_dir.
+  """
+  if items is None:
+    return "heldout" if data_dir else "comments"
+  if items not in nlu_items.ITEM_SOURCES:
+    raise ValueError(f"unknown --items {items!r}; expected one of {list(nlu_items.ITEM_SOURCES)}")
+  if items == "comments" and data_dir:
+    raise ValueError("--items=comments reads the standard library's comments, not a "
+                     "--data_dir; drop --data_dir or pass --items=heldout.")
+  return items
+
+
+def run_suite(r: restore.Restored, *, data_dir: str | None = None, items: str | None = None,
+              blank_inputs: bool = False, json_path: str | None = None, batch_size: int = 32,
               progress: bool = False) -> dict[str, Any]:
-  """`--suite=nlu`: builds the items, scores `r`, writes <workdir>/eval/nlu_step_<N>.json
-  (and `json_path`); returns the result with "written" added."""
-  pairs, probes = nlu_items.item_sets(data_dir, seed=0)  # held-out, less what pre-training read
+  """`--suite=nlu`: builds the items (`item_source`), scores `r`, writes
+  <workdir>/eval/nlu_step_<N>.json (and `json_path`); returns the result with "written"
+  added. The result's "items_source" names the source ("comments" with the Python
+  version, whose standard library the items come from)."""
+  source = item_source(items, data_dir)
+  label = {"comments": f"comments:{corpus.python_version()}",
+           "heldout": f"heldout:{data_dir or 'embedded'}"}[source]
+  pairs, probes = nlu_items.item_sets(data_dir, seed=0, source=source)  # less what pre-training read
   if not pairs and not probes:
-    raise ValueError(f"no items could be built from the held-out documents "
-                     f"({data_dir or 'the embedded corpus'}); pass a larger --data_dir.")
+    raise ValueError(f"no items could be built from {label}; pass a larger --data_dir.")
   digests = {**{f"pairs/{k}": nlu_items.digest(v) for k, v in pairs.items()},
              **{f"probe/{k}": nlu_items.digest(v) for k, v in probes.items()}}
   result = evaluate_suite(r, pairs, probes, chance={t: nlu_items.chance(t) for t in probes},
                           items_digest=digests, blank_inputs=blank_inputs,
                           batch_size=batch_size, progress=progress)
+  result["items_source"] = label
   written = write_json(result, results_path(r.workdir, r.step, blank_inputs))
   if json_path:
     write_json(result, json_path)

@@ -7,6 +7,7 @@ does not: scoring a model on them (lm/downstream/nlu.py) and the contrasts betwe
 phenomenon is, the rules, the counts, the noise the rules admit): docs/yardstick.md.
 
     pairs, probes = item_sets()        # the embedded corpus's held-out split, seed 0
+    pairs, probes = item_sets(source="comments")  # the standard library's comments
     pairs["agreement"][0].good, pairs["agreement"][0].bad
     probes["word_content"][0].label, num_classes("word_content"), chance("word_content")
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from lm.data import corpus
 from lm.downstream import mini
 
 
@@ -131,10 +133,17 @@ _LEAD, _TRAIL = "(\"'*`", ")\"'*`,.;:!?"
 # Documents -> sentences -> tokens.
 
 
-def documents(data_dir: str | None = None) -> list[str]:
-  """The held-out documents (data_dir None: the pipeline's held-out split of the embedded
-  corpus, which pre-training never reads; a path: its documents). `mini.heldout_documents`."""
-  return mini.heldout_documents(data_dir)
+ITEM_SOURCES = ("comments", "heldout")  # see `documents`
+
+
+def documents(data_dir: str | None = None, source: str = "heldout") -> list[str]:
+  """The documents items are cut from. "heldout": data_dir's held-out documents (None: the
+  embedded corpus's held-out split, which pre-training never reads; mini.heldout_documents).
+  "comments": the standard library's comments, one document per file, about 30x the
+  embedded held-out split's sentences (lm.data.corpus.comment_documents)."""
+  if source not in ITEM_SOURCES:
+    raise ValueError(f"unknown item source {source!r}; expected one of {list(ITEM_SOURCES)}")
+  return corpus.comment_documents() if source == "comments" else mini.heldout_documents(data_dir)
 
 
 @functools.lru_cache(maxsize=2)
@@ -231,10 +240,12 @@ def _suffix_class(word: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class _Vocabulary:
   """Content words ranked by their count in the documents (most frequent first, ties by
-  spelling): `rank[word]`, `count[word]`, `by_class[suffix class]` (words in rank order)."""
+  spelling): `rank[word]`, `count[word]`, `by_class[suffix class]` (words in rank order),
+  `class_index[word]` (its place in its class's tuple)."""
   rank: Mapping[str, int]
   count: Mapping[str, int]
   by_class: Mapping[str, tuple[str, ...]]
+  class_index: Mapping[str, int]
 
 
 def _vocabulary(documents: Sequence[str]) -> _Vocabulary:
@@ -248,20 +259,37 @@ def _vocabulary(documents: Sequence[str]) -> _Vocabulary:
   for w in ranked:
     by_class.setdefault(_suffix_class(w), []).append(w)
   return _Vocabulary({w: r for r, w in enumerate(ranked)}, count,
-                     {k: tuple(v) for k, v in by_class.items()})
+                     {k: tuple(v) for k, v in by_class.items()},
+                     {w: i for v in by_class.values() for i, w in enumerate(v)})
 
 
 def _swap_candidates(word: str, avoid: Sequence[str], vocab: _Vocabulary) -> list[str]:
   """Up to WORD_SWAP_NEIGHBOURS words of `word`'s suffix class nearest to it in frequency
   rank (ties: the more frequent), each with a count within a factor 2 of its count, none in
-  `avoid`."""
+  `avoid`.
+
+  The class's words are in rank order, so the nearest are found by walking out from
+  `word`'s place, both ways at once (counts only fall along the way, so a side stops at
+  the first word outside the factor 2): a few steps instead of a scan of the class.
+  """
+  words, i = vocab.by_class[_suffix_class(word)], vocab.class_index[word]
   rank, count = vocab.rank[word], vocab.count[word]
-  same = [w for w in vocab.by_class[_suffix_class(word)]
-          if w != word and w not in avoid and count <= 2 * vocab.count[w] <= 4 * count]
-  same.sort(key=lambda w: (abs(vocab.rank[w] - rank), vocab.rank[w]))
-  return same[:WORD_SWAP_NEIGHBOURS]
 
+  def near(j: int) -> bool:
+    return 0 <= j < len(words) and count <= 2 * vocab.count[words[j]] <= 4 * count
 
+  out: list[str] = []
+  left, right = i - 1, i + 1
+  while len(out) < WORD_SWAP_NEIGHBOURS and (near(left) or near(right)):
+    # Nearer in rank first; on a tie the left (more frequent) word, as the sort key was.
+    if near(left) and (not near(right) or
+                       rank - vocab.rank[words[left]] <= vocab.rank[words[right]] - rank):
+      w, left = words[left], left - 1
+    else:
+      w, right = words[right], right + 1
+    if w not in avoid:
+      out.append(w)
+  return out
 
 
 _Edit = tuple[int, int, tuple[str, ...]]  # (start, end, replacements): sentence[start:end]
@@ -530,11 +558,12 @@ def probe_sets(documents: Sequence[str], seed: int = 0, exclude_text: str = ""
   return out
 
 
-def item_sets(data_dir: str | None = None, seed: int = 0
+def item_sets(data_dir: str | None = None, seed: int = 0, source: str = "heldout"
               ) -> tuple[dict[str, list[Pair]], dict[str, list[ProbeItem]]]:
-  """(minimal_pairs, probe_sets) of the held-out documents of `data_dir`, without the
-  sentences pre-training read (`pretraining_text`): what the instruments score."""
-  docs, seen = documents(data_dir), pretraining_text(data_dir)
+  """(minimal_pairs, probe_sets) of `source`'s documents (`documents`), without the
+  sentences pre-training read (`pretraining_text` of data_dir; the embedded corpus's for
+  the comments): what the instruments score."""
+  docs, seen = documents(data_dir, source), pretraining_text(data_dir)
   return minimal_pairs(docs, seed, seen), probe_sets(docs, seed, seen)
 
 

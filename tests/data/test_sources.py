@@ -139,6 +139,37 @@ def test_default_corpus_nonempty_and_deterministic(tmp_path, monkeypatch):
   assert corpus.build_default_corpus() == docs
 
 
+def test_comment_documents_one_per_file_blocks_by_consecutive_lines(tmp_path):
+  """A hand-made standard library: blocks are runs of comments on consecutive lines (code
+  between them or a blank line starts a new one), `#` and spaces stripped; strings holding
+  '#' are not comments; files without comments, test folders and files that do not
+  tokenize give nothing; files in sorted path order."""
+  (tmp_path / "b.py").write_text(
+      "# First block, line one.\n#   and line two.\nx = 1  # trailing comment\n\n"
+      "#\n# After a blank line.\ns = '# not a comment'\n")
+  (tmp_path / "a.py").write_text("# Only one.\n")
+  (tmp_path / "c.py").write_text("y = 2\n")
+  (tmp_path / "d.py").write_text("def f(:\n  (\n# in a file that does not tokenize\n")
+  (tmp_path / "test").mkdir()
+  (tmp_path / "test" / "t.py").write_text("# a test's comment\n")
+  (tmp_path / "pkg").mkdir()
+  (tmp_path / "pkg" / "m.py").write_text("#!/usr/bin/env python\n# -*- coding: utf-8 -*-\n")
+  assert corpus.comment_documents(str(tmp_path)) == [
+      "Only one.",
+      "First block, line one. and line two. trailing comment\nAfter a blank line.",
+      "!/usr/bin/env python -*- coding: utf-8 -*-"]
+
+
+def test_comment_documents_of_this_python_are_many_and_never_in_the_corpus():
+  """This interpreter's standard library: hundreds of files with comments, over a million
+  characters, none of it in the embedded corpus's documents (docstrings and help topics)."""
+  docs = corpus.comment_documents()
+  assert len(docs) > 300 and sum(map(len, docs)) > 1_000_000
+  text = "\n".join(corpus.default_corpus())
+  long_blocks = [b for d in docs[:50] for b in d.split("\n") if len(b) > 200]
+  assert long_blocks and sum(b in text for b in long_blocks) < 0.05 * len(long_blocks)
+
+
 def test_split_validation_keeps_long_document_pieces_together(tmp_path):
   lines = [" ".join(["word"] * 400)] + [f"doc {i}" for i in range(300)]
   p = _write(tmp_path / "d.txt", "\n".join(lines).encode())

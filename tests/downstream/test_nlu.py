@@ -13,7 +13,7 @@ from eval_runs import SPM_TEXT, copy_run, tiny_config, trained_run
 from lm import config as config_lib
 from lm import evaluate, partitioning, restore
 from lm import score as score_lib
-from lm.data import converters, packing
+from lm.data import converters, corpus, packing
 from lm.data import tokenizer as tokenizer_lib
 from lm.downstream import contrasts, nlu, nlu_items
 from lm.downstream.nlu_items import Pair, ProbeItem
@@ -339,7 +339,8 @@ def test_evaluate_suite_json_shape(runs):
 
 def _patch_items(monkeypatch, n_docs=24):
   probes, pairs = _hand_items(n_docs)
-  monkeypatch.setattr(nlu_items, "item_sets", lambda data_dir=None, seed=0: (pairs, probes))
+  monkeypatch.setattr(nlu_items, "item_sets",
+                      lambda data_dir=None, seed=0, source="heldout": (pairs, probes))
   monkeypatch.setattr(nlu_items, "chance", lambda task: 50.0)
   monkeypatch.setattr(nlu_items, "digest", lambda items: f"n{len(items)}")
 
@@ -352,6 +353,21 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
   assert "--suite" in capsys.readouterr().err
   assert evaluate.run(["--workdir", str(tmp_path), "--blank_inputs"]) == 2
   assert "--suite=nlu" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--items=heldout"]) == 2
+  assert "--suite=nlu" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--suite=nlu", "--items=comments",
+                       f"--data_dir={tmp_path}"]) == 2
+  assert "drop --data_dir or pass --items=heldout" in capsys.readouterr().err
+
+
+def test_item_source_defaults_by_data_dir():
+  assert nlu.item_source(None, None) == "comments"
+  assert nlu.item_source(None, "/data/heldout") == "heldout"
+  assert nlu.item_source("heldout", None) == "heldout"
+  with pytest.raises(ValueError, match="unknown --items 'x'; expected one of"):
+    nlu.item_source("x", None)
+  with pytest.raises(ValueError, match="--items=comments reads"):
+    nlu.item_source("comments", "/data/heldout")
 
 
 @pytest.mark.slow
@@ -366,6 +382,7 @@ def test_cli_on_a_trained_run_blank_at_chance(tmp_path, monkeypatch, capsys):
   result = json.loads(out_file.read_text())
   assert result == json.loads(open(os.path.join(run, "eval", "nlu_step_4.json")).read())
   assert result["items_digest"] == {"pairs/swap": "n96", "probe/length": "n48"}
+  assert result["items_source"] == f"comments:{corpus.python_version()}"  # the default
   assert result["instruments"]["probe/length"]["accuracy"] > 60  # length is linearly visible
   blank_file = tmp_path / "blank.json"
   assert evaluate.run(["--workdir", run, "--suite=nlu", "--blank_inputs",

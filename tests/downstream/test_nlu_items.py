@@ -80,6 +80,32 @@ def test_embedded_documents_are_the_heldout_split_and_unseen(heldout_sentences):
   assert items.pretraining_text("/some/user/corpus") == ""
 
 
+def test_the_comments_source_reads_the_standard_library_comments(monkeypatch):
+  from lm.data import corpus
+  docs = template_documents()
+  monkeypatch.setattr(corpus, "comment_documents", lambda: docs)
+  assert items.documents(source="comments") == docs
+  assert items.item_sets(source="comments") == (
+      items.minimal_pairs(docs, 0, items.pretraining_text()),
+      items.probe_sets(docs, 0, items.pretraining_text()))
+  with pytest.raises(ValueError, match="unknown item source 'comment'; expected one of"):
+    items.documents(source="comment")
+
+
+@pytest.mark.slow
+def test_the_comments_source_gives_hundreds_of_items_per_set(embedded):
+  """This interpreter's standard-library comments, less what pre-training reads: over 20x
+  the embedded held-out split's sentences, and every set at least 5x its held-out size."""
+  docs, seen = items.documents(source="comments"), items.pretraining_text()
+  assert len(items.sentences(docs, seen)) > 20 * len(items.sentences(items.documents(), seen))
+  pairs, probes = items.item_sets(source="comments")
+  for name, got in {**pairs, **probes}.items():
+    small = {**embedded[0], **embedded[1]}[name]
+    assert len(got) >= min(5 * len(small), 400), (name, len(got), len(small))
+  sentences = {s for _, s in items.sentences(docs)}
+  assert all(p.good in sentences for v in pairs.values() for p in v)
+
+
 # -- minimal pairs, one phenomenon at a time ------------------------------------------------
 
 def test_agreement_flips_finite_verbs_where_agreement_decides():
