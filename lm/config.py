@@ -300,13 +300,18 @@ def tokenizer_path(config: ml_collections.ConfigDict) -> str | None:
   return d.tokenizer or None
 
 
+def finetuning(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` is a fine-tuning run: config.finetune.tasks is set."""
+  ft = config.get("finetune")
+  return bool(ft is not None and ft.get("tasks"))
+
+
 def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSettings | None:
   """config.finetune typed (lm.downstream.finetune.FinetuneSettings), with the data fields
-  fine-tuning reads; None when config.finetune.tasks is unset (a pre-training run)."""
-  ft = config.get("finetune")
-  if ft is None or not ft.get("tasks"):
+  fine-tuning reads; None when the run is not `finetuning`."""
+  if not finetuning(config):
     return None
-  d = config.data
+  ft, d = config.finetune, config.data
   tasks = finetune.parse_tasks(ft.tasks)
   eval_tasks = finetune.parse_tasks(ft.eval_tasks) if ft.get("eval_tasks") else tasks
   layout = architecture_lib.layout(architecture(config))

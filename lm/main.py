@@ -74,9 +74,9 @@ def training_parts(config):
   """The kind of run `config` is, chosen once: fine-tuning's parts (the tasks' data and
   evaluation, lm.downstream.finetune.PARTS) when config.finetune.tasks is set, else None
   (lm.train's default, pre-training's lm.parts.PRETRAINING)."""
-  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top  (imports jax)
-  ft = config.get("finetune")
-  return finetune.PARTS if ft is not None and ft.get("tasks") else None
+  from lm import config as config_lib  # pylint: disable=g-import-not-at-top  (imports jax)
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
+  return finetune.PARTS if config_lib.finetuning(config) else None
 
 
 def main(argv) -> int:
