@@ -79,6 +79,7 @@ from lm import config as config_lib
 from lm import libtpu_env
 from lm.data import converters, objectives
 from lm.data import pipeline as pipeline_lib
+from lm.downstream import nlu_items
 
 EVAL_DIR = "eval"
 DEFAULT_OBJECTIVES = ("span_corruption", "prefix_lm", "full_lm")
@@ -508,7 +509,7 @@ def _parser() -> argparse.ArgumentParser:
   n.add_argument("--suite", choices=("nlu",), default=None,
                  help="nlu: probes and native minimal pairs (docs/yardstick.md); writes "
                       "<workdir>/eval/nlu_step_<N>.json")
-  n.add_argument("--items", choices=("comments", "heldout"), default=None,
+  n.add_argument("--items", choices=nlu_items.ITEM_SOURCES, default=None,
                  help="--suite=nlu's item source: comments, the standard library's comments "
                       "(the default without --data_dir); heldout, the held-out documents of "
                       "--data_dir (its default) or of the embedded corpus")
