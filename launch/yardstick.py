@@ -59,6 +59,10 @@ def contrasts_section(root: str, points: Sequence[Point], experiment: str = "") 
             f"({', '.join(contrasts.PAPER_COLUMNS)}; a - b). The *decoder fluency (mini)* "
             "column is not ranked against the paper; these contrasts are how the points meet "
             "the paper.", ""]
+  sources = sorted({str(r.get("items_source", "not recorded")) for rs in runs.values()
+                    for r in rs})
+  if sources:
+    lines += [f"Items: {', '.join(sources)} (each result's `items_source`).", ""]
   for problem in problems:
     lines += [f"**Not read:** {problem}", ""]
   rows = []

@@ -399,6 +399,7 @@ def test_the_report_shows_the_contrasts_with_intervals_and_verdicts(tmp_path, mo
   assert rows[5].startswith("| C2 | pooled | 1 / 1 |") and "| agrees with the paper |" in rows[5]
   assert "C1, C2: one seed per point" in section
   assert "not ranked against the paper" in section and "Gisserot-Boukhlef" in section
+  assert "Items: not recorded (each result's `items_source`)." in section
 
 
 def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_items(tmp_path,
@@ -414,10 +415,12 @@ def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_ite
   assert "| C2: prefix_lm vs deshuffle |" in section and "| C1" not in section
   path = tmp_path / "deshuffle" / "eval" / "nlu_step_2000.json"
   path.write_text(json.dumps({**json.loads(path.with_name("nlu_step_1000.json").read_text()),
-                              "items_digest": {"other": "x"}}))
+                              "items_digest": {"other": "x"},
+                              "items_source": "comments:cpython3.11.7"}))
   section = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
                                                "experiments/t5_objectives.py"))
   assert "**C2 cannot be computed:** C2: the points were scored on different items" in section
+  assert "Items: comments:cpython3.11.7, not recorded (each result's" in section
   path.write_text(path.with_name("nlu_step_1000.json").read_text().replace('"step": 1000',
                                                                           '"step": 2000'))
   section = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
