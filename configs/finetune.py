@@ -88,9 +88,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d = config.data
   d.inputs_length = arg.inputs_length if arg.inputs_length > 0 else (64 if local else 512)
   d.targets_length = arg.targets_length if arg.targets_length > 0 else (16 if local else 128)
-  # The pre-training objective is not used (the examples come from the tasks); its length
-  # check does not apply to fine-tuning lengths.
-  d.allow_truncated_targets = True
   d.batch_size = arg.batch if arg.batch > 0 else (16 if local else 128)
   d.pack = True                       # T5 fine-tunes on packed rows
   d.validation_fraction = 0.0         # validation = the tasks' eval_split

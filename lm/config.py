@@ -564,7 +564,8 @@ class RunSettings:
 
   Attributes:
     model: the TransformerConfig (`model_config`).
-    data: the DataSpec (`data_spec`).
+    data: what the batches are made from: the objective's DataSpec (`data_spec`), or a
+      fine-tuning run's FinetuneSpec (`finetune.data`).
     optim, schedule: lm.optim.OptimConfig and ScheduleConfig.
     loop: LoopConfig; checkpoint: CheckpointConfig.
     mesh_shape: config.mesh.shape as ints (one may be -1: the remaining devices).
@@ -578,7 +579,7 @@ class RunSettings:
       config.json holds and wandb logs.
   """
   model: TransformerConfig
-  data: pipeline.DataSpec
+  data: pipeline.DataSpec | finetune_data.FinetuneSpec
   optim: optim.OptimConfig
   schedule: optim.ScheduleConfig
   loop: LoopConfig

@@ -205,9 +205,9 @@ class RunBuild:
     return self.settings.model
 
   @property
-  def data_spec(self) -> pipeline_lib.DataSpec:
-    """The data pipeline's frozen spec (settings.data; its architecture is the model's
-    layout)."""
+  def data_spec(self) -> Any:
+    """The batches' frozen spec (settings.data: a DataSpec, or a fine-tuning run's
+    FinetuneSpec; its architecture is the model's layout)."""
     return self.settings.data
 
   def axis_rules(self):

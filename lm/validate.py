@@ -149,8 +149,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
   if not 0.0 <= d.validation_fraction < 1.0:
     errors.append(f"config.data.validation_fraction must be in [0, 1), got "
                   f"{d.validation_fraction}.")
+  # A fine-tuning run's examples come from its tasks: the objective's checks do not apply.
+  finetuning = config_lib.finetuning(config)
   known_objective = d.objective in objectives.OBJECTIVES
-  if not known_objective:
+  if not known_objective and not finetuning:
     errors.append(f"unknown config.data.objective {d.objective!r}; expected one of "
                   f"{sorted(objectives.OBJECTIVES)}.")
   no_inputs = (known_objective and not objectives.layout(d.objective).has_inputs
@@ -165,7 +167,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
   elif d.loss_on_inputs and encdec:
     errors.append("config.data.loss_on_inputs=True needs a decoder-only architecture (the "
                   "encoder has no loss); set it to False.")
-  if known_objective and d.inputs_length >= 0 and d.targets_length > 0:
+  if known_objective and not finetuning and d.inputs_length >= 0 and d.targets_length > 0:
     try:
       objectives.check_lengths(d.objective, inputs_length=d.inputs_length,
                                targets_length=d.targets_length, num_extra_ids=d.extra_ids,
@@ -256,15 +258,16 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
     errors.append(f"unknown config.wandb.mode {config.wandb.mode!r}; expected one of "
                   f"{WANDB_MODES}.")
 
-  if not errors:  # DataSpec's own checks (num_epochs, ...) once the fields above pass
-    try:
-      spec = config_lib.data_spec(config)
-    except ValueError as e:
-      errors.append(f"config.data: {e}")
+  if not errors:  # the data's own checks (num_epochs, ...) once the fields above pass
+    finetune = None
     try:
       finetune = config_lib.finetune_settings(config)
     except ValueError as e:
       errors.append(f"config.finetune: {e}")
+    try:  # the batches' spec: the tasks' (FinetuneSpec) or the objective's (DataSpec)
+      spec = finetune.data if finetune is not None else config_lib.data_spec(config)
+    except ValueError as e:
+      errors.append(f"config.data: {e}")
   if errors:
     raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
   return config_lib.RunSettings(

@@ -190,7 +190,15 @@ def test_finetune_settings_are_the_config_sections_typed():
     config.finetune.max_decode_length = 5
   assert config_lib.finetune_settings(config).evaluation.tasks == ("test_first",)
   assert config_lib.finetune_settings(config).evaluation.max_decode_length == 5
-  assert validate.validate(config).finetune == config_lib.finetune_settings(config)
+  got = validate.validate(config)
+  assert got.finetune == config_lib.finetune_settings(config)
+  # The batches are the tasks': the run is built from their spec, and the pre-training
+  # objective (never run) has no say in the lengths.
+  assert got.data == got.finetune.data
+  assert not config.data.get("allow_truncated_targets")
+  with config.unlocked():
+    config.data.targets_length = 2  # far below span corruption's need at these inputs
+  assert validate.validate(config).data.targets_length == 2
   with config.unlocked():
     config.finetune.tasks = "test_copy:x"
   with pytest.raises(ValueError, match="invalid config:\n  - config.finetune: "):
