@@ -123,7 +123,15 @@ def objective_settings(spec: pipeline_lib.DataSpec) -> dict[str, float]:
 
 def pretraining_data(run: Any, process_index: int, process_count: int
                      ) -> pipeline_lib.DataPipeline:
-  """This process's DataPipeline of `run.data_spec` (the objective's batches)."""
+  """This process's DataPipeline of `run.data_spec` (the objective's batches).
+
+  Raises:
+    ValueError: `run` fine-tunes (its settings have `finetune`): its parts are
+      lm.downstream.finetune.PARTS.
+  """
+  if run.settings.finetune is not None:
+    raise ValueError("this run fine-tunes (config.finetune.tasks is set) but was given "
+                     "pre-training's parts; pass lm.downstream.finetune.PARTS (lm.main does).")
   return pipeline_lib.DataPipeline(run.data_spec, process_index=process_index,
                                    process_count=process_count)
 

@@ -203,3 +203,12 @@ def test_finetune_settings_are_the_config_sections_typed():
     config.finetune.tasks = "test_copy:x"
   with pytest.raises(ValueError, match="invalid config:\n  - config.finetune: "):
     validate.validate(config)
+
+
+def test_pretraining_parts_refuse_a_finetuning_run():
+  """train_and_evaluate(finetune config) without fine-tuning's parts fails at once instead of
+  pre-training on the objective's data."""
+  import types
+  run = types.SimpleNamespace(settings=types.SimpleNamespace(finetune=object()))
+  with pytest.raises(ValueError, match="pass lm.downstream.finetune.PARTS"):
+    parts.PRETRAINING.make_data(run, 0, 1)
