@@ -40,9 +40,10 @@ from typing import Sequence
 
 from launch import report
 from launch.points import Point, collect, point_name_problem
+from lm import cli
 
 # lm.main's exit status after SIGTERM (checkpoint saved, resume later; docs/robustness.md).
-EXIT_PREEMPTED = 75
+EXIT_PREEMPTED = cli.EXIT_PREEMPTED
 
 
 class SweepPreempted(Exception):

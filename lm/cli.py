@@ -17,7 +17,11 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-EXIT_BAD_INPUT = 2
+# Exit statuses (docs/robustness.md): the commands' and the launchers' one copy.
+EXIT_BAD_INPUT = 2  # every command's: one `error:` line (bad_input_exit)
+EXIT_DIVERGED = 3  # lm.main: a non-finite loss or gradient norm
+EXIT_PREEMPTED = 75  # lm.main after SIGTERM, sysexits EX_TEMPFAIL: "resume later"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
 
 # The words a boolean value may be written as, lower-cased (parse_value strips and lowers);
 # "t" and "f" are absl's, which lm.main's overrides took before they used parse_value.

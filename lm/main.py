@@ -64,10 +64,8 @@ _RETAIN_HOST_MEMORY = flags.DEFINE_bool(
     "CPU training steps); --noretain_host_memory lets the process shrink between steps.")
 flags.mark_flags_as_required(["config", "workdir"])
 
-EXIT_BAD_INPUT = cli.EXIT_BAD_INPUT  # every command's: one `error:` line (lm.cli.bad_input_exit)
-EXIT_DIVERGED = 3
-EXIT_PREEMPTED = 75  # sysexits EX_TEMPFAIL: "temporary failure, try again later"
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
+EXIT_BAD_INPUT, EXIT_DIVERGED = cli.EXIT_BAD_INPUT, cli.EXIT_DIVERGED  # lm.cli owns them
+EXIT_PREEMPTED, EXIT_INTERRUPTED = cli.EXIT_PREEMPTED, cli.EXIT_INTERRUPTED
 
 
 def training_parts(config):
