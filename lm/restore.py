@@ -83,6 +83,8 @@ class Restored:
     step: the checkpoint step (None for an HF directory).
     workdir: the run directory (None for an HF directory).
     source: the directory the params came from (checkpoint step dir or HF dir).
+    objective: the pre-training objective the run was trained on (config.data.objective;
+      None for an HF directory).
   """
   config: ml_collections.ConfigDict | None
   model_config: TransformerConfig
@@ -94,6 +96,7 @@ class Restored:
   workdir: str | None
   rules: tuple[tuple[str, Any], ...] = partitioning.DEFAULT_LOGICAL_AXIS_RULES
   source: str | None = None
+  objective: str | None = None
 
   @property
   def architecture(self) -> str:
@@ -238,7 +241,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
     raise IncompatibleCheckpointError(str(e)) from None
   return Restored(config=config, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=step, workdir=workdir, rules=rules,
-                  source=os.path.join(ckpt_dir, str(step)))
+                  source=os.path.join(ckpt_dir, str(step)), objective=config.data.objective)
 
 
 def _hf_extra_ids(directory: str, default: int = tokenizer_lib.DEFAULT_EXTRA_IDS) -> int:

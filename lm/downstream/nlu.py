@@ -50,7 +50,7 @@ PAIR_FORMATS = {
 FALLBACK_FORMAT = "span_corruption"  # mixture (UL2) and anything else
 
 
-def pair_format(objective: str) -> str:
+def pair_format(objective: str | None) -> str:
   """The minimal-pair format of a run trained on `objective` (FALLBACK_FORMAT if none)."""
   return PAIR_FORMATS.get(objective, FALLBACK_FORMAT)
 
@@ -361,7 +361,7 @@ def pair_margins(r: restore.Restored, pairs: Sequence[Any], *, fmt: str | None =
   Returns:
     float64[N] margins in nats (targets' tokens incl. their EOS).
   """
-  fmt = fmt or pair_format(r.config.data.objective)
+  fmt = fmt or pair_format(r.objective)
   tok = r.tokenizer
   examples = []
   for pair in pairs:
@@ -415,7 +415,7 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
     the result (docs/yardstick.md "Instruments" for the keys).
   """
   base = random_init(r)
-  fmt = pair_format(r.config.data.objective)
+  fmt = pair_format(r.objective)
   instruments: dict[str, Any] = {}
   for task, items in probes.items():
     texts = ["" if blank_inputs else it.text for it in items]
@@ -444,7 +444,7 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
         "per_item_margin": [float(v) for v in margins],
         "per_item_random": [float(v) for v in rand]}
   return {"suite": SUITE, "step": r.step, "workdir": r.workdir,
-          "architecture": r.architecture, "objective": r.config.data.objective,
+          "architecture": r.architecture, "objective": r.objective,
           "pair_format": fmt, "items_digest": dict(items_digest),
           "blank_inputs": bool(blank_inputs), "instruments": instruments}
 

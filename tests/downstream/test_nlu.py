@@ -188,7 +188,8 @@ class _Runs(dict):
     bare = restore.Restored(config=config, model_config=model.config, model=model, params=None,
                             mesh=partitioning.make_mesh((-1, 1, 1)),
                             tokenizer=tokenizer_lib.load_tokenizer(spm, extra_ids=100),
-                            step=2, workdir=str(self.root / arch))
+                            step=2, workdir=str(self.root / arch),
+                            objective=config.data.objective)
     self[arch] = nlu.random_init(bare, seed=1)
     return self[arch]
 
@@ -317,7 +318,7 @@ def test_evaluate_suite_json_shape(runs):
                            items_digest={"x": "d"}, batch_size=16)
   assert set(out) == {"suite", "step", "workdir", "architecture", "objective", "pair_format",
                       "items_digest", "blank_inputs", "instruments"}
-  assert out["pair_format"] == nlu.pair_format(r.config.data.objective)
+  assert out["pair_format"] == nlu.pair_format(r.objective)
   p = out["instruments"]["probe/length"]
   assert set(p) == {"accuracy", "random_init", "score", "chance", "best_layer",
                     "best_layer_accuracy", "per_item", "per_item_random"}
