@@ -121,6 +121,92 @@ def test_sweep_parameters():
                         "drop_tokens"]
 
 
+MODERN = "experiments/modern_ed_vs_do.py"  # no paper table: its own tests below
+
+
+def _modern_configs(runlocal: bool, **overrides):
+  """{point: ConfigDict} of the modern study (with `overrides` on the decoder-only points)."""
+  configs = {}
+  for p in points_lib.collect(MODERN, runlocal=runlocal):
+    config = local.build_config(p)
+    if config.model.architecture == "causal":
+      for key, value in overrides.items():
+        config.model[key] = value
+    configs[p.name] = config
+  return configs
+
+
+@pytest.mark.parametrize("runlocal", [False, True])
+def test_modern_ed_vs_do_points(runlocal):
+  from experiments import modern_ed_vs_do as study  # pylint: disable=g-import-not-at-top
+  from lm.data import objectives  # pylint: disable=g-import-not-at-top
+  scale = "tiny" if runlocal else "paper"
+  points = points_lib.collect(MODERN, runlocal=runlocal)
+  assert [p.name for p in points] == [name for name, *_ in study.POINTS]
+  for p in points:  # no paper row, no ★
+    assert p.reference == {} and not p.baseline
+  configs = {p.name: config_lib.derive(local.build_config(p)) for p in points}
+  for name, arch, objective, depth, _ in study.POINTS:
+    config = configs[name]
+    validate(config)
+    model = config_lib.model_config(config)
+    assert (config.model.architecture, config.arg.objective) == (arch, objective), name
+    # The modern recipe on every point, every attention rotary.
+    assert (model.mlp_activation, model.norm_type, model.norm_position, model.position_encoding,
+            model.tie_embeddings, model.dropout_rate) == (
+                "gated_gelu", "rmsnorm", "pre", "rope", True, 0.0), name
+    if arch == "encoder_decoder":
+      assert model.cross_attention_rope == "continue", name
+      n = study.ENCODER_DECODER_LAYERS[scale]
+      assert (model.num_encoder_layers, model.num_decoder_layers) == (n, n), name
+    else:
+      assert (model.num_encoder_layers, model.num_decoder_layers) == (0, depth[scale]), name
+  # Same width, batch and positions per row (inputs + targets, padded), and the prefix LM
+  # and the causal LM read one segment of the same text length per row (UL2's corrupting
+  # members read longer ones: the module docstring).
+  first = configs["ed_prefixlm"]
+  for config in configs.values():
+    for key in ("emb_dim", "mlp_dim", "num_heads", "head_dim"):
+      assert config.model[key] == first.model[key]
+    assert config.data.batch_size == first.data.batch_size == (16 if runlocal else 128)
+    d = config.data
+    assert d.inputs_length + d.targets_length in (
+        2 * first.data.inputs_length - 1, first.data.inputs_length)
+  raw = {n: objectives.raw_length(c.data.objective, inputs_length=c.data.inputs_length,
+                                  targets_length=c.data.targets_length,
+                                  **c.data.objective_params.to_dict())
+         for n, c in configs.items()}
+  length = first.data.inputs_length
+  assert (raw["ed_prefixlm"], raw["do_causallm"], raw["do_causallm_2n"]) == (
+      length - 1, length, length)
+
+
+@pytest.mark.parametrize("runlocal", [False, True])
+def test_modern_ed_vs_do_is_flop_matched(runlocal):
+  """The FLOP-matched decoder-only point is within MATCH_TOLERANCE of each encoder-decoder
+  point, at the depth closest to it; the same-layers control is not; the docstring's ratios."""
+  from experiments import modern_ed_vs_do as study  # pylint: disable=g-import-not-at-top
+  scale = "tiny" if runlocal else "paper"
+  configs = _modern_configs(runlocal)
+  encdec = [name for name, arch, *_ in study.POINTS if arch == "encoder_decoder"]
+  assert abs(study.flops_ratio(configs["ed_ul2"], configs["ed_prefixlm"]) - 1) < 1e-3
+  for name, arch, _, depth, matched in study.POINTS:
+    if arch == "encoder_decoder":
+      continue
+    for reference in encdec:
+      error = abs(study.flops_ratio(configs[name], configs[reference]) - 1)
+      assert (error <= study.MATCH_TOLERANCE) == matched, (name, reference, error)
+      if matched:  # no other depth is closer
+        for other in (depth[scale] - 1, depth[scale] + 1):
+          shifted = _modern_configs(runlocal, num_layers=other)[name]
+          assert abs(study.flops_ratio(shifted, configs[reference]) - 1) > error, other
+  # The ratios the module docstring states (decoder-only / ed_prefixlm).
+  stated = {"tiny": (1.011, 0.855), "paper": (1.008, 0.851)}[scale]
+  got = tuple(study.flops_ratio(configs[n], configs["ed_prefixlm"])
+              for n in ("do_causallm", "do_causallm_2n"))
+  assert got == pytest.approx(stated, abs=6e-4)
+
+
 def _write_experiment(tmp_path, body):
   path = tmp_path / "exp.py"
   path.write_text("def sweep(add):\n" + body)
