@@ -64,7 +64,7 @@ import results  # noqa: E402  (benchmarks/)
 from configs import t5 as t5_config  # noqa: E402
 from lm import config as config_lib  # noqa: E402
 from lm.architecture import ARCHITECTURES  # noqa: E402
-from lm import hostmem, metrics, partitioning, train  # noqa: E402
+from lm import hostmem, metrics, partitioning, train, validate  # noqa: E402
 from lm.data import features  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
@@ -168,7 +168,8 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   config.mesh.shape = tuple(mesh.devices.shape)
   config.data.num_shards = 1  # virtual data shards of the pipeline; no pipeline here
   config.lock()
-  run = train.build_run(config_lib.derive(config), mesh=mesh)  # lm.train's compile, over `mesh`
+  settings = validate.validate(config_lib.derive(config))
+  run = train.build_run(settings, mesh=mesh)  # lm.train's compile, over `mesh`
   model_config = run.model_config
   d = run.data_spec
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size

@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import results  # noqa: E402  (benchmarks/)
 from bench_train import memory_per_device, random_batch, time_steps  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import losses, metrics, partitioning, plan, steps, train  # noqa: E402
+from lm import losses, metrics, partitioning, plan, steps, train, validate  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
 CONFIG_MODULES = ("t5", "gpt3")
@@ -125,7 +125,7 @@ def bias_tables(grads) -> dict[str, np.ndarray]:
 
 def numerics(args) -> int:
   """Loss and gradients under overrides A and B from the same params; 1 if they disagree."""
-  runs = {side: train.build_run(load_config(args.config, args.set + extra))
+  runs = {side: train.build_run(validate.validate(load_config(args.config, args.set + extra)))
           for side, extra in (("a", args.a), ("b", args.b))}
   with runs["a"].axis_rules():
     state = runs["a"].init_state()
@@ -191,7 +191,7 @@ def _host_init_seconds(run) -> float:
 def speed(args) -> int:
   """The train step's median time, MFU and peak memory for one config."""
   config = load_config(args.config, args.set)
-  run = train.build_run(config)
+  run = train.build_run(validate.validate(config))
   d, mc = run.data_spec, run.model_config
   local = _batch(run)
   out = {"config": args.config, "set": args.set, "preset": config_lib.preset_name(config),

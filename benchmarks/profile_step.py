@@ -37,7 +37,7 @@ import results  # noqa: E402
 from bench_train import random_batch  # noqa: E402
 from configs import t5  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import partitioning, steps, train  # noqa: E402
+from lm import partitioning, steps, train, validate  # noqa: E402
 
 
 def device_time_by_op(trace: dict) -> tuple[collections.Counter, str]:
@@ -100,7 +100,7 @@ def main(argv=None) -> None:
     config = config_lib.derive(config_lib.apply_overrides(t5.get_config(args.config), args.set))
   except ValueError as e:
     parser.error(str(e))
-  run = train.build_run(config)
+  run = train.build_run(validate.validate(config))
   d = run.data_spec
   local = random_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size,
                        run.model_config.vocab_size)

@@ -68,13 +68,12 @@ EXIT_BAD_INPUT, EXIT_DIVERGED = cli.EXIT_BAD_INPUT, cli.EXIT_DIVERGED  # lm.cli 
 EXIT_PREEMPTED, EXIT_INTERRUPTED = cli.EXIT_PREEMPTED, cli.EXIT_INTERRUPTED
 
 
-def training_parts(config):
-  """The kind of run `config` is, chosen once: fine-tuning's parts (the tasks' data and
-  evaluation, lm.downstream.finetune.PARTS) when config.finetune.tasks is set, else None
-  (lm.train's default, pre-training's lm.parts.PRETRAINING)."""
-  from lm import config as config_lib  # pylint: disable=g-import-not-at-top  (imports jax)
-  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
-  return finetune.PARTS if config_lib.finetuning(config) else None
+def training_parts(settings):
+  """The kind of run `settings` (lm.config.RunSettings) is, chosen once: fine-tuning's
+  parts (the tasks' data and evaluation, lm.downstream.finetune.PARTS) when it fine-tunes
+  (settings.finetune), else None (lm.train's default, pre-training's lm.parts.PRETRAINING)."""
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top  (imports jax)
+  return finetune.PARTS if settings.finetune is not None else None
 
 
 def main(argv) -> int:
@@ -93,12 +92,16 @@ def main(argv) -> int:
         cpu_collectives=_CPU_COLLECTIVES.value)
   except ValueError as e:  # --coordinator_address without --num_processes / --process_id
     return cli.bad_input_exit(e)
+  import jax  # pylint: disable=g-import-not-at-top  (after distributed init)
   from lm import config as config_lib  # pylint: disable=g-import-not-at-top
-  from lm import train  # pylint: disable=g-import-not-at-top  (after distributed init)
+  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import validate  # pylint: disable=g-import-not-at-top
   from lm import workdir  # pylint: disable=g-import-not-at-top
   try:  # the derived fields (targets length, extra ids, vocab) from the overridden config
-    config = config_lib.derive(_CONFIG.value)
-    train.train_and_evaluate(config, _WORKDIR.value, training_parts(config))
+    # Every problem at once, the mesh's fit to this job's devices included.
+    settings = validate.validate(config_lib.derive(_CONFIG.value),
+                                 num_devices=jax.device_count())
+    train.train_and_evaluate(settings, _WORKDIR.value, training_parts(settings))
   except train.Preempted as e:
     code = EXIT_INTERRUPTED if e.signum == signal.SIGINT else EXIT_PREEMPTED
     print(f"{e} (exit {code})", file=sys.stderr)

@@ -210,6 +210,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
     the summary written to `<output>/mini_suite.json` (module docstring).
   """
   from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import validate  # pylint: disable=g-import-not-at-top
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
   from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   start = time.time()
@@ -224,7 +225,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
                      f"{output} (or pass another --output) and run again.")
   log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
       f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
-  train.train_and_evaluate(config, str(workdir), finetune.PARTS)
+  train.train_and_evaluate(validate.validate(config), str(workdir), finetune.PARTS)
   path = evaluation.results_path(str(workdir), steps)
   if not pathlib.Path(path).is_file():
     raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "

@@ -55,7 +55,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import re
 import sys
 import time
@@ -71,6 +70,8 @@ from lm import config as config_lib
 from lm import libtpu_env
 from lm import metrics as metrics_lib
 from lm import partitioning
+from lm import validate as validate_lib
+from lm import workdir as workdir_lib
 from lm.model import accounting
 from lm.hardware import GIB, PlanError, Target, make_target_mesh, resolve_target
 
@@ -173,7 +174,8 @@ def _one_cpu_cost(config: ml_collections.ConfigDict, axis_names, **changes) -> d
   one = {"mesh.shape": (1,) * len(axis_names), "data.num_shards": 1, **changes}
   cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
                           axis_names)
-  cost = _first(train.build_run(_with(config, **one), mesh=cpu).lower_train_step()
+  settings = validate_lib.validate(_with(config, **one))
+  cost = _first(train.build_run(settings, mesh=cpu).lower_train_step()
                 .cost_analysis()) or {}
   return {key: float(cost.get(key.replace("_", " "), float("nan")))
           for key in ("flops", "bytes_accessed")}
@@ -267,7 +269,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
   from lm import train  # pylint: disable=g-import-not-at-top
   mesh = make_target_mesh(config.mesh.shape, target)
   try:
-    run = train.build_run(config, mesh=mesh)
+    run = train.build_run(validate_lib.validate(config), mesh=mesh)
   except ValueError as e:
     raise PlanError(" ".join(str(e).split())) from None
   d = config.data
@@ -575,10 +577,7 @@ def _json_default(x):
 def write_json(path: str, obj: Any) -> None:
   """Writes `obj` as JSON atomically (a temporary file, then a rename)."""
   text = json.dumps(obj, indent=2, sort_keys=True, default=_json_default)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(text + "\n")
-  os.replace(tmp, path)
+  workdir_lib.write_text_atomic(workdir_lib.as_path(path), text + "\n")
 
 
 def main(argv=None) -> int:

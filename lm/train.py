@@ -1,6 +1,6 @@
-"""The training loop: config -> data, model, sharded state -> steps, evals, checkpoints.
+"""The training loop: typed settings -> data, model, sharded state -> steps, evals, checkpoints.
 
-    result = train_and_evaluate(config, workdir)
+    result = train_and_evaluate(lm.validate.validate(config), workdir)
 
 Everything pure lives elsewhere (lm/steps.py, lm/losses.py, lm/model, lm/data/objectives.py);
 this module wires the pieces together and owns the side effects of a run:
@@ -42,7 +42,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
@@ -250,36 +249,40 @@ class RunBuild:
       return self.train_step.lower(state, self.abstract_batch())
 
 
-def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
+def build_run(settings: config_lib.RunSettings, *, devices: Any = None,
               mesh: Any = None) -> RunBuild:
-  """Validates `config` and builds the model, optimizer, mesh, shardings and jitted steps.
+  """Builds the model, optimizer, mesh, shardings and jitted steps of a run's settings.
 
   The one place where a run's compiled program is defined: `train_and_evaluate` trains
   with it and `lm.plan` compiles it ahead of time for devices that are not attached.
   Nothing of size is allocated: the state and the batch are abstract.
 
   Args:
-    config: a config from configs/*.py.
+    settings: the run's typed settings (`lm.validate.validate(config)`).
     devices: the devices of the mesh (default jax.devices()); e.g. a TPU topology's
       compile-only devices.
     mesh: a ready mesh with axes (data, fsdp, tensor) instead of `devices`, e.g. a
       multi-slice hybrid mesh, or a `jax.sharding.AbstractMesh` (shardings and shapes
-      only: the steps can then not be compiled); its shape must be config.mesh.shape's.
+      only: the steps can then not be compiled); its shape must be settings.mesh_shape's.
 
   Raises:
-    ValueError: the config is invalid (every problem listed), or `mesh` does not match it.
+    ValueError: the run does not fit the devices (`lm.validate.device_errors`: every
+      problem listed), or `mesh` does not match settings.mesh_shape.
   """
   if mesh is None:
     devices = list(jax.devices() if devices is None else devices)
     num_devices = len(devices)
   else:
     num_devices = mesh.size
-  settings = validate_lib.validate(config, num_devices=num_devices)  # the typed parts, once
   spec = settings.data
   # One example per row (data.pack=False) lets cuDNN express padding by sequence lengths.
   model = Transformer(settings.model, packed_rows=bool(spec.pack))
   schedule = optim.make_schedule(settings.schedule)
   tx = optim.make_optimizer(settings.optim, schedule)
+  rng = jax.random.key(settings.loop.seed)
+  abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
+      spec.architecture, spec.inputs_length, spec.targets_length), model=model, tx=tx)
+  validate_lib.check_devices(settings, num_devices, boxed_params=boxed)
   if mesh is None:
     mesh = partitioning.make_mesh(settings.mesh_shape, devices=devices)
   elif tuple(mesh.shape.values()) != partitioning.parse_mesh_shape(settings.mesh_shape,
@@ -287,11 +290,8 @@ def build_run(config: ml_collections.ConfigDict, *, devices: Any = None,
     raise ValueError(f"mesh {dict(mesh.shape)} does not match config.mesh.shape "
                      f"{settings.mesh_shape}.")
   rules = settings.rules
-  rng = jax.random.key(settings.loop.seed)
   shapes = batch_shapes(spec.architecture, spec.inputs_length, spec.targets_length,
                         spec.batch_size)
-  abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
-      spec.architecture, spec.inputs_length, spec.targets_length), model=model, tx=tx)
   state_sh = partitioning.state_shardings(abstract, boxed, mesh, rules, tx=tx)
   batch_sh = partitioning.batch_shardings(shapes, mesh)
   train_fn = jax.jit(
@@ -401,9 +401,9 @@ def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfi
   tokenizer_lib.check_vocab_size(data.tokenizer.vocab_size, model_config.vocab_size)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+def train_and_evaluate(settings: config_lib.RunSettings, workdir: str,
                        parts: parts_lib.Parts | None = None) -> dict[str, float]:
-  """Trains (or resumes) the run described by `config` in `workdir`.
+  """Trains (or resumes) the run of `settings` in `workdir`.
 
   The stages: `build_run` (model, optimizer, mesh, shardings, jitted steps), the data and
   the evaluators of `parts`, then under the workdir lock `restore_or_init` (the newest
@@ -411,17 +411,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `lm.metrics.LogWindow`, evals, checkpoints).
 
   Args:
-    config: a config from configs/*.py (after command-line overrides).
+    settings: the run's typed settings, `lm.validate.validate(config)` of a config from
+      configs/*.py after its command-line overrides (`lm.config.derive`).
     workdir: the run's directory (local or gs://).
     parts: the kind of run, chosen by the caller (lm.parts.Parts); None: pre-training
-      (lm.parts.PRETRAINING). A fine-tuning config takes lm.downstream.finetune.PARTS
-      (lm.main chooses by config.finetune.tasks).
+      (lm.parts.PRETRAINING). A fine-tuning run (settings.finetune set) takes
+      lm.downstream.finetune.PARTS (lm.main chooses by it).
 
   Returns:
     the last logged train metrics and eval metrics (floats), for tests and sweeps.
   """
   parts = parts or parts_lib.PRETRAINING
-  run = build_run(config)  # validates the config (every problem listed) first
+  run = build_run(settings)  # checks the run fits the devices (every problem listed) first
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
   data = parts.make_data(run, jax.process_index(), jax.process_count())

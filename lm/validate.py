@@ -2,8 +2,10 @@
 
 Every problem is collected and reported at once, each naming the field to change. The checks
 build the same typed settings as the run (lm/config.py: `model_config`, `optim_config`, ...),
-so a config that validates is one the library accepts; with the device count they also check
-the mesh, and that every sharded parameter dim and the batch divide over it.
+so a config that validates is one the library accepts. `device_errors(settings, num_devices)`
+checks the typed settings against a device count: the mesh, and that every sharded parameter
+dim and the batch divide over it (validate runs it when given the count; lm.train.build_run
+always does, for its mesh).
 """
 from __future__ import annotations
 
@@ -50,18 +52,16 @@ _LOGICAL_AXIS_FIELDS = {
 }
 
 
-def _param_divisibility_errors(config: ml_collections.ConfigDict, model: TransformerConfig,
-                               mesh_shape: tuple[int, ...], rules: Any) -> list[str]:
+def _param_divisibility_errors(boxed: Any, mesh_shape: tuple[int, ...], rules: Any
+                               ) -> list[str]:
   """Each sharded parameter dim must be divisible by its mesh axes' device count.
 
-  The params' logical axes come from tracing the model's init (`jax.eval_shape`,
-  nothing allocated), mapped to mesh axes by the same rules as training.
+  Args:
+    boxed: the abstract boxed params (their logical axis names), e.g. from tracing the
+      model's init with `jax.eval_shape` (nothing allocated).
+    mesh_shape: the resolved mesh shape (data, fsdp, tensor).
+    rules: the logical-axis rules, mapping logical axes to mesh axes as in training.
   """
-  d = config.data
-  layout = model.mask_type
-  batch = features.zero_batch(layout, d.inputs_length, d.targets_length, segments=False)
-  boxed = jax.eval_shape(lambda b: Transformer(model).init(jax.random.key(0), b)["params"],
-                         batch)
   logical = nn.get_partition_spec(boxed)
   sizes = dict(zip(partitioning.AXIS_NAMES, mesh_shape))
   errors, seen = [], set()
@@ -84,6 +84,62 @@ def _param_divisibility_errors(config: ml_collections.ConfigDict, model: Transfo
             f"{jax.tree_util.keystr(path)}, config.mesh.shape={tuple(mesh_shape)}); change "
             "the size or the mesh shape.")
   return errors
+
+
+def device_errors(settings: config_lib.RunSettings, num_devices: int, *,
+                  boxed_params: Any = None) -> list[str]:
+  """What keeps a run's typed settings from running on `num_devices` devices.
+
+  The mesh shape must cover them, every sharded parameter dim must divide over its mesh
+  axes, and each microbatch over the batch shards (data x fsdp).
+
+  Args:
+    settings: the run's RunSettings (`validate`'s result).
+    num_devices: the devices of the mesh.
+    boxed_params: the model's abstract boxed params if the caller has traced them already
+      (lm.train.build_run); else the model's init is traced here (nothing allocated).
+
+  Returns:
+    one message per problem, each naming the field to change; empty when the run fits.
+  """
+  d = settings.data
+  return _fit_errors(settings.model, d.inputs_length, d.targets_length, d.batch_size,
+                     settings.optim.grad_accum_steps, settings.mesh_shape, settings.rules,
+                     num_devices, boxed_params)
+
+
+def _fit_errors(model: TransformerConfig, inputs_length: int, targets_length: int,
+                batch_size: int, grad_accum_steps: int, mesh_shape: Any, rules: Any,
+                num_devices: int, boxed_params: Any = None) -> list[str]:
+  """`device_errors` from the typed values it reads (validate has them before the
+  settings exist, and lists these with the config's other problems)."""
+  try:
+    shape = partitioning.parse_mesh_shape(mesh_shape, num_devices)
+  except ValueError as e:
+    return [f"config.mesh.shape: {e}"]
+  if boxed_params is None:
+    batch = features.zero_batch(model.mask_type, inputs_length, targets_length, segments=False)
+    boxed_params = jax.eval_shape(
+        lambda b: Transformer(model).init(jax.random.key(0), b)["params"], batch)
+  errors = _param_divisibility_errors(boxed_params, shape, rules)
+  shards = math.prod(shape[:2])
+  micro = batch_size // grad_accum_steps
+  if micro % shards:
+    errors.append(f"config.data.batch_size={batch_size} / grad_accum_steps={grad_accum_steps} "
+                  f"= {micro} rows per microbatch is not divisible by the {shards} batch shards "
+                  f"(data x fsdp of mesh {shape}).")
+  return errors
+
+
+def check_devices(settings: config_lib.RunSettings, num_devices: int, *,
+                  boxed_params: Any = None) -> None:
+  """Raises ValueError listing `device_errors(...)` if there are any."""
+  _raise(device_errors(settings, num_devices, boxed_params=boxed_params))
+
+
+def _raise(errors: list[str]) -> None:
+  if errors:
+    raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
 
 
 def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
@@ -216,15 +272,9 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
                         f"mesh axes are {partitioning.AXIS_NAMES}.")
   except ValueError as e:
     errors.append(f"config.logical_axis_rules: {e}")
-  if num_devices is not None and not errors:
-    shape = partitioning.parse_mesh_shape(config.mesh.shape, num_devices)
-    errors += _param_divisibility_errors(config, model, shape, rules)
-    shards = math.prod(shape[:2])
-    micro = d.batch_size // k
-    if micro % shards:
-      errors.append(f"config.data.batch_size={d.batch_size} / grad_accum_steps={k} = {micro} "
-                    f"rows per microbatch is not divisible by the {shards} batch shards "
-                    f"(data x fsdp of mesh {shape}).")
+  if num_devices is not None and not errors:  # traces the model's init: a valid model only
+    errors += _fit_errors(model, d.inputs_length, d.targets_length, d.batch_size, k,
+                          config.mesh.shape, rules, num_devices)
   # Checked after the mesh (which runs on an error-free config only): independent of it.
   if not d.num_shards > 0:
     errors.append(f"config.data.num_shards must be positive, got {d.num_shards}.")
@@ -268,8 +318,7 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
       spec = finetune.data if finetune is not None else config_lib.data_spec(config)
     except ValueError as e:
       errors.append(f"config.data: {e}")
-  if errors:
-    raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
+  _raise(errors)
   return config_lib.RunSettings(
       model=model, data=spec, optim=opt, schedule=sched,
       loop=built[loop_config], checkpoint=built[checkpoint_config],

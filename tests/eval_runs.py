@@ -8,6 +8,7 @@ import tempfile
 
 from configs import t5
 from lm import config as config_lib
+from lm.validate import validate
 
 _ROOT = None
 
@@ -40,7 +41,7 @@ def trained_run(arch="encoder_decoder") -> str:
     _ROOT = tempfile.mkdtemp(prefix="lm_eval_runs_")
     atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
   workdir = os.path.join(_ROOT, arch)
-  train.train_and_evaluate(tiny_config(arch), workdir)
+  train.train_and_evaluate(validate(tiny_config(arch)), workdir)
   return workdir
 
 

@@ -466,11 +466,10 @@ def test_code_that_loads_a_config_file_derives_it():
 # -- the ConfigDict is read at the boundary (issue 29) ------------------------------------------
 
 # The config boundary (lm/config.py, lm/validate.py, lm/cli.py's override parser), the
-# commands, and the two entry points still named by their ConfigDict: lm/train.py's
-# train_and_evaluate / build_run (which resolve it, through lm.validate, first) and
-# lm/restore.py's load_run (which reads a run's config.json and applies overrides).
+# commands, and lm/restore.py's load_run (which reads a run's config.json and applies
+# overrides). lm/train.py is not one: train_and_evaluate and build_run take RunSettings.
 CONFIG_READERS = ("lm/config.py", "lm/validate.py", "lm/cli.py", "lm/main.py", "lm/plan.py",
-                  "lm/mini_suite.py", "lm/evaluate.py", "lm/train.py", "lm/restore.py")
+                  "lm/mini_suite.py", "lm/evaluate.py", "lm/restore.py")
 
 
 def _reads_config_dicts(path: pathlib.Path) -> bool:

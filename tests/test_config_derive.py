@@ -170,9 +170,9 @@ def test_plan_derives_after_the_overrides(monkeypatch):
 _MAIN_DRIVER = """
 import json, sys
 from lm import main, train
-def record(config, workdir, parts=None):
+def record(settings, workdir, parts=None):
   with open(workdir, "w") as f:
-    json.dump({"data": config.data.to_dict(), "model": config.model.to_dict()}, f)
+    json.dump({"data": settings.record["data"], "model": settings.record["model"]}, f)
 train.train_and_evaluate = record
 sys.argv = ["lm.main", "--workdir=" + sys.argv[1], *sys.argv[2:]]
 main.run()

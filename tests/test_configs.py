@@ -242,8 +242,27 @@ def test_mesh_divisibility_follows_the_rules_and_runs_before_config_json(tmp_pat
   from lm import train
   workdir = tmp_path / "run"
   with pytest.raises(ValueError, match="num_heads=6 is not divisible"):
-    train.train_and_evaluate(_broken(mesh__shape=(1, 1, 8), model__num_heads=6), str(workdir))
+    settings = validate(_broken(mesh__shape=(1, 1, 8), model__num_heads=6))  # no device count
+    train.train_and_evaluate(settings, str(workdir))
   assert not (workdir / "config.json").exists()
+
+
+def test_device_errors_are_validates_checks_on_the_typed_settings():
+  """build_run's check (lm.validate.device_errors on RunSettings) says what validate says
+  with the device count; settings validated without one fit or not by the devices given."""
+  from lm import validate as validate_lib
+  broken = _broken(mesh__shape=(1, 1, 8), model__num_heads=6)
+  settings = validate(broken)  # no device count: nothing to check against
+  with pytest.raises(ValueError) as e:
+    validate(broken, num_devices=8)
+  assert validate_lib.device_errors(settings, 8) == str(e.value).split("\n  - ")[1:]
+  assert "num_heads=6 is not divisible" in validate_lib.device_errors(settings, 8)[0]
+  assert validate_lib.device_errors(settings, 4)[0].startswith("config.mesh.shape: mesh shape")
+  fine = validate(_broken(mesh__shape=(-1, 1, 1)))
+  assert validate_lib.device_errors(fine, 8) == [] == validate_lib.device_errors(fine, 1)
+  assert "12 rows per microbatch is not divisible by the 8 batch shards" in (
+      validate_lib.device_errors(validate(_broken(data__batch_size=12, data__num_shards=4)),
+                                 8)[0])
 
 
 def test_validate_collects_several_errors_and_mesh_syntax_without_devices():

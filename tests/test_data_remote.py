@@ -9,6 +9,7 @@ import pytest
 
 import fake_gcs
 from eval_runs import tiny_config
+from lm.validate import validate
 
 WORDS = "the cat sat on a mat with one red hat and ran far away from home".split()
 
@@ -91,8 +92,9 @@ def test_train_and_resume_from_a_prepared_dataset_on_the_bucket(tmp_path, monkey
                     output="gs://bucket/c4", extra_ids=config.data.extra_ids)
     overrides = {"data.format": "prepared", "data.paths": ("gs://bucket/c4",),
                  "train.eval_every": 4}
-    train.train_and_evaluate(tiny_config(steps=2, **overrides), "gs://bucket/run")
-    resumed = train.train_and_evaluate(tiny_config(steps=4, **overrides), "gs://bucket/run")
+    train.train_and_evaluate(validate(tiny_config(steps=2, **overrides)), "gs://bucket/run")
+    resumed = train.train_and_evaluate(validate(tiny_config(steps=4, **overrides)),
+                                       "gs://bucket/run")
   assert np.isfinite(resumed["loss"])
   run = root / "bucket" / "run"
   assert sorted(os.listdir(run / "checkpoints")) == ["2", "4"]

@@ -13,6 +13,7 @@ import pytest
 
 import downstream_fixtures as fx
 from lm import config as config_lib
+from lm.validate import validate
 
 fx.register_tasks()
 
@@ -42,7 +43,7 @@ def _train(config, workdir):
   """The trainer with fine-tuning's parts, as lm.main runs a fine-tuning config."""
   from lm import train
   from lm.downstream import finetune
-  return train.train_and_evaluate(config, workdir, finetune.PARTS)
+  return train.train_and_evaluate(validate(config), workdir, finetune.PARTS)
 
 
 def _metrics(workdir):

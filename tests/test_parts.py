@@ -114,7 +114,6 @@ def test_the_trainer_runs_the_due_evaluators_in_order_and_writes_each():
 
 def test_pretraining_parts_and_finetuning_parts_differ_only_where_they_must():
   import downstream_fixtures as fx
-  from configs import finetune as finetune_config
   from lm.data import shards
   from lm.downstream import finetune, finetune_data
   fx.register_tasks()
@@ -145,15 +144,18 @@ def test_validate_returns_every_typed_setting_the_run_is_built_from():
     validate.validate(config)
 
 
-def test_the_command_chooses_finetuning_parts_by_the_config():
+def test_the_command_chooses_finetuning_parts_by_the_settings():
   import downstream_fixtures as fx
   from configs import finetune as finetune_config
   from configs import t5
-  from lm import main
+  from lm import config as config_lib
+  from lm import main, validate
   from lm.downstream import finetune
   fx.register_tasks()
-  assert main.training_parts(t5.get_config("runlocal")) is None  # lm.train: PRETRAINING
-  chosen = main.training_parts(finetune_config.get_config("task=test_copy,runlocal"))
+  settings = validate.validate(config_lib.derive(t5.get_config("runlocal")))
+  assert main.training_parts(settings) is None  # lm.train: PRETRAINING
+  chosen = main.training_parts(validate.validate(config_lib.derive(
+      finetune_config.get_config("task=test_copy,runlocal"))))
   assert [type(e).__name__ for e in chosen.evaluators] == ["function", "function"]
   assert chosen is finetune.PARTS and chosen.evaluators[1] is finetune.task_evaluation
 

@@ -16,6 +16,7 @@ import pytest
 
 from configs import t5
 from lm import config as config_lib
+from lm.validate import validate
 
 
 def _config(steps):
@@ -41,10 +42,10 @@ def test_resume_with_dropout_reproduces_the_masks_and_a_wrong_rng_would_not(tmp_
                                                                               monkeypatch):
   from lm import checkpoint, train
   whole, split, wrong = (str(tmp_path / n) for n in ("whole", "split", "wrong"))
-  train.train_and_evaluate(_config(8), whole)
-  train.train_and_evaluate(_config(4), split)
+  train.train_and_evaluate(validate(_config(8)), whole)
+  train.train_and_evaluate(validate(_config(4)), split)
   shutil.copytree(split, wrong)
-  train.train_and_evaluate(_config(8), split)
+  train.train_and_evaluate(validate(_config(8)), split)
   want = _losses(whole)
   assert sorted(want) == [2, 4, 6, 8]
   assert _losses(split) == want
@@ -61,7 +62,7 @@ def test_resume_with_dropout_reproduces_the_masks_and_a_wrong_rng_would_not(tmp_
 
   monkeypatch.setattr(checkpoint.CheckpointManager, "restore_or_none",
                       restore_with_another_rng)
-  train.train_and_evaluate(_config(8), wrong)
+  train.train_and_evaluate(validate(_config(8)), wrong)
   got = _losses(wrong)
   assert [got[s] for s in (2, 4)] == [want[s] for s in (2, 4)]  # before the resume
   assert got[6] != want[6] and got[8] != want[8]  # the RNG matters after it

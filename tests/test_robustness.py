@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import fake_gcs
+from lm.validate import validate
 from test_train import REPO, _config, _main, _metrics, signal_a_running_main
 
 LOCK_HOLDER = """
@@ -145,9 +146,9 @@ def test_train_and_resume_on_a_remote_workdir(tmp_path, monkeypatch):
   from lm import train
   monkeypatch.chdir(tmp_path)
   with fake_gcs.installed(tmp_path / "gcs"):
-    train.train_and_evaluate(_config(steps=2, **{"train.eval_every": 0}), "gs://bucket/run")
-    out = train.train_and_evaluate(_config(steps=4, **{"train.eval_every": 0}),
-                                   "gs://bucket/run")
+    no_eval = {"train.eval_every": 0}
+    train.train_and_evaluate(validate(_config(steps=2, **no_eval)), "gs://bucket/run")
+    out = train.train_and_evaluate(validate(_config(steps=4, **no_eval)), "gs://bucket/run")
   local = tmp_path / "gcs" / "bucket" / "run"
   assert np.isfinite(out["loss"])
   assert sorted(os.listdir(local / "checkpoints")) == ["2", "4"]
@@ -174,7 +175,7 @@ def test_diverging_run_stops_before_saving_a_non_finite_state(tmp_path):
                                "ckpt.every_steps": 1, "ckpt.keep": 1,
                                "train.eval_every": 0})
   with pytest.raises(train.NonFiniteError, match="training diverged"):
-    train.train_and_evaluate(config, str(workdir))
+    train.train_and_evaluate(validate(config), str(workdir))
   steps = checkpoint.CheckpointManager(workdir / "checkpoints").all_steps()
   assert steps == [1]  # the good step-1 state; the non-finite step 2 was never saved
   assert all(np.isfinite(m["loss"]) for m in _metrics(workdir) if "loss" in m)
@@ -200,7 +201,7 @@ def test_unusable_checkpoint_directory_fails_before_compiling(tmp_path, monkeypa
   traced = []
   monkeypatch.setattr(steps, "train_step", lambda *a, **k: traced.append(1))
   with pytest.raises(checkpoint.CheckpointSaveError, match="checkpoints is not writable"):
-    train.train_and_evaluate(_config(steps=2), str(workdir))
+    train.train_and_evaluate(validate(_config(steps=2)), str(workdir))
   assert not traced  # the train step was never traced / compiled
   assert sorted(os.listdir(workdir)) == ["checkpoints"]  # no config.json, lock released
 
@@ -327,7 +328,7 @@ def test_ctrl_c_saves_a_checkpoint_and_stops_like_sigterm(tmp_path, monkeypatch)
   before = signal.getsignal(signal.SIGINT)
   workdir = str(tmp_path / "run")
   with pytest.raises(train.Preempted) as e:
-    train.train_and_evaluate(_config(steps=8), workdir)
+    train.train_and_evaluate(validate(_config(steps=8)), workdir)
   assert e.value.step == 3 and e.value.signum == signal.SIGINT
   assert "interrupted (SIGINT, Ctrl-C) at step 3; checkpoint saved" in str(e.value)
   assert checkpoint.checkpoint_steps(os.path.join(workdir, "checkpoints")) == [2, 3]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from eval_runs import tiny_config as _config  # the shared tiny runlocal config
+from lm.validate import validate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,19 +39,19 @@ def test_preempted_and_resumed_run_logs_exactly_like_an_uninterrupted_one(tmp_pa
   from lm import train
   whole, split = str(tmp_path / "whole"), str(tmp_path / "split")
   dropout = {"model.dropout_rate": 0.3}
-  train.train_and_evaluate(_config(steps=8, **dropout), whole)
+  train.train_and_evaluate(validate(_config(steps=8, **dropout)), whole)
   calls = []
   monkeypatch.setattr(train.Preemption, "should_stop",
                       lambda self, *_: calls.append(1) or len(calls) >= 3)
   with pytest.raises(train.Preempted) as e:
-    train.train_and_evaluate(_config(steps=8, **dropout), split)
+    train.train_and_evaluate(validate(_config(steps=8, **dropout)), split)
   assert e.value.step == 3
   assert sorted(os.listdir(os.path.join(split, "checkpoints"))) == ["2", "3"]
   assert [m["step"] for m in _metrics(split)] == [2]  # no partial window logged at 3
   monkeypatch.undo()
   with open(os.path.join(split, "metrics.jsonl"), "a", encoding="utf-8") as f:
     f.write('{"step": 4, "loss": 0.0}\n{"step": 6, "lo')  # a killed run's lines after step 3
-  train.train_and_evaluate(_config(steps=8, **dropout), split)
+  train.train_and_evaluate(validate(_config(steps=8, **dropout)), split)
   assert [m["step"] for m in _metrics(split)] == [2, 4, 4, 6, 8, 8]  # train + eval lines
   assert _comparable(split) == _comparable(whole)
   with open(os.path.join(split, "config.json"), encoding="utf-8") as f:
@@ -80,14 +81,14 @@ def test_data_wait_fraction_shows_a_starving_input_pipeline(tmp_path, monkeypatc
   from lm import train
   from lm.data import pipeline
   config = lambda: _config(steps=6, **{"ckpt.every_steps": 100, "train.eval_every": 100})
-  train.train_and_evaluate(config(), str(tmp_path / "fast"))
+  train.train_and_evaluate(validate(config()), str(tmp_path / "fast"))
   fast = [m["data_wait_fraction"] for m in _metrics(str(tmp_path / "fast")) if "loss" in m]
   assert len(fast) == 3 and all(0 <= f < 0.2 for f in fast[1:]), fast
   real = pipeline.DataPipeline.train_iterator
   monkeypatch.setattr(pipeline.DataPipeline, "train_iterator",
                       lambda self: _SlowIterator(real(self), 0.5))
   with caplog.at_level("WARNING", logger="root"):
-    train.train_and_evaluate(config(), str(tmp_path / "slow"))
+    train.train_and_evaluate(validate(config()), str(tmp_path / "slow"))
   slow = [m["data_wait_fraction"] for m in _metrics(str(tmp_path / "slow")) if "loss" in m]
   assert len(slow) == 3 and all(0.5 < f <= 1 for f in slow[1:]), slow
   warnings = [r.getMessage() for r in caplog.records if "waited for batches" in r.getMessage()]
@@ -97,11 +98,11 @@ def test_data_wait_fraction_shows_a_starving_input_pipeline(tmp_path, monkeypatc
 def test_foreign_checkpoint_is_refused(tmp_path):
   from lm import checkpoint, train
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(_config(steps=2), workdir)
+  train.train_and_evaluate(validate(_config(steps=2)), workdir)
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     config_json = f.read()
   with pytest.raises(checkpoint.IncompatibleCheckpointError, match="emb_dim|shape"):
-    train.train_and_evaluate(_config(steps=4, **{"model.emb_dim": 96}), workdir)
+    train.train_and_evaluate(validate(_config(steps=4, **{"model.emb_dim": 96})), workdir)
   with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
     assert f.read() == config_json  # the refused run wrote nothing
   assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "metrics.jsonl"]
@@ -284,16 +285,16 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   from lm import metrics as metrics_lib, restore
   from lm.data import pipeline as pipeline_lib
   base = str(tmp_path / "base")
-  train.train_and_evaluate(_config(steps=2, **{"train.log_every": 1}), base)
+  train.train_and_evaluate(validate(_config(steps=2, **{"train.log_every": 1})), base)
   scratch = _train_losses(base)[1]
-  run = train.build_run(_config(steps=2))
+  run = train.build_run(validate(_config(steps=2)))
   it = pipeline_lib.DataPipeline(run.data_spec).train_iterator()
   first = partitioning.make_global_batch(next(it), run.mesh)
   it.close()
   for source, source_params in ((base, restore.load_run(base).params), (hf_dir, params)):
     ft = str(tmp_path / f"ft_{os.path.basename(source)}")
-    train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": source,
-                                                 "train.log_every": 1}), ft)
+    train.train_and_evaluate(validate(_config(steps=2, **{"ckpt.init_from": source,
+                                                          "train.log_every": 1})), ft)
     with run.axis_rules():
       placed = jax.device_put(source_params, run.state_shardings.params)
       want = metrics_lib.compute(jax.device_get(run.eval_step(placed, first)))["loss"]
@@ -370,7 +371,8 @@ def test_a_failed_init_from_closes_the_iterator_and_writes_no_config(tmp_path, m
   missing = str(tmp_path / "no_such_run")
   workdir = tmp_path / "run"
   with pytest.raises(Exception, match="no_such_run"):
-    train.train_and_evaluate(_config(steps=2, **{"ckpt.init_from": missing}), str(workdir))
+    train.train_and_evaluate(validate(_config(steps=2, **{"ckpt.init_from": missing})),
+                             str(workdir))
   assert closed == [1]
   assert not (workdir / "config.json").exists()
   assert not (workdir / "lock").exists()
@@ -405,7 +407,7 @@ def test_init_lowers_threefry_to_the_gpu_kernel_and_leaves_other_platforms_alone
   takes a minute to compile); the CPU's program has none; the global flag is restored."""
   import jax
   from lm import train
-  run = train.build_run(_config(steps=1))
+  run = train.build_run(validate(_config(steps=1)))
   with run.axis_rules():
     cuda = run.lower_init(("cuda",)).as_text()
     cpu = run.lower_init(("cpu",)).as_text()

@@ -1,7 +1,7 @@
 """Fine-tuning as the trainer's parts: the tasks' data and task evaluation.
 
-    lm.train.train_and_evaluate(config, workdir, PARTS)   # as lm.main does for a
-                                                          # config with finetune.tasks
+    lm.train.train_and_evaluate(settings, workdir, PARTS)   # as lm.main does for a
+                                                            # config with finetune.tasks
     values = evaluate(settings.evaluation, model, params, tokenizer, mesh=..., rules=...,
                       workdir=..., step=...)   # {"eval/<task>/<metric>": v, ..., SCORE_KEY: v}
 
