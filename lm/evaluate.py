@@ -77,6 +77,7 @@ from lm import score as score_lib
 from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
+from lm import workdir as workdir_lib
 from lm.data import converters, objectives
 from lm.data import pipeline as pipeline_lib
 from lm.downstream import nlu_items
@@ -411,12 +412,9 @@ def write_results(result: Mapping[str, Any]) -> str | None:
   if jax.process_index() != 0:
     return None
   path = results_path(result["workdir"], result["step"])
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(_json_safe(result), f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  workdir_lib.as_path(path).parent.mkdir(parents=True, exist_ok=True)  # local or gs://
+  workdir_lib.write_text_atomic(
+      workdir_lib.as_path(path), json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n")
   return path
 
 
@@ -678,10 +676,7 @@ def run(argv: Sequence[str] | None = None) -> int:
       if jax.process_index() == 0:
         print(json.dumps({"written": path, **flat_metrics(result)}, indent=1))
     if args.output and jax.process_index() == 0:
-      tmp = f"{args.output}.{os.getpid()}.tmp"
-      with open(tmp, "w", encoding="utf-8") as f:
-        f.write(markdown_table(results))
-      os.replace(tmp, args.output)
+      workdir_lib.write_text_atomic(workdir_lib.as_path(args.output), markdown_table(results))
       print(f"wrote {args.output}")
   except cli.BAD_INPUT_ERRORS as e:
     return cli.bad_input_exit(e)
