@@ -41,26 +41,65 @@ pre-trained run's; a mismatch is refused when its parameters are loaded.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_collections
 
 from lm import cli
 from lm import config as config_lib
-from lm.downstream import mini
+from lm.downstream import mini, nlu_accept
 
-TASKS = tuple(mini.HEADLINE)
-MIXTURE = "+".join(f"{name}:1" for name in TASKS)
-# The suite's inputs and targets reach mini.MAX_TOKENS = 128 tokens; runlocal's fine-tuning
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+  """A set of tasks fine-tuned together and scored by one column.
+
+  Attributes:
+    name: the column, and its key in RESULTS_FILE ("mini": the decoder-fluency column).
+    tasks: the registered tasks (lm.downstream.task), an equal mixture.
+    average: {task: metrics} -> the column (raises ValueError when a task is missing).
+    chance: (task, data_dir) -> {metric: chance score in %}.
+    version: the version of the tasks' items (RESULTS_FILE's `suite_version`).
+  """
+  name: str
+  tasks: tuple[str, ...]
+  average: Callable[[Mapping[str, Mapping[str, float]]], float]
+  chance: Callable[[str, str | None], dict[str, float]]
+  version: int
+
+  @property
+  def mixture(self) -> str:
+    """configs/finetune.py's `mixture` arg: the tasks at equal rates."""
+    return "+".join(f"{name}:1" for name in self.tasks)
+
+  @property
+  def default_config(self) -> str:
+    """The fine-tuning config of the suite on the runlocal model."""
+    return f"configs/finetune.py:mixture={self.mixture},runlocal,{LENGTHS_ARG}"
+
+
+# The suites' inputs and targets reach mini.MAX_TOKENS = 128 tokens; runlocal's fine-tuning
 # lengths (64 / 16) would cut line B of a pair and all but the first line of an unshuffle.
 LENGTHS_ARG = f"inputs_length={mini.MAX_TOKENS},targets_length={mini.MAX_TOKENS}"
-DEFAULT_CONFIG = f"configs/finetune.py:mixture={MIXTURE},runlocal,{LENGTHS_ARG}"
+SUITES = {
+    "mini": Suite("mini", tuple(mini.HEADLINE), mini.mini_average,
+                  lambda name, data_dir: mini.chance_level(name, "validation", data_dir),
+                  mini.SUITE_VERSION),
+    # The yardstick's third instrument (docs/yardstick.md): acceptability after fine-tuning.
+    "acceptability": Suite("acceptability", nlu_accept.TASKS, nlu_accept.average,
+                           lambda name, data_dir: nlu_accept.chance_level(name),
+                           nlu_accept.VERSION),
+}
+MINI = SUITES["mini"]
+TASKS, MIXTURE, DEFAULT_CONFIG = MINI.tasks, MINI.mixture, MINI.default_config
 RESULTS_FILE = "mini_suite.json"
 # What RESULTS_FILE holds beyond the suite's scores; 2: the blank-input control. A sweep's
 # mini stage runs again when it changes (reusing its fine-tuning run).
@@ -81,17 +120,18 @@ def load_config(spec: str = DEFAULT_CONFIG) -> ml_collections.ConfigDict:
 
 def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, steps: int = 0,
                  max_eval_examples: int = 0, learning_rate: float = 0.0,
-                 decode: bool = False) -> ml_collections.ConfigDict:
+                 decode: bool = False, suite: Suite = MINI) -> ml_collections.ConfigDict:
   """The fine-tuning config of one suite run.
 
   Args:
-    base: a configs/finetune.py config whose tasks are the mini suite.
+    base: a configs/finetune.py config whose tasks are `suite`'s.
     init_from: the pre-trained run (or None: random initialisation).
     steps: fine-tuning steps (0 = the base config's); the tasks are scored at the last one.
     max_eval_examples: score the first N validation examples per task (0 = all).
     learning_rate: the constant fine-tuning learning rate (0 = the config's).
     decode: score every task by greedy decoding (T5's protocol for every task) instead of
       rank classification of each example's choices (the suite's default).
+    suite: which suite (SUITES; default the mini suite).
 
   Returns:
     a locked copy with ckpt.init_from, train.num_steps, one task evaluation at the end and
@@ -105,21 +145,22 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
     raise ValueError("mini_suite: the config has no `finetune` section; pass "
                      "--config=configs/finetune.py:mixture=...,runlocal.")
   names = [part.split(":")[0] for part in base.finetune.tasks.split(",")]
-  missing = [name for name in TASKS if name not in names]
+  missing = [name for name in suite.tasks if name not in names]
   if missing:
     raise ValueError(f"mini_suite: the config's tasks {names} lack {missing}; pass "
-                     f"--config=configs/finetune.py:mixture={MIXTURE},...")
+                     f"--config=configs/finetune.py:mixture={suite.mixture},...")
   short = {k: int(base.data[k]) for k in ("inputs_length", "targets_length")
            if int(base.data[k]) < mini.MAX_TOKENS}
   if short:
     raise ValueError(f"mini_suite: the config's {short} would cut the suite's examples (up "
                      f"to {mini.MAX_TOKENS} tokens); pass inputs_length={mini.MAX_TOKENS},"
-                     f"targets_length={mini.MAX_TOKENS} in --config (as {DEFAULT_CONFIG}).")
+                     f"targets_length={mini.MAX_TOKENS} in --config (as "
+                     f"{suite.default_config}).")
   config = ml_collections.ConfigDict(config_lib.derive(base).to_dict())
   if steps > 0:
     config.train.num_steps = int(steps)
   n = int(config.train.num_steps)
-  config.finetune.eval_tasks = ",".join(TASKS)
+  config.finetune.eval_tasks = ",".join(suite.tasks)
   config.finetune.eval_every = n        # score once, at the last step
   config.ckpt.every_steps = n
   config.finetune.max_eval_examples = int(max_eval_examples)
@@ -131,12 +172,13 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
   return config
 
 
-def summarize(results_json: dict[str, Any]) -> dict[str, Any]:
+def summarize(results_json: dict[str, Any], suite: Suite = MINI) -> dict[str, Any]:
   """The suite's summary from a fine-tuning run's `eval/tasks_step_<N>.json` record."""
-  results = {name: results_json["results"][name] for name in TASKS}
-  return {"results": results, "mini": mini.mini_average(results),
-          "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in TASKS},
-          "method": {name: results_json["tasks"][name]["method"] for name in TASKS},
+  tasks = suite.tasks
+  results = {name: results_json["results"][name] for name in tasks}
+  return {"results": results, suite.name: suite.average(results), "suite": suite.name,
+          "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in tasks},
+          "method": {name: results_json["tasks"][name]["method"] for name in tasks},
           "step": results_json["step"]}
 
 
@@ -155,7 +197,7 @@ def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | 
 
 
 def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                       step: int) -> dict[str, dict[str, float]]:
+                       step: int, suite: Suite = MINI) -> dict[str, dict[str, float]]:
   """The blank-input control: every suite task scored again with "" as each input.
 
   The fine-tuned run's checkpoint at `step` is restored and each task's validation examples
@@ -174,7 +216,7 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
   settings = config_lib.finetune_settings(config).evaluation
   r = restore.load_run(str(workdir), step=step)
   out = {}
-  for name in TASKS:
+  for name in suite.tasks:
     task = task_lib.get_task(name)
     examples = task.examples(ft.eval_split, ft.data_dir or None)
     if int(ft.max_eval_examples):
@@ -198,12 +240,13 @@ def _other_suite(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> st
 
 
 def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
-        log=print) -> dict[str, Any]:
+        suite: Suite = MINI, log=print) -> dict[str, Any]:
   """Fine-tunes (or resumes) `config` in `<output>/finetune`, writes and returns the summary.
 
   Args:
-    config: suite_config(...)'s result.
+    config: suite_config(...)'s result (of the same `suite`).
     output: a directory (created).
+    suite: which suite (SUITES).
     log: progress lines go here.
 
   Returns:
@@ -223,33 +266,34 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
     raise ValueError(f"mini_suite: {workdir} holds a fine-tuning run on other tasks "
                      f"({stale}), not the current suite ({config.finetune.tasks}); remove "
                      f"{output} (or pass another --output) and run again.")
-  log(f"mini_suite: fine-tuning on {', '.join(TASKS)} for {steps} steps from "
+  log(f"mini_suite: fine-tuning on {', '.join(suite.tasks)} for {steps} steps from "
       f"{config.ckpt.init_from or 'random initialisation'} in {workdir}")
   train.train_and_evaluate(validate.validate(config), str(workdir), finetune.PARTS)
   path = evaluation.results_path(str(workdir), steps)
   if not pathlib.Path(path).is_file():
     raise ValueError(f"mini_suite: the fine-tuning run in {workdir} has no task results at "
                      f"step {steps} ({path}); remove {workdir} and run again.")
-  summary = summarize(json.loads(pathlib.Path(path).read_text()))
+  summary = summarize(json.loads(pathlib.Path(path).read_text()), suite)
   log("mini_suite: the blank-input control (every input replaced by \"\")")
-  blank = score_blank_inputs(config, workdir, steps)
-  summary.update(
-      blank=blank, mini_blank=mini.mini_average(blank),
-      init=init, init_from=config.ckpt.init_from, steps=steps, suite_version=mini.SUITE_VERSION,
-      record_version=RECORD_VERSION,
-      learning_rate=float(config.schedule.base_lr),
-      train_loss=final_train_loss(workdir / "metrics.jsonl"),
-      chance={name: mini.chance_level(name, "validation", config.finetune.data_dir or None)
-              for name in TASKS},
-      seconds=round(time.time() - start, 1))
+  blank = score_blank_inputs(config, workdir, steps, suite)
+  column, blank_column = suite.name, f"{suite.name}_blank"
+  summary.update({
+      "blank": blank, blank_column: suite.average(blank),
+      "init": init, "init_from": config.ckpt.init_from, "steps": steps,
+      "suite_version": suite.version, "record_version": RECORD_VERSION,
+      "learning_rate": float(config.schedule.base_lr),
+      "train_loss": final_train_loss(workdir / "metrics.jsonl"),
+      "chance": {name: suite.chance(name, config.finetune.data_dir or None)
+                 for name in suite.tasks},
+      "seconds": round(time.time() - start, 1)})
   output.mkdir(parents=True, exist_ok=True)
   (output / RESULTS_FILE).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-  for name in TASKS:
+  for name in suite.tasks:
     metrics = ", ".join(f"{k} {v:.1f}" for k, v in summary["results"][name].items())
     blank_metrics = ", ".join(f"{v:.1f}" for v in summary["blank"][name].values())
     log(f"  {name:15s} {metrics} (n={summary['num_examples'][name]}; blank inputs "
         f"{blank_metrics})")
-  log(f"mini_suite: mini {summary['mini']:.1f} (blank inputs {summary['mini_blank']:.1f}), "
+  log(f"mini_suite: {column} {summary[column]:.1f} (blank inputs {summary[blank_column]:.1f}), "
       "fine-tuning loss "
       f"{summary['train_loss'] or float('nan'):.3f} ({init}, {steps} steps, "
       f"{summary['seconds']:.0f}s) -> {output / RESULTS_FILE}")
@@ -263,9 +307,9 @@ def main(argv: list[str] | None = None) -> int:
   import argparse  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(
       prog="python -m lm.mini_suite",
-      description="Fine-tune a pre-trained run on the mini suite (an equal mixture of its "
-      "five tasks), score each task's validation split and write the 'mini' column to "
-      f"OUTPUT/{RESULTS_FILE}.")
+      description="Fine-tune a pre-trained run on a suite (an equal mixture of its five "
+      "tasks: the mini suite, or the yardstick's acceptability tasks), score each task's "
+      f"validation split and write the suite's column to OUTPUT/{RESULTS_FILE}.")
   parser.add_argument("--workdir", help="the pre-trained run (its checkpoints); required "
                       "unless --from_scratch")
   parser.add_argument("--output", required=True, help="directory for the fine-tuning run "
@@ -281,8 +325,13 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--decode", action="store_true",
                       help="score every task by greedy decoding instead of rank "
                       "classification of its choices")
-  parser.add_argument("--config", default=DEFAULT_CONFIG,
-                      help="fine-tuning config file[:arg] (default %(default)s); its model "
+  parser.add_argument("--suite", choices=sorted(SUITES), default="mini",
+                      help="mini: the decoder-fluency column (docs/downstream_mini.md); "
+                      "acceptability: the yardstick's fine-tuned instrument, one sentence "
+                      "-> true/false per pair phenomenon (docs/yardstick.md)")
+  parser.add_argument("--config", default=None,
+                      help="fine-tuning config file[:arg] (default: the suite's, for mini "
+                      f"{DEFAULT_CONFIG}); its model "
                       "must be the pre-trained run's. --config.<field>=<value> overrides a "
                       "field (e.g. --config.model.num_layers=1 --config.train.seed=1)")
   args, rest = parser.parse_known_args(argv)
@@ -300,14 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     return cli.bad_input_exit("pass --workdir=PRETRAINED_RUN (or --from_scratch for the "
                               "random-init baseline).")
   try:
-    base = load_config(args.config)
+    suite = SUITES[args.suite]
+    base = load_config(args.config or suite.default_config)
     if overrides:
       base = config_lib.apply_overrides(base, overrides)
     config = suite_config(base,
                           None if args.from_scratch else args.workdir, steps=args.steps,
                           max_eval_examples=args.max_eval_examples,
-                          learning_rate=args.learning_rate, decode=args.decode)
-    run(config, args.output)
+                          learning_rate=args.learning_rate, decode=args.decode,
+                          suite=suite)
+    run(config, args.output, suite=suite)
   except (ValueError, FileNotFoundError) as e:
     return cli.bad_input_exit(e)
   return 0

@@ -148,4 +148,4 @@ def _load_builtin_tasks() -> None:
 
 
 # Modules that register tasks on import.
-_BUILTIN_MODULES = ("lm.downstream.t5_tasks", "lm.downstream.mini")
+_BUILTIN_MODULES = ("lm.downstream.t5_tasks", "lm.downstream.mini", "lm.downstream.nlu_accept")
