@@ -1,7 +1,7 @@
 """An offline stand-in for Google Cloud Storage: `gs://bucket/...` kept under a local root.
 
     with fake_gcs.installed(tmp_path / "bucket_root"):
-      train.train_and_evaluate(config, "gs://bucket/run")
+      train.train_and_evaluate(lm.validate.validate(config), "gs://bucket/run")
 
 Four things reach GCS in a run, and each is pointed at `root`:
   etils.epath (lm's files, orbax's metadata): a gcsfs-like fsspec filesystem registered
