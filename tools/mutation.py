@@ -106,6 +106,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/downstream/contrasts.py": ["tests/downstream/test_contrasts.py",
                                    "tests/downstream/test_nlu_controls.py"],
     "lm/downstream/nlu_controls.py": ["tests/downstream/test_nlu_controls.py"],
+    "lm/downstream/nlu_accept.py": ["tests/test_nlu_accept.py"],
 }
 
 # Module -> the only top-level functions / classes mutated by default (the rest of the module
