@@ -31,6 +31,8 @@ def test_split_items_by_document_balanced_and_alternating():
     labels = [it.label for it in split]
     assert labels == [0, 1] * (len(labels) // 2) and labels  # balanced in every even prefix
   assert all(len(it.text) <= nlu_accept.MAX_CHARS for it in val + train)
+  edge = [_item(8, 0, "y" * nlu_accept.MAX_CHARS), _item(12, 1, "z" * nlu_accept.MAX_CHARS)]
+  assert nlu_accept.split_items(edge, "validation") == edge  # MAX_CHARS itself is kept
   with pytest.raises(ValueError, match="unknown split 'test'"):
     nlu_accept.split_items(items, "test")
 
