@@ -276,7 +276,7 @@ def test_main_exit_codes_for_a_file_workdir_a_busy_workdir_and_divergence(tmp_pa
   a_file.write_text("x")
   out = _main(base + [f"--workdir={a_file}"])
   assert out.returncode == 2, out.stderr[-2000:]
-  assert f"error: " in out.stderr and str(a_file) in out.stderr
+  assert "error: " in out.stderr and str(a_file) in out.stderr
   assert "Traceback" not in out.stderr
 
   busy = tmp_path / "busy"
