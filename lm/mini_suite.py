@@ -8,6 +8,9 @@ with blank inputs (`mini.blank_inputs`): the blank-input control.
       --from_scratch                     # the same fine-tuning from random initialisation
   python -m lm.mini_suite --workdir=RUN --output=DIR --steps=300 \
       --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
+  python -m lm.mini_suite --suite=acceptability --workdir=RUN --output=DIR
+                                         # the yardstick's fine-tuned instrument instead
+                                         # (lm/downstream/nlu_accept.py, docs/yardstick.md)
 
 One fine-tuning run on an equal mixture of the suite's five tasks (`mini.SUITE`;
 docs/downstream_mini.md; `configs/finetune.py`'s settings: Adafactor, constant 1e-3,
