@@ -412,9 +412,10 @@ def write_results(result: Mapping[str, Any]) -> str | None:
   if jax.process_index() != 0:
     return None
   path = results_path(result["workdir"], result["step"])
-  workdir_lib.as_path(path).parent.mkdir(parents=True, exist_ok=True)  # local or gs://
+  target = workdir_lib.as_path(path)  # local or gs://
+  target.parent.mkdir(parents=True, exist_ok=True)
   workdir_lib.write_text_atomic(
-      workdir_lib.as_path(path), json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n")
+      target, json.dumps(_json_safe(result), indent=2, sort_keys=True) + "\n")
   return path
 
 

@@ -480,7 +480,7 @@ def item_source(items: str | None, data_dir: str | None) -> str:
     ValueError: an unknown source, or "comments" with a data_dir.
   """
   if items is None:
-    return "heldout" if data_dir else "comments"
+    return nlu_items.default_source(data_dir)
   if items not in nlu_items.ITEM_SOURCES:
     raise ValueError(f"unknown --items {items!r}; expected one of {list(nlu_items.ITEM_SOURCES)}")
   if items == "comments" and data_dir:

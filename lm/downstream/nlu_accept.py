@@ -3,9 +3,9 @@
 Tasks `nlu_accept_<phenomenon>` for each of `nlu_items.PAIR_PHENOMENA`: the probe items of
 that phenomenon (a held-out sentence as written, or with the minimal pair's one edit), read
 as "is this sentence as written?", target "true" or "false" (one piece each in the
-on-the-fly tokenizers of 1,000 and 8,000 pieces), scored by rank classification over the two labels. Only the input carries the
-answer: the label strings alone, or blank inputs, score exactly 50 on the balanced
-validation split (the label-only control). Documents are split between train and
+on-the-fly tokenizers of 1,000 and 8,000 pieces), scored by rank classification over the
+two labels. Only the input carries the answer: the label strings alone, or blank inputs,
+score exactly 50 on the balanced validation split (the label-only control). Documents are split between train and
 validation (no document in both); `lm.mini_suite --suite=acceptability` fine-tunes on all
 five and scores them (docs/yardstick.md).
 """
@@ -32,8 +32,7 @@ VERSION = 1  # of the items (lm.mini_suite's suite_version): bump when they chan
 def _probe_sets(data_dir: str | None) -> Mapping[str, list[nlu_items.ProbeItem]]:
   """The probe sets of the yardstick's default item source (the standard library's comments
   for the embedded corpus, the held-out split of a data_dir), built once per process."""
-  source = "heldout" if data_dir else "comments"
-  docs = nlu_items.documents(data_dir, source)
+  docs = nlu_items.documents(data_dir, nlu_items.default_source(data_dir))
   return nlu_items.probe_sets(docs, 0, nlu_items.pretraining_text(data_dir))
 
 

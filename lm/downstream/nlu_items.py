@@ -136,11 +136,14 @@ _LEAD, _TRAIL = "(\"'*`", ")\"'*`,.;:!?"
 ITEM_SOURCES = ("comments", "heldout")  # see `documents`
 
 
+def default_source(data_dir: str | None) -> str:
+  """A data_dir's "heldout", else "comments" (about 30x the embedded held-out sentences)."""
+  return "heldout" if data_dir else "comments"
+
+
 def documents(data_dir: str | None = None, source: str = "heldout") -> list[str]:
-  """The documents items are cut from. "heldout": data_dir's held-out documents (None: the
-  embedded corpus's held-out split, which pre-training never reads; mini.heldout_documents).
-  "comments": the standard library's comments, one document per file, about 30x the
-  embedded held-out split's sentences (lm.data.corpus.comment_documents)."""
+  """The documents items are cut from: "heldout", data_dir's held-out documents (None: the
+  embedded corpus's, which pre-training never reads); "comments", the stdlib's, one per file."""
   if source not in ITEM_SOURCES:
     raise ValueError(f"unknown item source {source!r}; expected one of {list(ITEM_SOURCES)}")
   return corpus.comment_documents() if source == "comments" else mini.heldout_documents(data_dir)
