@@ -175,6 +175,22 @@ def suite_config(base: ml_collections.ConfigDict, init_from: str | None, *, step
   return config
 
 
+def suite_of(config: ml_collections.ConfigDict) -> Suite:
+  """The suite a `suite_config(...)` config scores: the one whose tasks are its
+  `finetune.eval_tasks` (suite_config sets them; the config is the fact's one owner).
+
+  Raises:
+    ValueError: the config's eval tasks are no suite's (not a suite_config result).
+  """
+  eval_tasks = tuple(t for t in str(config.finetune.get("eval_tasks") or "").split(",") if t)
+  for suite in SUITES.values():
+    if eval_tasks == suite.tasks:
+      return suite
+  raise ValueError(f"mini_suite: the config's finetune.eval_tasks {','.join(eval_tasks)!r} "
+                   f"are no suite's ({', '.join(SUITES)}); build the config with "
+                   "mini_suite.suite_config(base, ..., suite=SUITES[name]).")
+
+
 def summarize(results_json: dict[str, Any], suite: Suite = MINI) -> dict[str, Any]:
   """The suite's summary from a fine-tuning run's `eval/tasks_step_<N>.json` record."""
   tasks = suite.tasks
@@ -200,8 +216,9 @@ def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | 
 
 
 def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.PathLike,
-                       step: int, suite: Suite = MINI) -> dict[str, dict[str, float]]:
-  """The blank-input control: every suite task scored again with "" as each input.
+                       step: int) -> dict[str, dict[str, float]]:
+  """The blank-input control: every task of `config`'s suite (`suite_of`) scored again with
+  "" as each input.
 
   The fine-tuned run's checkpoint at `step` is restored and each task's validation examples
   (the first finetune.max_eval_examples, as the suite's own scores) are scored as the suite
@@ -215,6 +232,7 @@ def score_blank_inputs(config: ml_collections.ConfigDict, workdir: str | os.Path
   from lm import restore  # pylint: disable=g-import-not-at-top
   from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   from lm.downstream import task as task_lib  # pylint: disable=g-import-not-at-top
+  suite = suite_of(config)
   ft = config.finetune
   settings = config_lib.finetune_settings(config).evaluation
   r = restore.load_run(str(workdir), step=step)
@@ -243,13 +261,12 @@ def _other_suite(workdir: pathlib.Path, config: ml_collections.ConfigDict) -> st
 
 
 def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
-        suite: Suite = MINI, log=print) -> dict[str, Any]:
+        log=print) -> dict[str, Any]:
   """Fine-tunes (or resumes) `config` in `<output>/finetune`, writes and returns the summary.
 
   Args:
-    config: suite_config(...)'s result (of the same `suite`).
+    config: suite_config(...)'s result; its eval tasks name the suite (`suite_of`).
     output: a directory (created).
-    suite: which suite (SUITES).
     log: progress lines go here.
 
   Returns:
@@ -260,6 +277,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
   from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
   from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
   start = time.time()
+  suite = suite_of(config)
   output = pathlib.Path(output)
   workdir = output / "finetune"
   init = "pretrained" if config.ckpt.init_from else "scratch"
@@ -278,7 +296,7 @@ def run(config: ml_collections.ConfigDict, output: str | os.PathLike, *,
                      f"step {steps} ({path}); remove {workdir} and run again.")
   summary = summarize(json.loads(pathlib.Path(path).read_text()), suite)
   log("mini_suite: the blank-input control (every input replaced by \"\")")
-  blank = score_blank_inputs(config, workdir, steps, suite)
+  blank = score_blank_inputs(config, workdir, steps)
   column, blank_column = suite.name, f"{suite.name}_blank"
   summary.update({
       "blank": blank, blank_column: suite.average(blank),
@@ -361,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                           max_eval_examples=args.max_eval_examples,
                           learning_rate=args.learning_rate, decode=args.decode,
                           suite=suite)
-    run(config, args.output, suite=suite)
+    run(config, args.output)
   except (ValueError, FileNotFoundError) as e:
     return cli.bad_input_exit(e)
   return 0

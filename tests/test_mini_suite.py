@@ -70,7 +70,8 @@ def test_cli_bad_input(tmp_path, capsys):
 def test_cli_config_overrides_reach_the_run(tmp_path, capsys, monkeypatch):
   # launch.sweep passes a point's model overrides and a seed replicate's train.seed this way.
   got = []
-  monkeypatch.setattr(mini_suite, "run", lambda config, output, suite: got.append((config, suite)))
+  monkeypatch.setattr(mini_suite, "run",
+                      lambda config, output: got.append((config, mini_suite.suite_of(config))))
   assert mini_suite.main([f"--output={tmp_path}", "--from_scratch", f"--config={CONFIG}",
                           "--config.train.seed=3", "--config.model.num_layers=1"]) == 0
   assert got[0][0].train.seed == 3 and got[0][0].model.num_layers == 1

@@ -70,6 +70,14 @@ def test_the_acceptability_suite_config_and_summary():
   base = mini_suite.load_config(f"{REPO}/{ACCEPTABILITY.default_config}")
   c = mini_suite.suite_config(base, "/runs/pre", steps=40, suite=ACCEPTABILITY)
   assert c.finetune.eval_tasks.split(",") == list(nlu_accept.TASKS)
+  # the config owns which suite it is: run and the blank-input control read it from there
+  assert mini_suite.suite_of(c) is ACCEPTABILITY
+  assert mini_suite.suite_of(mini_suite.suite_config(
+      mini_suite.load_config(f"{REPO}/{mini_suite.DEFAULT_CONFIG}"), None)) is mini_suite.MINI
+  c.unlock()
+  c.finetune.eval_tasks = ",".join(nlu_accept.TASKS[:4])
+  with pytest.raises(ValueError, match="eval_tasks 'nlu_accept_.*' are no suite's"):
+    mini_suite.suite_of(c)
   with pytest.raises(ValueError, match="lack \\['nlu_accept_agreement'"):
     mini_suite.suite_config(mini_suite.load_config(f"{REPO}/{mini_suite.DEFAULT_CONFIG}"),
                             None, suite=ACCEPTABILITY)
