@@ -270,7 +270,8 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   Raises:
     FileNotFoundError: no such directory, config.json, weights or spiece.model.
     IncompatibleCheckpointError: the tokenizer does not fit the embedding.
-    hf_t5.HFConversionError (a ValueError): a checkpoint lm cannot represent.
+    hf_t5.HFConversionError (a ValueError): a checkpoint lm cannot represent, or a
+      T5Gemma directory (its tokenizer and decoder start are not T5's; ckpt.init_from reads it).
   """
   directory = os.path.abspath(directory)
   if not os.path.isdir(directory):
@@ -278,6 +279,12 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   if not os.path.isfile(os.path.join(directory, hf_t5.CONFIG_NAME)):
     raise FileNotFoundError(f"{directory} has no {hf_t5.CONFIG_NAME}; pass a transformers "
                             "save_pretrained directory.")
+  model_type = hf_t5.read_json(os.path.join(directory, hf_t5.CONFIG_NAME)).get("model_type")
+  if model_type == "t5gemma":
+    raise hf_t5.HFConversionError(
+        f"{directory} is a T5Gemma checkpoint; lm.decode, lm.evaluate and load_hf read T5 "
+        "checkpoints only (T5Gemma's Gemma tokenizer adds a <bos> and its decoder starts "
+        "from token 2, lm's from 0); fine-tune it with --config.ckpt.init_from instead.")
   spm_path = os.path.join(directory, HF_SPM_FILE)
   if not os.path.isfile(spm_path):
     raise FileNotFoundError(f"{directory} has no {HF_SPM_FILE} (the T5 SentencePiece model); "

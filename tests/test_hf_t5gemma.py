@@ -193,7 +193,28 @@ def test_export_refuses_non_t5gemma_configs(loaded):
       hf_t5gemma.lm_to_hf(bad, params)
 
 
-def test_ckpt_init_from_reads_a_t5gemma_directory(loaded):
+def test_decoder_start_is_the_decoders_bos():
+  """transformers' T5Gemma starts its decoder from config.decoder.bos_token_id."""
+  assert hf_t5gemma.decoder_start_id(_hf_config()) == 2
+  edited = _hf_config()
+  edited["decoder"]["bos_token_id"] = 7
+  assert hf_t5gemma.decoder_start_id(edited) == 7
+  del edited["decoder"]["bos_token_id"]
+  assert hf_t5gemma.decoder_start_id(edited) == 2  # the top-level bos_token_id
+
+
+def test_decode_and_evaluate_refuse_a_t5gemma_directory_by_name(capsys):
+  """load_hf reads T5 only: a T5Gemma directory gets one line naming why and what reads it,
+  not a missing-spiece.model error."""
+  from lm import decode, restore
+  with pytest.raises(HFConversionError, match="is a T5Gemma checkpoint.*ckpt.init_from"):
+    restore.load_hf(TINY)
+  assert decode.main([f"--hf={TINY}", f"--input={os.path.join(GOLDEN, 'report.json')}"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "T5Gemma checkpoint" in err[0] and "token 2" in err[0]
+
+
+def test_ckpt_init_from_reads_a_t5gemma_directory(loaded, caplog):
   import flax.linen as nn
 
   from lm import train
@@ -203,7 +224,10 @@ def test_ckpt_init_from_reads_a_t5gemma_directory(loaded):
   batch = {"encoder_input_tokens": np.ones((1, 4), np.int32),
            "decoder_input_tokens": np.ones((1, 4), np.int32)}
   abstract = jax.eval_shape(lambda: nn.unbox(model.init(jax.random.key(0), batch)["params"]))
-  got = train.init_params_from(TINY, config, abstract, None)
+  with caplog.at_level("WARNING"):
+    got = train.init_params_from(TINY, config, abstract, None)
+  # lm starts decoder inputs with 0 where T5Gemma starts with <bos> 2: said once
+  assert len([r for r in caplog.records if "decoder starts from token 2" in r.getMessage()]) == 1
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   with pytest.raises(Exception, match="emb_dim=16"):

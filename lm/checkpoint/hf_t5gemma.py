@@ -101,6 +101,16 @@ def _module(hf_config: Mapping[str, Any], stack: str) -> dict[str, Any]:
   return out
 
 
+def decoder_start_id(hf_config: Mapping[str, Any]) -> int:
+  """The token a T5Gemma decoder reads first: its decoder's ``bos_token_id`` (2, Gemma's
+  <bos>), as transformers' ``_shift_right`` and ``generate`` use it. lm's data and decoding
+  start every decoder input with 0 (T5's convention), so a T5Gemma checkpoint that
+  ``ckpt.init_from`` fine-tunes learns 0 as its start token (lm.train warns)."""
+  decoder = hf_config.get("decoder")
+  start = decoder.get("bos_token_id") if isinstance(decoder, Mapping) else None
+  return int(start if start is not None else hf_config.get("bos_token_id", 2))
+
+
 def _rope_theta(module: Mapping[str, Any], stack: str) -> float:
   """RoPE base of a module config (5.x ``rope_parameters`` or 4.x ``rope_theta``)."""
   params = module.get("rope_parameters")
@@ -536,5 +546,5 @@ def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
 
 
 __all__ = ["config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
-           "load_hf_checkpoint",
+           "load_hf_checkpoint", "decoder_start_id",
            "save_hf_t5gemma", "EMBED_NAMES", "HEAD_NAME"]
