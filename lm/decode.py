@@ -1,4 +1,4 @@
-"""Command line: decode prompts with a trained run or a Hugging Face T5 directory.
+"""Command line: decode prompts with a trained run or a Hugging Face T5 / T5Gemma directory.
 
     python -m lm.decode --workdir=runs/t5_local --input=prompts.txt --output=out.jsonl
     python -m lm.decode --hf=/ckpt/t5-v1_1-small --input=- --method=beam --beam_size=4 --alpha=0.6
@@ -12,7 +12,9 @@ of the output tokens' log-probabilities (greedy, sample) or the beam's length-pe
 score (beam).
 
 Prompts are laid out as in training (``lm.decoding.prompt_batch``): prompt + EOS into the
-encoder, or BOS + prompt + EOS as the decoder-only prefix. A prompt longer than the
+encoder, or BOS + prompt + EOS as the decoder-only prefix; a T5Gemma directory's as
+transformers lays them out (<bos> + prompt, decoder start 2: ``lm.restore.load_hf``'s
+framing, docs/checkpoints.md). A prompt longer than the
 input length (the run's data.inputs_length, or --max_input_length) is an error unless
 --truncate is given. Errors are one line on stderr with exit status 2.
 """
@@ -44,7 +46,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
       description=__doc__.split("\n\n", 1)[1] if __doc__ else None)
   source = parser.add_mutually_exclusive_group(required=True)
   source.add_argument("--workdir", help="training run directory (config.json + checkpoints/)")
-  source.add_argument("--hf", help="Hugging Face T5 save_pretrained directory with spiece.model")
+  source.add_argument("--hf", help="Hugging Face save_pretrained directory: T5 with spiece.model, "
+                      "or T5Gemma with tokenizer.model")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (--workdir; default latest)")
   parser.add_argument("--input", required=True, help="prompt file (text lines or jsonl), or - for stdin")
   parser.add_argument("--output", default=None, help="jsonl output file (default stdout)")
@@ -176,15 +179,20 @@ def run(args: argparse.Namespace) -> list[dict]:
       alpha=args.alpha, length_penalty=args.length_penalty,
       sampling=decoding.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p))
 
-  tokenizer = restored.tokenizer
+  tokenizer, framing = restored.tokenizer, restored.framing
+  decoder_only = not model_config.is_encoder_decoder
+  # the tokens framing adds to a prompt: T5's EOS (and a decoder-only model's BOS), T5Gemma's <bos>
+  added = len(framing.frame([1], decoder_only)) - 1
   token_lists, truncated = [], []
   for i, (text, ids) in enumerate(zip(prompts, tokenizer.encode_batch(prompts))):
     ids = [int(t) for t in ids]
-    room = input_length - 1  # the EOS
+    room = input_length - added + int(decoder_only)
     if len(ids) > room:
       if not args.truncate:
-        raise DecodeError(f"prompt {i + 1} has {len(ids)} tokens + EOS but the input length is "
-                          f"{input_length}; pass --truncate to cut it or raise --max_input_length")
+        raise DecodeError(f"prompt {i + 1} has {len(ids)} tokens + {added - int(decoder_only)} "
+                          f"framing ({'EOS' if framing.prompt_eos else '<bos>'}) but the input "
+                          f"length is {input_length}; pass --truncate to cut it or raise "
+                          "--max_input_length")
       truncated.append(len(ids) - room)
       ids = ids[:room]
     else:
@@ -194,14 +202,14 @@ def run(args: argparse.Namespace) -> list[dict]:
   shards = int(np.prod([restored.mesh.shape[a] for a in partitioning.BATCH_AXES
                         if a in restored.mesh.axis_names]))
   batch_size = -(-min(args.batch_size, len(prompts)) // shards) * shards
-  fn = decoding.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules)
+  fn = decoding.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules,
+                               decoder_start=framing.decoder_start)
   rng = jax.random.PRNGKey(args.seed)
-  decoder_only = not model_config.is_encoder_decoder
   records = []
   for start in tqdm(range(0, len(prompts), batch_size), desc="decode", unit="batch", file=sys.stderr):
     rows = token_lists[start:start + batch_size]
-    longest = max(len(r) for r in rows) + 1 + int(decoder_only)
-    batch = decoding.prompt_batch(rows, model_config, batch_size=batch_size,
+    longest = max(len(r) for r in rows) + added
+    batch = decoding.prompt_batch(rows, model_config, batch_size=batch_size, framing=framing,
                                   input_length=_bucket(longest, input_length + int(decoder_only)))
     ids = np.arange(start, start + batch_size, dtype=np.int32)
     tokens, scores = fn(restored.params, batch, rng, ids)

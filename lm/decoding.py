@@ -1,44 +1,18 @@
 """Decoding algorithms: greedy, sampling (temperature, top-k, top-p) and beam search.
 
-What lives here:
-  * model-agnostic searches over a ``tokens_to_logits`` callable (so they can be tested on
-    constructed distributions): ``greedy_search``, ``temperature_sample``, ``beam_search``;
-  * the glue to the Transformer's KV cache: ``prompt_batch`` (token lists -> padded model
-    features), ``model_decoder`` (prefill once, then one cached step per token) and
-    ``decode`` / ``make_decode_fn`` (one jitted function: prefill + search, sharded over a
-    mesh when given one).
+What lives here: the model-agnostic searches over a ``tokens_to_logits(tokens int32[N],
+state, step) -> (float32[N, V], state)`` callable (``greedy_search``,
+``temperature_sample``, ``beam_search``; the interface and beam search's t5x and
+transformers semantics are in docs/decoding.md), and the glue to the Transformer's KV
+cache: ``Framing`` / ``prompt_batch`` (token lists -> padded model features),
+``model_decoder`` (prefill once, then one cached step per token) and ``decode`` /
+``make_decode_fn`` (prefill + search, jitted, sharded over a mesh when given one).
 What does not: tokenization, files and flags (``lm.decode``), restoring checkpoints
 (``lm.restore``).
 
-Conventions (T5): EOS is id 1, padding / BOS is id 0. Decoded tokens are int32[B, M] with
-M = ``max_decode_length``: the generated tokens up to and including EOS, then 0s (never
-anything after EOS); a row that reaches M tokens without EOS is cut there.
-
-The search interface. A search starts from the logits of the first generated token (the
-prefill's output) and a ``state`` pytree whose array leaves carry a leading batch axis,
-and calls
-    tokens_to_logits(tokens int32[N], state, step int32[]) -> (float32[N, V] logits, state)
-to feed generated token number ``step`` (0-based) and get the distribution of token
-``step + 1``. N is the batch B (greedy, sampling) or B * beam_size (beam search, rows
-b * beam_size + k). Beam search reorders the state with ``gather_fn(state, int32[N'])``
-(default ``gather_rows``: every leaf with a leading axis is indexed along it).
-
-Beam search semantics (``length_penalty``):
-  "t5" (default; t5x ``decoding.beam_search``): 2 * beam_size candidates per step; every
-      candidate ending in EOS may enter the finished set with score
-      log p / ((5 + length) / 6) ** alpha (length counts the generated tokens, EOS
-      included); the best beam_size candidates not ending in EOS stay live. The search stops
-      when, for every example, all beam_size finished slots are filled and the worst
-      finished score beats the best live log-probability divided by the largest possible
-      penalty (max_decode_length): no live beam can then enter the finished set (log p only
-      falls as tokens are added, and alpha >= 0). An example that finishes nothing by
-      max_decode_length returns its live beams with their unpenalised log-probabilities
-      (as t5x does).
-  "hf" (transformers ``generate(num_beams, length_penalty=alpha, early_stopping=True)``):
-      score log p / length ** alpha; only the best beam_size of the 2 * beam_size
-      candidates may finish; an example is done (its finished set frozen) once beam_size
-      sequences finished; at max_decode_length the best beam_size candidates finish
-      whether or not they end in EOS.
+Conventions (T5): EOS is id 1, padding / BOS is id 0 (T5Gemma's framing differs:
+``Framing``). Decoded tokens are int32[B, M], M = ``max_decode_length``: the generated
+tokens up to and including EOS, then 0s; a row that reaches M tokens without EOS is cut.
 """
 from __future__ import annotations
 
@@ -272,7 +246,7 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
                 length_penalty: str = "t5", eos_id: int = EOS_ID,
                 gather_fn: Callable[[Any, jax.Array], Any] = gather_rows
                 ) -> tuple[jax.Array, jax.Array]:
-  """Beam search with T5 (t5x) or Hugging Face semantics (module docstring).
+  """Beam search with T5 (t5x) or Hugging Face semantics (docs/decoding.md "Beam search").
 
   Args:
     first_logits: float32[B, V] logits of the first generated token.
@@ -374,40 +348,59 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
 # ---------------------------------------------------------------------------------------
 # The model: prompts, cache, one jitted decode function.
 
+@dataclasses.dataclass(frozen=True)
+class Framing:
+  """How a checkpoint frames a prompt and starts its decoder (docs/decoding.md "Framing"):
+  in lm and T5 / T5Gemma, decoder_start (the decoder's first input) is 0 / 2, prompt_bos
+  (a token before every prompt) None / 2, and prompt_eos (an EOS after it) True / False."""
+  decoder_start: int = PAD_ID
+  prompt_bos: int | None = None
+  prompt_eos: bool = True
+
+  def frame(self, prompt: Sequence[int], decoder_only: bool, eos_id: int = EOS_ID) -> list[int]:
+    """The row of a prompt (ids, no BOS or EOS): [prompt_bos] + prompt + [EOS] (the encoder's
+    input); decoder-only [decoder_start] + that, or [decoder_start] for an empty prompt."""
+    ids = [int(t) for t in prompt]
+    framed = ([] if self.prompt_bos is None else [self.prompt_bos]) + ids + (
+        [eos_id] if self.prompt_eos else [])
+    if decoder_only:
+      return [self.decoder_start] + (framed if ids else [])
+    return framed
+
+
+T5_FRAMING = Framing()
+
+
 def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
                  input_length: int | None = None, eos_id: int = EOS_ID,
-                 batch_size: int | None = None) -> dict[str, np.ndarray]:
+                 batch_size: int | None = None,
+                 framing: Framing = T5_FRAMING) -> dict[str, np.ndarray]:
   """Token lists -> the padded features the model reads, laid out as in training.
 
-  Each prompt gets an EOS (the inputs of ``lm.data.converters.convert``). Encoder-decoder:
-  ``encoder_input_tokens`` = prompt + EOS, right-padded with 0. Decoder-only: the
-  decoder sequence BOS(0) + prompt + EOS (prefix LM: fully visible), right-padded, with
-  ``decoder_segment_ids`` 1 on it and 0 on padding; generation continues after it. An empty
-  prompt to a decoder-only model is just BOS (full-LM continuation).
+  Each prompt is ``framing.frame``d; with T5's framing: encoder-decoder
+  ``encoder_input_tokens`` = prompt + EOS, right-padded with 0; decoder-only the decoder
+  sequence BOS(0) + prompt + EOS (prefix LM: fully visible), right-padded, with
+  ``decoder_segment_ids`` 1 on it and 0 on padding, generation continuing after it (an
+  empty prompt is just BOS: full-LM continuation).
 
   Args:
-    prompts: B lists of token ids (no EOS).
+    prompts: B lists of token ids (no BOS or EOS).
     config: the model config (decides the layout).
     input_length: pad to this length (default: the longest row); a longer row raises.
     eos_id: EOS id appended to each prompt.
     batch_size: append rows of an empty prompt up to this many (for fixed shapes).
+    framing: the checkpoint's framing (T5's by default; ``lm.restore.Restored.framing``).
   Returns:
     encoder-decoder: {"encoder_input_tokens": int32[B', L]};
     decoder-only: {"decoder_input_tokens", "decoder_segment_ids",
     "decoder_causal_attention" (prefix LM only)}: int32[B', L]; B' = batch_size or B.
   """
   decoder_only = not config.is_encoder_decoder
-  rows = []
-  for p in prompts:
-    p = [int(t) for t in p]
-    if decoder_only:
-      rows.append([PAD_ID] + (p + [eos_id] if p else []))
-    else:
-      rows.append(p + [eos_id])
+  rows = [framing.frame(p, decoder_only, eos_id) for p in prompts]
   if batch_size is not None:
     if batch_size < len(rows):
       raise ValueError(f"batch_size {batch_size} < number of prompts {len(rows)}")
-    rows += [[PAD_ID] if decoder_only else [eos_id]] * (batch_size - len(rows))
+    rows += [framing.frame([], decoder_only, eos_id)] * (batch_size - len(rows))
   longest = max((len(r) for r in rows), default=1)
   length = longest if input_length is None else input_length
   if longest > length:
@@ -453,19 +446,20 @@ def _cache_gather_fn(config: TransformerConfig):
 
 
 def model_decoder(model: Transformer, params: Any, batch: Mapping[str, jax.Array],
-                  max_decode_length: int):
+                  max_decode_length: int, decoder_start: int = PAD_ID):
   """Prefills the KV cache from the prompts and returns the search's callables.
 
   Encoder-decoder: the encoder runs once, its keys/values are cached for cross-attention,
-  the decoder starts from BOS. Decoder-only: the whole right-padded prompt is filled in
-  one pass; each row's generated tokens continue at its own positions (its prompt length
-  + step), and padding slots are never attended, so a row decodes as it would alone.
+  the decoder starts from ``decoder_start``. Decoder-only: the whole right-padded prompt is
+  filled in one pass; each row's generated tokens continue at its own positions (its
+  prompt length + step); padding slots are never attended (a row decodes as if alone).
 
   Args:
     model: the Transformer.
     params: its params (plain or boxed).
     batch: from ``prompt_batch``.
     max_decode_length: M.
+    decoder_start: the encoder-decoder's first decoder input (``Framing.decoder_start``).
   Returns:
     (first_logits float32[B, V], state, tokens_to_logits, gather_fn), see the module
     docstring.
@@ -474,7 +468,8 @@ def model_decoder(model: Transformer, params: Any, batch: Mapping[str, jax.Array
   if cfg.is_encoder_decoder:
     enc = jnp.asarray(batch["encoder_input_tokens"])
     b = enc.shape[0]
-    pre = {"encoder_input_tokens": enc, "decoder_input_tokens": jnp.zeros((b, 1), jnp.int32)}
+    pre = {"encoder_input_tokens": enc,
+           "decoder_input_tokens": jnp.full((b, 1), decoder_start, jnp.int32)}
     lengths = jnp.ones((b,), jnp.int32)
     cache_length = max_decode_length
   else:
@@ -532,8 +527,8 @@ class DecodeConfig:
 
 
 def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], config: DecodeConfig,
-           rng: jax.Array | None = None, row_ids: jax.Array | None = None
-           ) -> tuple[jax.Array, jax.Array]:
+           rng: jax.Array | None = None, row_ids: jax.Array | None = None, *,
+           decoder_start: int = PAD_ID) -> tuple[jax.Array, jax.Array]:
   """Decodes a batch of prompts (pure; wrap in jax.jit, or use ``make_decode_fn``).
 
   Args:
@@ -543,12 +538,14 @@ def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], conf
     config: the DecodeConfig.
     rng: PRNG key (sampling only).
     row_ids: int32[B] per-row sampling seeds (global example indices).
+    decoder_start: the encoder-decoder's first decoder input (``Framing.decoder_start``).
   Returns:
     (int32[B, M] tokens, float32[B] scores): the sum of log-probabilities for greedy and
     sampling, the best beam's (length-penalised) score for beam search.
   """
   params = nn.meta.unbox(params)
-  first, state, t2l, gather = model_decoder(model, params, batch, config.max_decode_length)
+  first, state, t2l, gather = model_decoder(model, params, batch, config.max_decode_length,
+                                            decoder_start)
   m = config.max_decode_length
   if config.method == "greedy":
     return greedy_search(first, state, t2l, max_decode_length=m)
@@ -564,8 +561,9 @@ def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], conf
 
 
 def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
-                   rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES):
-  """A jitted ``fn(params, batch, rng, row_ids) -> (int32[B, M], float32[B])``.
+                   rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES,
+                   *, decoder_start: int = PAD_ID):
+  """A jitted ``fn(params, batch, rng, row_ids) -> (int32[B, M], float32[B])`` (``decode``'s).
 
   With a mesh, the batch rows are sharded over its data axes (B must divide evenly; every
   process passes the whole batch, also when the mesh spans processes) and the model's
@@ -573,7 +571,7 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
   with (``lm.restore`` places them on the mesh).
   """
   def fn(params, batch, rng, row_ids):
-    return decode(model, params, batch, config, rng, row_ids)
+    return decode(model, params, batch, config, rng, row_ids, decoder_start=decoder_start)
 
   jitted = jax.jit(fn)
   if mesh is None:
@@ -595,6 +593,7 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
 
 
 __all__ = ["EOS_ID", "PAD_ID", "METHODS", "LENGTH_PENALTIES", "SamplingConfig", "DecodeConfig",
+           "Framing", "T5_FRAMING",
            "filter_logits", "log_probs", "first_argmax", "greedy_search", "temperature_sample",
            "beam_search", "brevity_penalty", "hf_length_penalty", "gather_rows", "prompt_batch",
            "model_decoder", "decode", "make_decode_fn"]

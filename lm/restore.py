@@ -1,10 +1,12 @@
-"""Restore a trained model for evaluation or decoding: a run's workdir or an HF T5 directory.
+"""Restore a trained model for evaluation or decoding: a run's workdir or an HF directory.
 
     r = load_run("runs/t5_local")                       # latest step, all devices on `data`
     r = load_run("runs/t5_local", step=500, overrides=["--config.model.dtype=float32"],
                  mesh_shape=(1, 1, 8))
     r = load_hf("/ckpt/t5-v1_1-small")                  # config.json + model.safetensors
                                                         # + spiece.model
+    r = load_hf("/ckpt/t5gemma-b-b-prefixlm")           # T5Gemma: + tokenizer.model; its
+                                                        # framing in r.framing
     with partitioning.axis_rules(r.mesh, r.rules):
       logits = jax.jit(r.model.apply)({"params": r.params}, batch)
 
@@ -40,9 +42,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lm import checkpoint, cli, partitioning
+from lm import checkpoint, cli, decoding, partitioning
 from lm import config as config_lib
-from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5
+from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5, hf_t5gemma
 from lm.checkpoint.signature import recorded_model
 from lm.data import features, packing
 from lm.data import tokenizer as tokenizer_lib
@@ -52,6 +54,7 @@ from lm.model.transformer import Transformer, TransformerConfig
 CONFIG_FILE = config_lib.CONFIG_FILE  # written by lm/train.py
 CHECKPOINT_DIR = "checkpoints"
 HF_SPM_FILE = "spiece.model"         # transformers' T5Tokenizer file name
+HF_GEMMA_SPM_FILE = "tokenizer.model"  # transformers' GemmaTokenizer file name (T5Gemma)
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 
 # TransformerConfig fields that change neither the parameters nor what the model computes
@@ -85,6 +88,8 @@ class Restored:
     source: the directory the params came from (checkpoint step dir or HF dir).
     objective: the pre-training objective the run was trained on (config.data.objective;
       None for an HF directory).
+    framing: how the checkpoint frames prompts and starts its decoder (lm's and T5's:
+      decoding.T5_FRAMING; T5Gemma's: <bos> before the prompt, no EOS, decoder start 2).
   """
   config: ml_collections.ConfigDict | None
   model_config: TransformerConfig
@@ -97,6 +102,7 @@ class Restored:
   rules: tuple[tuple[str, Any], ...] = partitioning.DEFAULT_LOGICAL_AXIS_RULES
   source: str | None = None
   objective: str | None = None
+  framing: decoding.Framing = decoding.T5_FRAMING
 
   @property
   def architecture(self) -> str:
@@ -256,22 +262,26 @@ def _hf_extra_ids(directory: str, default: int = tokenizer_lib.DEFAULT_EXTRA_IDS
 def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
             dtype: str | None = None, extra_ids: int | None = None,
             devices: Sequence[jax.Device] | None = None) -> Restored:
-  """Imports a Hugging Face T5 `save_pretrained` directory and its SentencePiece model.
+  """Imports a Hugging Face T5 or T5Gemma `save_pretrained` directory and its tokenizer.
+
+  A T5Gemma directory (config.json's model_type "t5gemma") is framed as transformers frames
+  it (`Restored.framing`): its Gemma tokenizer puts <bos> before each prompt and no EOS
+  after it, and its decoder starts from the decoder's bos_token_id (2).
 
   Args:
-    directory: holds config.json, model.safetensors (or a sharded index) and
-      spiece.model (transformers' T5Tokenizer file).
+    directory: holds config.json, model.safetensors (or a sharded index) and the
+      SentencePiece model: spiece.model (transformers' T5Tokenizer file) for T5,
+      tokenizer.model (GemmaTokenizer's) for T5Gemma.
     mesh_shape, devices: as in `load_run`.
     dtype: activation dtype ("bfloat16" or "float32"); default the importer's.
-    extra_ids: sentinels appended to spiece.model; default tokenizer_config.json's
-      `extra_ids`, else 100 (T5). A model that already holds its sentinels loads
-      with 0 automatically.
+    extra_ids: sentinels appended to the SentencePiece model; default
+      tokenizer_config.json's `extra_ids`, else 100 for T5 and 0 for T5Gemma. A model that
+      already holds its sentinels loads with 0 automatically.
 
   Raises:
-    FileNotFoundError: no such directory, config.json, weights or spiece.model.
+    FileNotFoundError: no such directory, config.json, weights or SentencePiece model.
     IncompatibleCheckpointError: the tokenizer does not fit the embedding.
-    hf_t5.HFConversionError (a ValueError): a checkpoint lm cannot represent, or a
-      T5Gemma directory (its tokenizer and decoder start are not T5's; ckpt.init_from reads it).
+    hf_t5.HFConversionError (a ValueError): a checkpoint lm cannot represent.
   """
   directory = os.path.abspath(directory)
   if not os.path.isdir(directory):
@@ -279,17 +289,15 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   if not os.path.isfile(os.path.join(directory, hf_t5.CONFIG_NAME)):
     raise FileNotFoundError(f"{directory} has no {hf_t5.CONFIG_NAME}; pass a transformers "
                             "save_pretrained directory.")
-  model_type = hf_t5.read_json(os.path.join(directory, hf_t5.CONFIG_NAME)).get("model_type")
-  if model_type == "t5gemma":
-    raise hf_t5.HFConversionError(
-        f"{directory} is a T5Gemma checkpoint; lm.decode, lm.evaluate and load_hf read T5 "
-        "checkpoints only (T5Gemma's Gemma tokenizer adds a <bos> and its decoder starts "
-        "from token 2, lm's from 0); fine-tune it with --config.ckpt.init_from instead.")
-  spm_path = os.path.join(directory, HF_SPM_FILE)
+  hf_config = hf_t5.read_json(os.path.join(directory, hf_t5.CONFIG_NAME))
+  gemma = hf_config.get("model_type") == "t5gemma"
+  spm_file, kind = (HF_GEMMA_SPM_FILE, "Gemma") if gemma else (HF_SPM_FILE, "T5")
+  spm_path = os.path.join(directory, spm_file)
   if not os.path.isfile(spm_path):
-    raise FileNotFoundError(f"{directory} has no {HF_SPM_FILE} (the T5 SentencePiece model); "
-                            "copy the tokenizer's spiece.model into it.")
-  extra = _hf_extra_ids(directory) if extra_ids is None else extra_ids
+    raise FileNotFoundError(f"{directory} has no {spm_file} (the {kind} SentencePiece model); "
+                            f"copy the tokenizer's {spm_file} into it.")
+  extra = (_hf_extra_ids(directory, default=0 if gemma else tokenizer_lib.DEFAULT_EXTRA_IDS)
+           if extra_ids is None else extra_ids)
   try:
     tokenizer = tokenizer_lib.load_tokenizer(spm_path, extra_ids=extra)
   except ValueError as e:
@@ -297,7 +305,14 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
       raise
     tokenizer = tokenizer_lib.load_tokenizer(spm_path, extra_ids=0)
   overrides = {"dtype": dtype} if dtype else {}
-  model_config, numpy_params = hf_t5.load_hf_t5(directory, **overrides)
+  tensors = hf_t5.read_safetensors(directory)
+  if gemma:
+    model_config, numpy_params = hf_t5gemma.hf_to_lm(hf_config, tensors, **overrides)
+    framing = decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
+                               prompt_bos=tokenizer.bos_id, prompt_eos=False)
+  else:
+    model_config, numpy_params = hf_t5.hf_to_lm(hf_config, tensors, **overrides)
+    framing = decoding.T5_FRAMING
   try:
     tokenizer_lib.check_vocab_size(tokenizer.vocab_size, model_config.vocab_size,
                                    what=f"checkpoint in {directory}")
@@ -313,7 +328,7 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   params = jax.device_put(numpy_params, shardings)
   return Restored(config=None, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=None, workdir=None,
-                  source=directory)
+                  source=directory, framing=framing)
 
 
 # ---------------------------------------------------------------------------------------

@@ -203,15 +203,56 @@ def test_decoder_start_is_the_decoders_bos():
   assert hf_t5gemma.decoder_start_id(edited) == 2  # the top-level bos_token_id
 
 
-def test_decode_and_evaluate_refuse_a_t5gemma_directory_by_name(capsys):
-  """load_hf reads T5 only: a T5Gemma directory gets one line naming why and what reads it,
-  not a missing-spiece.model error."""
+@pytest.fixture(scope="module")
+def decode_golden():
+  with open(os.path.join(GOLDEN, "decode_golden.json")) as f:
+    return json.load(f)
+
+
+def test_load_hf_reads_t5gemma_with_its_framing(decode_golden):
+  """load_hf frames a T5Gemma prompt as transformers' GemmaTokenizer does (<bos> + pieces,
+  no EOS) and starts its decoder from <bos> 2 (tests/testdata/make_t5gemma_decode_golden.py)."""
+  from lm import restore
+  r = restore.load_hf(TINY)
+  assert r.framing == decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  assert (r.tokenizer.bos_id, r.tokenizer.unk_id, r.tokenizer.vocab_size) == (2, 3, 64)
+  framed = [r.framing.frame(ids, decoder_only=False)
+            for ids in r.tokenizer.encode_batch(decode_golden["texts"])]
+  assert framed == decode_golden["input_ids"]
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_t5gemma_decoding_matches_transformers_generate_from_its_own_start(decode_golden,
+                                                                           method):
+  """transformers' generate with the checkpoint's own settings (decoder start 2); lm's T5
+  framing (start 0, prompt + EOS) decodes other tokens, so the golden tells them apart."""
+  from lm import restore
+  r = restore.load_hf(TINY)
+  prompts = [ids[1:] for ids in decode_golden["input_ids"]]  # without the <bos>
+  extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
+  cfg = decoding.DecodeConfig(method=method, max_decode_length=decode_golden["max_new_tokens"],
+                              **extra)
+
+  def run(framing):
+    batch = decoding.prompt_batch(prompts, r.model_config, framing=framing)
+    return np.asarray(decoding.make_decode_fn(r.model, cfg, decoder_start=framing.decoder_start)(
+        r.params, batch, jax.random.PRNGKey(0), np.arange(len(prompts)))[0]).tolist()
+
+  assert run(r.framing) == decode_golden[f"{method}_tokens"]
+  assert run(decoding.T5_FRAMING) != decode_golden[f"{method}_tokens"]
+
+
+def test_lm_decode_hf_reads_a_t5gemma_directory(decode_golden, tmp_path):
+  """python -m lm.decode --hf=T5GEMMA_DIR: text in, transformers' greedy tokens out."""
   from lm import decode, restore
-  with pytest.raises(HFConversionError, match="is a T5Gemma checkpoint.*ckpt.init_from"):
-    restore.load_hf(TINY)
-  assert decode.main([f"--hf={TINY}", f"--input={os.path.join(GOLDEN, 'report.json')}"]) == 2
-  err = capsys.readouterr().err.strip().splitlines()
-  assert len(err) == 1 and "T5Gemma checkpoint" in err[0] and "token 2" in err[0]
+  prompts = tmp_path / "prompts.txt"
+  prompts.write_text("\n".join(decode_golden["texts"]) + "\n")
+  out = tmp_path / "out.jsonl"
+  assert decode.main([f"--hf={TINY}", f"--input={prompts}", f"--output={out}",
+                      f"--max_decode_length={decode_golden['max_new_tokens']}"]) == 0
+  tokenizer = restore.load_hf(TINY).tokenizer
+  got = [json.loads(line)["output"] for line in out.read_text().splitlines()]
+  assert got == [tokenizer.decode(t) for t in decode_golden["greedy_tokens"]]
 
 
 def test_ckpt_init_from_reads_a_t5gemma_directory(loaded, caplog):

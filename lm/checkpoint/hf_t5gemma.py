@@ -103,9 +103,10 @@ def _module(hf_config: Mapping[str, Any], stack: str) -> dict[str, Any]:
 
 def decoder_start_id(hf_config: Mapping[str, Any]) -> int:
   """The token a T5Gemma decoder reads first: its decoder's ``bos_token_id`` (2, Gemma's
-  <bos>), as transformers' ``_shift_right`` and ``generate`` use it. lm's data and decoding
-  start every decoder input with 0 (T5's convention), so a T5Gemma checkpoint that
-  ``ckpt.init_from`` fine-tunes learns 0 as its start token (lm.train warns)."""
+  <bos>), as transformers' ``_shift_right`` and ``generate`` use it. ``lm.restore.load_hf``
+  decodes from it (``Restored.framing``); lm's training data start every decoder input with
+  0 (T5's convention), so a T5Gemma checkpoint that ``ckpt.init_from`` fine-tunes learns 0
+  as its start token (lm.train warns)."""
   decoder = hf_config.get("decoder")
   start = decoder.get("bos_token_id") if isinstance(decoder, Mapping) else None
   return int(start if start is not None else hf_config.get("bos_token_id", 2))

@@ -42,6 +42,9 @@ from lm.data import corpus
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
+# The (pad, eos, unk, bos) ids a SentencePiece model may have: T5's (no BOS; what
+# `train` writes) and Gemma's (T5Gemma's tokenizer.model: a BOS at 2, unk at 3).
+ID_LAYOUTS = {"t5": (PAD_ID, EOS_ID, UNK_ID, -1), "gemma": (PAD_ID, EOS_ID, 3, 2)}
 DEFAULT_EXTRA_IDS = 100
 VOCAB_MULTIPLE = 128
 
@@ -100,14 +103,14 @@ class Tokenizer:
   Attributes:
     vocab_size: pieces + extra_ids; sentinel k is `vocab_size - 1 - k`.
     extra_ids: number of sentinels appended.
-    pad_id, eos_id, unk_id: 0, 1, 2.
+    pad_id, eos_id, unk_id: 0, 1, 2 (Gemma's layout: unk 3).
+    bos_id: None (T5: no BOS), or Gemma's 2 (ID_LAYOUTS).
     model_proto: the serialized SentencePiece model WITHOUT the extra ids (what
       `save` writes); load it again with the same `extra_ids`.
   """
 
   pad_id = PAD_ID
   eos_id = EOS_ID
-  unk_id = UNK_ID
 
   def __init__(self, model_proto: bytes, *, extra_ids: int = DEFAULT_EXTRA_IDS,
                num_threads: int = -1):
@@ -119,10 +122,13 @@ class Tokenizer:
     self._sp = spm.SentencePieceProcessor(
         model_proto=_add_extra_ids(self.model_proto, extra_ids), num_threads=num_threads)
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
-    if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
+    if ids not in ID_LAYOUTS.values():
       raise ValueError(
-          f"SentencePiece model has (pad, eos, unk, bos) ids {ids}; T5 conventions need "
-          f"(0, 1, 2, -1). Train it with `python -m lm.data.tokenizer train`.")
+          f"SentencePiece model has (pad, eos, unk, bos) ids {ids}; lm reads T5's "
+          f"{ID_LAYOUTS['t5']} or Gemma's {ID_LAYOUTS['gemma']}. Train one with "
+          "`python -m lm.data.tokenizer train`.")
+    self.unk_id = ids[2]
+    self.bos_id = ids[3] if ids[3] >= 0 else None
     self.vocab_size = self._sp.get_piece_size()
 
   @property
@@ -183,7 +189,7 @@ class Tokenizer:
         break
       if i == PAD_ID:
         continue
-      out.append(i if 0 <= i < self.vocab_size else UNK_ID)
+      out.append(i if 0 <= i < self.vocab_size else self.unk_id)
     return self._sp.Decode(out)
 
   def id_to_piece(self, i: int) -> str:
@@ -216,7 +222,7 @@ def load_tokenizer(path: str, *, extra_ids: int = DEFAULT_EXTRA_IDS,
   Raises:
     FileNotFoundError: no file at `path`.
     TokenizerFileError: the file is not a usable SentencePiece model (corrupt,
-      truncated, another format, or not following T5's id conventions), naming it.
+      truncated, another format, or with ids of neither ID_LAYOUTS), naming it.
   """
   file = epath.Path(path)  # local or remote (gs://), as the workdirs
   if not file.exists():

@@ -31,6 +31,29 @@ def test_special_ids_and_sentinels(tok):
     tok.sentinel_id(10)
 
 
+def _spm(ids: dict) -> bytes:
+  import io
+  import sentencepiece as spm
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(TEXT * 2),
+                                 model_writer=model, vocab_size=200, minloglevel=2, **ids)
+  return model.getvalue()
+
+
+def test_gemma_id_layout_has_a_bos_and_other_layouts_are_refused():
+  """T5Gemma's tokenizer.model: pad 0, eos 1, bos 2, unk 3 (ID_LAYOUTS["gemma"])."""
+  gemma = tok_lib.Tokenizer(_spm(dict(pad_id=0, eos_id=1, bos_id=2, unk_id=3)), extra_ids=0)
+  assert (gemma.pad_id, gemma.eos_id, gemma.unk_id, gemma.bos_id) == (0, 1, 3, 2)
+  ids = gemma.encode("The lazy dog")
+  assert 2 not in ids and gemma.decode(ids) == "The lazy dog"  # encode adds no BOS
+  assert gemma.decode([999]) == gemma.decode([3])  # out-of-range ids read as its unk
+  t5 = tok_lib.Tokenizer(_spm(dict(pad_id=0, eos_id=1, unk_id=2, bos_id=-1)), extra_ids=0)
+  assert t5.bos_id is None and t5.unk_id == 2
+  with pytest.raises(ValueError, match=r"\(0, 1, 3, 4\); lm reads T5's \(0, 1, 2, -1\) or "
+                     r"Gemma's \(0, 1, 3, 2\)"):
+    tok_lib.Tokenizer(_spm(dict(pad_id=0, eos_id=1, bos_id=4, unk_id=3)), extra_ids=0)
+
+
 def test_round_trip_and_batch(tok):
   text = "The lazy dog returns the number of pieces."
   ids = tok.encode(text)
