@@ -287,3 +287,23 @@ def test_bfloat16_checkpoint_loads_as_float32(tmp_path):
   got = params["encoder"]["layers_0"]["mlp"]["wo"]
   assert got.dtype == np.float32
   np.testing.assert_array_equal(got, want.astype(np.float32).T)
+
+
+def test_the_ml_preset_is_the_released_ml_config():
+  """google/t5gemma-ml-ml-prefixlm's config.json (its fields as published: 26 layers,
+  1152 wide, 4 query and 4 key/value heads of 256, MLP 6912) imports as the "ml" preset,
+  field for field; tests/model/test_accounting.py checks its 2,200,345,344 parameters."""
+  from lm.model.presets import make_config
+  module = dict(hidden_size=1152, intermediate_size=6912, num_attention_heads=4,
+                num_key_value_heads=4, head_dim=256, num_hidden_layers=26,
+                query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
+                final_logit_softcapping=30.0, rms_norm_eps=1e-6, rope_theta=10000.0,
+                hidden_activation="gelu_pytorch_tanh", vocab_size=256000, attention_bias=False,
+                layer_types=["sliding_attention", "full_attention"] * 13)
+  released = {"model_type": "t5gemma", "encoder": module,
+              "decoder": dict(module, is_decoder=True, cross_attention_hidden_size=1152),
+              "eos_token_id": [1, 107], "pad_token_id": 0, "dropout_rate": 0.0,
+              "attention_dropout": 0.0}
+  got = hf_t5gemma.config_from_hf(released, tie_embeddings=True,
+                                  separate_encoder_embedding=True, dtype="bfloat16")
+  assert got == make_config("t5gemma", "ml", "encoder_decoder")

@@ -26,18 +26,19 @@ Families:
   for 1.3B the paper prints 24 heads x 128, which would give 1.5B params, so we use 16 x 128
   = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers (only LayerNorm
   has a shift) and dense (not sparse-banded) attention.
-- ``t5gemma`` {s, b, l, xl, 2b, 9b}: T5Gemma (arXiv 2504.06225; docs/model.md): Gemma 2
+- ``t5gemma`` {s, b, l, ml, xl, 2b, 9b}: T5Gemma (arXiv 2504.06225; docs/model.md): Gemma 2
   blocks (GQA, RoPE, tanh-GEGLU, Gemma RMSNorm before and after each sub-block, sqrt(D)
   embedding scale, attention / final soft-caps 50 / 30, local (4096-token window) and global
   layers alternating, query scale head_dim**-0.5), vocab 256000, the head tied to the
   decoder's table; as ``encoder_decoder`` the encoder reads its own table
   (separate_encoder_embedding), the other architectures have one. 2b and 9b are Gemma 2's
   shapes (as ``causal``: Gemma 2 2B / 9B, 2,614,341,888 / 9,241,705,984 params); s, b, l,
-  xl T5.1.1's sizes with multi-head attention. The encoder_decoder counts equal the
-  released checkpoints' (s 312,517,632; b 591,490,560; xl 3,766,980,608; 9b 20,333,401,088);
-  l (1,241,761,792) has no published count to check it against. Not here: ML (its 26 x 1152
-  x 2,200,345,344 is met by many head shapes) and the unbalanced 9B-2B (lm's stacks share
-  one width).
+  xl T5.1.1's sizes with multi-head attention; ml the released config.json's (26 layers,
+  1152 wide, 4 heads of 256). The encoder_decoder counts equal the released checkpoints'
+  (s 312,517,632; b 591,490,560; ml 2,200,345,344; xl 3,766,980,608; 9b 20,333,401,088);
+  l (1,241,761,792) has no published count to check it against. Not here: the unbalanced
+  9B-2B (lm's stacks share one width; its decoder's cross_attention_hidden_size is the
+  encoder's 3584).
 - ``cpu`` {tiny, small_cpu}: T5.1.1 blocks in float32 for CPU runs: tiny (emb 64, 2 layers
   per stack), small_cpu (emb 256, 4 layers per stack).
 """
@@ -109,6 +110,7 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {
         "s": _gemma_row(8, 512, 1024, 8, 8, 64),
         "b": _gemma_row(12, 768, 2048, 12, 12, 64),
         "l": _gemma_row(24, 1024, 2816, 16, 16, 64),
+        "ml": _gemma_row(26, 1152, 6912, 4, 4, 256),  # t5gemma-ml-ml's config.json
         "xl": _gemma_row(24, 2048, 5120, 32, 32, 64),
         "2b": _gemma_row(26, 2304, 9216, 8, 4, 256),
         "9b": _gemma_row(42, 3584, 14336, 16, 8, 256),

@@ -45,8 +45,8 @@ def test_shared_has_half_the_layer_params():
     # The released T5Gemma checkpoints' safetensors totals (encoder table, decoder table tied
     # to the head); Gemma 2 2B / 9B as decoder-only.
     ("s", "encoder_decoder", 312_517_632), ("b", "encoder_decoder", 591_490_560),
-    ("xl", "encoder_decoder", 3_766_980_608), ("9b", "encoder_decoder", 20_333_401_088),
-    ("2b", "causal", 2_614_341_888), ("9b", "causal", 9_241_705_984),
+    ("ml", "encoder_decoder", 2_200_345_344), ("xl", "encoder_decoder", 3_766_980_608),
+    ("9b", "encoder_decoder", 20_333_401_088), ("2b", "causal", 2_614_341_888), ("9b", "causal", 9_241_705_984),
 ])
 def test_t5gemma_param_counts_are_the_released_checkpoints(size, architecture, want):
   assert accounting.count_params(make_config("t5gemma", size, architecture)) == want
@@ -263,9 +263,11 @@ PUBLISHED_SHAPES = {
     ("gpt3", "2_7b"): (32, 2560, 10240, 32, 80), ("gpt3", "6_7b"): (32, 4096, 16384, 32, 128),
     ("gpt3", "13b"): (40, 5140, 20560, 40, 128), ("gpt3", "175b"): (96, 12288, 49152, 96, 128),
     ("cpu", "tiny"): (2, 64, 128, 4, 16), ("cpu", "small_cpu"): (4, 256, 1024, 4, 64),
-    # T5Gemma: T5.1.1's sizes with multi-head attention (8 heads in s), Gemma 2's shapes.
+    # T5Gemma: T5.1.1's sizes with multi-head attention (8 heads in s), Gemma 2's shapes;
+    # ml from google/t5gemma-ml-ml-prefixlm's config.json (4 query and 4 key/value heads).
     ("t5gemma", "s"): (8, 512, 1024, 8, 64), ("t5gemma", "b"): (12, 768, 2048, 12, 64),
     ("t5gemma", "l"): (24, 1024, 2816, 16, 64), ("t5gemma", "xl"): (24, 2048, 5120, 32, 64),
+    ("t5gemma", "ml"): (26, 1152, 6912, 4, 256),
     ("t5gemma", "2b"): (26, 2304, 9216, 8, 256), ("t5gemma", "9b"): (42, 3584, 14336, 16, 256),
 }
 
