@@ -42,6 +42,8 @@ ROWS = [
     # alternating local / global layers are two layer bodies, so the stacks are unrolled
     # (the 5th field: scan_layers False; a compile of about 7 minutes here).
     ("t5gemma_b", "configs/t5.py:family=t5gemma,size=b", "v5p-8", "1,4,1", False),
+    ("t5gemma_ml", "configs/t5.py:family=t5gemma,size=ml", "v5p-8", "1,4,1", False),
+    ("t5gemma_2b", "configs/t5.py:family=t5gemma,size=2b", "v5p-16", "1,8,1", False),
 ]
 
 
