@@ -1,5 +1,7 @@
 """lm.downstream.evaluation: decoding and rank classification of a task's split, per architecture."""
 import functools
+import json
+import math
 
 import jax
 import numpy as np
@@ -118,4 +120,69 @@ def test_bad_inputs():
 def test_strip_decoded():
   assert evaluation.strip_decoded(np.array([5, 6, 1, 0])) == [5, 6]
   assert evaluation.strip_decoded(np.array([5, 6, 7])) == [5, 6, 7]
+  assert evaluation.strip_decoded(np.array([5, 1, 7, 0, 8])) == [5]  # the first EOS ends it
+  assert evaluation.strip_decoded(np.array([5, 0, 7])) == [5]
   assert evaluation.task_score({"accuracy": 80.0, "f1": 90.0}) == 85.0
+
+
+def test_round_up_trim_inputs_and_batch_multiple():
+  assert [evaluation._round_up(n, 8) for n in (0, 1, 7, 8, 9, 16, 17)] == [0, 8, 8, 8, 16, 16, 24]
+  assert evaluation._round_up(5, 1) == 5
+  ids = np.arange(2, 12)
+  assert evaluation._trim_inputs(ids, None).tolist() == ids.tolist()
+  assert evaluation._trim_inputs(ids, 4).tolist() == [2, 3, 4]  # and the EOS: 4
+  assert evaluation._trim_inputs(ids, 11).tolist() == ids.tolist()
+  assert evaluation._trim_inputs(ids, 1).tolist() == [] == evaluation._trim_inputs(ids, 0).tolist()
+  assert evaluation._trim_inputs([5, 6], None).dtype == np.int32
+
+  class Mesh:  # the batch axes are data and fsdp
+    shape = {"data": 2, "fsdp": 3, "model": 5}
+  assert evaluation._batch_multiple(None) == 1
+  assert evaluation._batch_multiple(Mesh()) == 6
+
+
+def test_write_results_files(tmp_path):
+  workdir = str(tmp_path / "runs" / "one")  # not there yet
+  outputs = {
+      "test_copy": {"metrics": {"exact_match": 50.0}, "num_examples": 2, "method": "decode",
+                    "split": "validation",
+                    "predictions": [{"inputs": "copy: café", "target": "café",
+                                     "prediction": "cafe"},
+                                    {"inputs": "copy: abc", "target": "abc", "prediction": "abc"}]},
+      "test_first": {"metrics": {"accuracy": np.float32(100.0), "f1": math.nan},
+                     "num_examples": 1, "method": "rank_classification", "split": "train",
+                     "predictions": [{"inputs": "first: a b", "target": "a", "prediction": "a",
+                                      "scores": [np.float32(-1.5), -math.inf]}]}}
+  path = evaluation.write_results(workdir, 7, outputs, architecture="causal",
+                                  extra={"source": "ckpt"})
+  assert str(path) == str(tmp_path / "runs" / "one" / "eval" / "tasks_step_7.json")
+  record = {"workdir": workdir, "step": 7, "architecture": "causal", "source": "ckpt",
+            "results": {"test_copy": {"exact_match": 50.0},
+                        "test_first": {"accuracy": 100.0, "f1": None}},
+            "score": {"test_copy": 50.0, "test_first": None},  # NaN: not JSON
+            "tasks": {"test_copy": {"num_examples": 2, "method": "decode", "split": "validation"},
+                      "test_first": {"num_examples": 1, "method": "rank_classification",
+                                     "split": "train"}}}
+  assert path.read_text() == json.dumps(record, indent=2, sort_keys=True) + "\n"
+  eval_dir = tmp_path / "runs" / "one" / "eval"
+  assert (eval_dir / "tasks_step_7.test_copy.validation.jsonl").read_text(encoding="utf-8") == (
+      '{"inputs": "copy: café", "target": "café", "prediction": "cafe"}\n'
+      '{"inputs": "copy: abc", "target": "abc", "prediction": "abc"}\n')
+  assert (eval_dir / "tasks_step_7.test_first.train.jsonl").read_text() == (
+      '{"inputs": "first: a b", "target": "a", "prediction": "a", "scores": [-1.5, null]}\n')
+  evaluation.write_results(workdir, 9, {}, architecture="causal")  # the directory is there
+  assert json.loads((eval_dir / "tasks_step_9.json").read_text())["results"] == {}
+
+
+def test_only_process_0_writes_results(tmp_path, monkeypatch):
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  assert evaluation.write_results(str(tmp_path), 1, {}, architecture="causal") is None
+  assert evaluation.write_best_results(str(tmp_path)) is None
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_json_safe():
+  tree = {1: np.float32(0.5), "b": (np.int64(2), float("nan"), [np.float64(-np.inf)]),
+          "c": "x", "d": None, "e": True}
+  assert evaluation._json_safe(tree) == {"1": 0.5, "b": [2, None, [None]], "c": "x",
+                                         "d": None, "e": True}

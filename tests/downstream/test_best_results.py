@@ -52,6 +52,14 @@ def test_mnli_matched_and_mismatched_share_one_step():
                                                     "glue_mnli_mismatched": 4}
 
 
+def test_missing_and_non_finite_metrics_lose_to_negative_scores():
+  # CoLA's Matthews correlation is below 0 early in training; a step without metrics or
+  # with a non-finite one still loses to it.
+  records = [rec(2, glue_cola={}), rec(4, glue_cola={"matthews_corrcoef": -5.0}),
+             rec(6, glue_cola={"matthews_corrcoef": math.nan})]
+  assert evaluation.select_best(records)["steps"] == {"glue_cola": 4}
+
+
 def test_ties_take_the_earliest_step_and_non_finite_scores_lose():
   records = [rec(4, glue_rte={"accuracy": 70.0}), rec(2, glue_rte={"accuracy": 70.0}),
              rec(6, glue_stsb={"pearson_corrcoef": None, "spearman_corrcoef": 99.0}),
@@ -90,6 +98,21 @@ def test_write_best_results_reads_the_run_and_computes_the_glue_average(tmp_path
 
 
 def test_no_results_yet(tmp_path):
-  assert evaluation.read_results(str(tmp_path)) == []
-  best = json.loads(evaluation.write_best_results(str(tmp_path)).read_text())
-  assert best == {"averages": {}, "evaluated_steps": [], "results": {}, "steps": {}}
+  workdir = str(tmp_path / "runs" / "one")  # not there yet
+  assert evaluation.read_results(workdir) == []
+  path = evaluation.write_best_results(workdir)
+  assert path.read_text() == (
+      '{\n  "averages": {},\n  "evaluated_steps": [],\n  "results": {},\n  "steps": {}\n}\n')
+
+
+def test_read_results_skips_other_files(tmp_path):
+  for step in (3, 12, 40):
+    _write(tmp_path, step, {"glue_rte": {"accuracy": float(step)}})
+  eval_dir = tmp_path / "eval"
+  for i in range(20):  # predictions, the best file and others, in any directory order
+    (eval_dir / f"tasks_step_{i}.glue_rte.validation.jsonl").write_text("{}\n")
+  (eval_dir / evaluation.BEST_RESULTS_FILE).write_text("{}")
+  (eval_dir / "step_12.json").write_text("{}")
+  assert evaluation.read_results(str(tmp_path), up_to_step=12) == [
+      rec(3, glue_rte={"accuracy": 3.0}), rec(12, glue_rte={"accuracy": 12.0})]
+  assert [r["step"] for r in evaluation.read_results(str(tmp_path))] == [3, 12, 40]
