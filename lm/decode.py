@@ -202,8 +202,7 @@ def run(args: argparse.Namespace) -> list[dict]:
   shards = int(np.prod([restored.mesh.shape[a] for a in partitioning.BATCH_AXES
                         if a in restored.mesh.axis_names]))
   batch_size = -(-min(args.batch_size, len(prompts)) // shards) * shards
-  fn = decoding.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules,
-                               decoder_start=framing.decoder_start)
+  fn = decoding.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules)
   rng = jax.random.PRNGKey(args.seed)
   records = []
   for start in tqdm(range(0, len(prompts), batch_size), desc="decode", unit="batch", file=sys.stderr):

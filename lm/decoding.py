@@ -378,7 +378,8 @@ def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
   """Token lists -> the padded features the model reads, laid out as in training.
 
   Each prompt is ``framing.frame``d; with T5's framing: encoder-decoder
-  ``encoder_input_tokens`` = prompt + EOS, right-padded with 0; decoder-only the decoder
+  ``encoder_input_tokens`` = prompt + EOS, right-padded with 0, and the decoder's first
+  input (``framing.decoder_start``) as ``decoder_input_tokens``; decoder-only the decoder
   sequence BOS(0) + prompt + EOS (prefix LM: fully visible), right-padded, with
   ``decoder_segment_ids`` 1 on it and 0 on padding, generation continuing after it (an
   empty prompt is just BOS: full-LM continuation).
@@ -391,7 +392,7 @@ def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
     batch_size: append rows of an empty prompt up to this many (for fixed shapes).
     framing: the checkpoint's framing (T5's by default; ``lm.restore.Restored.framing``).
   Returns:
-    encoder-decoder: {"encoder_input_tokens": int32[B', L]};
+    encoder-decoder: {"encoder_input_tokens": int32[B', L], "decoder_input_tokens" [B', 1]};
     decoder-only: {"decoder_input_tokens", "decoder_segment_ids",
     "decoder_causal_attention" (prefix LM only)}: int32[B', L]; B' = batch_size or B.
   """
@@ -411,7 +412,8 @@ def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
     tokens[i, :len(r)] = r
     segments[i, :len(r)] = 1
   if not decoder_only:
-    return {"encoder_input_tokens": tokens}
+    return {"encoder_input_tokens": tokens,
+            "decoder_input_tokens": np.full((len(rows), 1), framing.decoder_start, np.int32)}
   batch = {"decoder_input_tokens": tokens, "decoder_segment_ids": segments}
   if config.mask_type == "prefix_lm":
     batch["decoder_causal_attention"] = segments.copy()
@@ -446,11 +448,12 @@ def _cache_gather_fn(config: TransformerConfig):
 
 
 def model_decoder(model: Transformer, params: Any, batch: Mapping[str, jax.Array],
-                  max_decode_length: int, decoder_start: int = PAD_ID):
+                  max_decode_length: int):
   """Prefills the KV cache from the prompts and returns the search's callables.
 
   Encoder-decoder: the encoder runs once, its keys/values are cached for cross-attention,
-  the decoder starts from ``decoder_start``. Decoder-only: the whole right-padded prompt is
+  the decoder starts from the batch's ``decoder_input_tokens`` [B, 1] (the framing's start;
+  0 when absent). Decoder-only: the whole right-padded prompt is
   filled in one pass; each row's generated tokens continue at its own positions (its
   prompt length + step); padding slots are never attended (a row decodes as if alone).
 
@@ -459,7 +462,6 @@ def model_decoder(model: Transformer, params: Any, batch: Mapping[str, jax.Array
     params: its params (plain or boxed).
     batch: from ``prompt_batch``.
     max_decode_length: M.
-    decoder_start: the encoder-decoder's first decoder input (``Framing.decoder_start``).
   Returns:
     (first_logits float32[B, V], state, tokens_to_logits, gather_fn), see the module
     docstring.
@@ -468,8 +470,10 @@ def model_decoder(model: Transformer, params: Any, batch: Mapping[str, jax.Array
   if cfg.is_encoder_decoder:
     enc = jnp.asarray(batch["encoder_input_tokens"])
     b = enc.shape[0]
-    pre = {"encoder_input_tokens": enc,
-           "decoder_input_tokens": jnp.full((b, 1), decoder_start, jnp.int32)}
+    start = jnp.asarray(batch.get("decoder_input_tokens", np.zeros((b, 1))), jnp.int32)
+    if start.shape != (b, 1):  # the decoder's first input, not a teacher-forced sequence
+      raise ValueError(f"decoder_input_tokens must be [B, 1] = [{b}, 1], got {start.shape}")
+    pre = {"encoder_input_tokens": enc, "decoder_input_tokens": start}
     lengths = jnp.ones((b,), jnp.int32)
     cache_length = max_decode_length
   else:
@@ -527,8 +531,8 @@ class DecodeConfig:
 
 
 def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], config: DecodeConfig,
-           rng: jax.Array | None = None, row_ids: jax.Array | None = None, *,
-           decoder_start: int = PAD_ID) -> tuple[jax.Array, jax.Array]:
+           rng: jax.Array | None = None, row_ids: jax.Array | None = None
+           ) -> tuple[jax.Array, jax.Array]:
   """Decodes a batch of prompts (pure; wrap in jax.jit, or use ``make_decode_fn``).
 
   Args:
@@ -538,14 +542,12 @@ def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], conf
     config: the DecodeConfig.
     rng: PRNG key (sampling only).
     row_ids: int32[B] per-row sampling seeds (global example indices).
-    decoder_start: the encoder-decoder's first decoder input (``Framing.decoder_start``).
   Returns:
     (int32[B, M] tokens, float32[B] scores): the sum of log-probabilities for greedy and
     sampling, the best beam's (length-penalised) score for beam search.
   """
   params = nn.meta.unbox(params)
-  first, state, t2l, gather = model_decoder(model, params, batch, config.max_decode_length,
-                                            decoder_start)
+  first, state, t2l, gather = model_decoder(model, params, batch, config.max_decode_length)
   m = config.max_decode_length
   if config.method == "greedy":
     return greedy_search(first, state, t2l, max_decode_length=m)
@@ -561,8 +563,7 @@ def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], conf
 
 
 def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
-                   rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES,
-                   *, decoder_start: int = PAD_ID):
+                   rules: Sequence[tuple[str, Any]] = partitioning.DEFAULT_LOGICAL_AXIS_RULES):
   """A jitted ``fn(params, batch, rng, row_ids) -> (int32[B, M], float32[B])`` (``decode``'s).
 
   With a mesh, the batch rows are sharded over its data axes (B must divide evenly; every
@@ -571,7 +572,7 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
   with (``lm.restore`` places them on the mesh).
   """
   def fn(params, batch, rng, row_ids):
-    return decode(model, params, batch, config, rng, row_ids, decoder_start=decoder_start)
+    return decode(model, params, batch, config, rng, row_ids)
 
   jitted = jax.jit(fn)
   if mesh is None:

@@ -391,9 +391,31 @@ def test_decoding_on_a_mesh_equals_one_device():
   np.testing.assert_allclose(np.asarray(sharded[1]), np.asarray(single[1]), rtol=1e-5)
 
 
+def test_the_encoder_decoder_starts_from_the_batchs_decoder_input():
+  """The framing's start token reaches the decoder through the batch (prompt_batch): the
+  prefill's logits are the full forward's at a decoder input of that token."""
+  cfg = tiny()
+  model, params = model_and_params(cfg)
+  gemma = decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  for framing in (decoding.T5_FRAMING, gemma):
+    batch = decoding.prompt_batch(PROMPTS, cfg, framing=framing)
+    first = decoding.model_decoder(model, params, batch, 4)[0]
+    full = model.apply({"params": params}, {
+        "encoder_input_tokens": batch["encoder_input_tokens"],
+        "decoder_input_tokens": np.full((len(PROMPTS), 1), framing.decoder_start)})[:, 0]
+    np.testing.assert_allclose(np.asarray(first), np.asarray(full), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match=r"decoder_input_tokens must be \[B, 1\] = \[3, 1\]"):
+    decoding.model_decoder(model, params, dict(batch, decoder_input_tokens=np.zeros((3, 2))), 4)
+
+
 def test_prompt_batch_layouts():
   enc = decoding.prompt_batch([[5, 6], [7]], tiny())
   np.testing.assert_array_equal(enc["encoder_input_tokens"], [[5, 6, 1], [7, 1, 0]])
+  np.testing.assert_array_equal(enc["decoder_input_tokens"], [[0], [0]])  # the decoder's start
+  gemma = decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  enc = decoding.prompt_batch([[5, 6], [7]], tiny(), framing=gemma, batch_size=3)
+  np.testing.assert_array_equal(enc["encoder_input_tokens"], [[2, 5, 6], [2, 7, 0], [2, 0, 0]])
+  np.testing.assert_array_equal(enc["decoder_input_tokens"], [[2], [2], [2]])
   dec = decoding.prompt_batch([[5, 6], [], [7]], tiny(mask_type="prefix_lm"), batch_size=4)
   np.testing.assert_array_equal(dec["decoder_input_tokens"], [[0, 5, 6, 1], [0, 0, 0, 0], [0, 7, 1, 0], [0, 0, 0, 0]])
   np.testing.assert_array_equal(dec["decoder_segment_ids"], [[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])

@@ -235,7 +235,7 @@ def test_t5gemma_decoding_matches_transformers_generate_from_its_own_start(decod
 
   def run(framing):
     batch = decoding.prompt_batch(prompts, r.model_config, framing=framing)
-    return np.asarray(decoding.make_decode_fn(r.model, cfg, decoder_start=framing.decoder_start)(
+    return np.asarray(decoding.make_decode_fn(r.model, cfg)(
         r.params, batch, jax.random.PRNGKey(0), np.arange(len(prompts)))[0]).tolist()
 
   assert run(r.framing) == decode_golden[f"{method}_tokens"]

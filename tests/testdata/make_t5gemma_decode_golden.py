@@ -116,7 +116,7 @@ def main() -> None:
   for method, want, extra in (("greedy", greedy, {}),
                               ("beam", beam, dict(beam_size=2, alpha=1.0, length_penalty="hf"))):
     cfg = decoding.DecodeConfig(method=method, max_decode_length=MAX_NEW, **extra)
-    got = decoding.make_decode_fn(r.model, cfg, decoder_start=r.framing.decoder_start)(
+    got = decoding.make_decode_fn(r.model, cfg)(
         r.params, batch, jax.random.PRNGKey(0), np.arange(len(TEXTS)))[0]
     if np.asarray(got).tolist() != want:
       raise SystemExit(f"lm {method} {np.asarray(got).tolist()} != transformers {want}")
