@@ -1,4 +1,6 @@
 """lm.downstream.evaluation: decoding and rank classification of a task's split, per architecture."""
+import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -7,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from lm import decoding
+from lm import decoding, partitioning
 from lm import score as score_lib
 from lm.data import converters
 from lm.downstream import evaluation
@@ -186,3 +188,147 @@ def test_json_safe():
           "c": "x", "d": None, "e": True}
   assert evaluation._json_safe(tree) == {"1": 0.5, "b": [2, None, [None]], "c": "x",
                                          "d": None, "e": True}
+
+
+def _model(arch="causal", **kw):
+  """A model for the code around decoding and scoring (no params: they are not used)."""
+  return Transformer(TransformerConfig(
+      vocab_size=128, emb_dim=32, num_heads=2, head_dim=16, mlp_dim=64,
+      num_encoder_layers=1 if arch == "encoder_decoder" else 0, num_decoder_layers=1,
+      mask_type=arch, dtype="float32", **kw))
+
+
+def _fake_decode_fn(monkeypatch):
+  """Replaces the compiled decode: each row generates 10 + its row id, EOS, then 3s."""
+  calls = []
+
+  def fake_decode_fn(model, decode, mesh, rules):
+    def fn(params, batch, rng, row_ids):
+      tokens = next(iter(batch.values()))  # encoder or decoder inputs
+      calls.append((tokens.shape, np.asarray(row_ids).tolist(),
+                    jax.random.key_data(rng).tolist(), decode.max_decode_length))
+      out = np.full((len(row_ids), decode.max_decode_length), 3, np.int32)
+      out[:, 0], out[:, 1] = 10 + np.asarray(row_ids), decoding.EOS_ID
+      return out, np.zeros(len(row_ids), np.float32)
+    return fn
+  monkeypatch.setattr(evaluation, "_decode_fn", fake_decode_fn)
+  return calls
+
+
+def test_decode_inputs_batches_of_one_shape_with_global_row_ids(monkeypatch, capsys):
+  calls = _fake_decode_fn(monkeypatch)
+  cfg = decoding.DecodeConfig(max_decode_length=4)
+  prompts = [np.arange(2, 2 + n) for n in (3, 9, 1, 4, 2)]
+  assert evaluation.decode_inputs(_model(), None, prompts, batch_size=2, decode=cfg) == [
+      [10], [11], [12], [13], [14]]
+  key0 = jax.random.key_data(jax.random.key(0)).tolist()
+  # The longest prompt, BOS and EOS: 11 -> 16; the last batch filled with an empty prompt.
+  assert calls == [((2, 16), [0, 1], key0, 4), ((2, 16), [2, 3], key0, 4),
+                   ((2, 16), [4, 5], key0, 4)]
+  calls.clear()
+  assert evaluation.decode_inputs(_model(), None, prompts[:2], batch_size=0, decode=cfg) == [
+      [10], [11]]  # batch_size 0 counts as 1
+  assert [c[:2] for c in calls] == [((1, 16), [0]), ((1, 16), [1])]
+  assert capsys.readouterr().err == ""  # no progress bar unless asked
+
+
+def test_score_candidates_pads_to_one_shape(monkeypatch, capsys):
+  shapes = []
+
+  def fake_score_fn(model):
+    def fn(params, batch):  # "log-likelihood": the sum of the row's target tokens
+      shapes.append(batch["decoder_target_tokens"].shape)
+      return {"log_likelihood": batch["decoder_target_tokens"].sum(1).astype(np.float32)}
+    return fn
+  monkeypatch.setattr(evaluation, "_score_fn", fake_score_fn)
+  pairs = [(np.arange(2, 2 + n), np.arange(20, 20 + m)) for n, m in ((3, 1), (6, 4), (1, 1))]
+  # "inputs EOS targets EOS": the longest is 12 tokens -> 16.
+  expected = [float(i.sum() + t.sum() + 2 * decoding.EOS_ID) for i, t in pairs]
+  assert evaluation.score_candidates(_model(), None, pairs, batch_size=2).tolist() == expected
+  assert shapes == [(2, 16), (2, 16)]
+  shapes.clear()
+  assert evaluation.score_candidates(_model(), None, pairs[2:], batch_size=0).tolist() == (
+      expected[2:])  # one candidate, batch_size 0 counts as 1
+  assert shapes == [(1, 8)]
+  assert capsys.readouterr().err == ""  # no progress bar unless asked
+  # On a mesh the batch is placed on it and scored under its logical-axis rules.
+  entered = []
+
+  @contextlib.contextmanager
+  def axis_rules(mesh, rules):
+    entered.append((mesh, rules))
+    yield
+  monkeypatch.setattr(partitioning, "axis_rules", axis_rules)
+  evaluation.score_candidates(_model(), None, pairs, batch_size=2)
+  assert entered == []
+  mesh = partitioning.make_mesh((1, 1, 1), devices=jax.devices()[:1])
+  rules = (("batch", "data"),)
+  scores = evaluation.score_candidates(_model(), None, pairs, batch_size=2, mesh=mesh,
+                                       rules=rules)
+  assert scores.tolist() == expected and entered == [(mesh, rules)]
+
+
+def test_learned_positions_bound_the_prompt_and_decoded_lengths(monkeypatch):
+  _fake_decode_fn(monkeypatch)
+  cfg = decoding.DecodeConfig(max_decode_length=7)
+  # The name built at run time (as a flag's value is), not the interned literal.
+  causal = _model("causal", position_encoding="".join(["lear", "ned"]), max_length=16)
+  # 6 tokens + BOS + EOS -> 8 positions, + 7 or 8 decoded: 15 or 16 of 16.
+  for m in (7, 8):
+    assert evaluation.decode_inputs(causal, None, [np.arange(2, 8)], batch_size=2,
+                                    decode=decoding.DecodeConfig(max_decode_length=m)) == [[10]]
+  with pytest.raises(ValueError, match=r"prompts of 16 tokens \(\+ 7 decoded\) exceed the "
+                     r"model's learned positions \(16\)"):
+    evaluation.decode_inputs(causal, None, [np.arange(2, 9)], batch_size=2, decode=cfg)
+  # Encoder-decoder: 7 tokens + EOS fill the encoder's 8 positions (the decoder's own do
+  # not count here); 8 tokens + EOS -> 16 do not fit.
+  encoder_decoder = _model("encoder_decoder", position_encoding="learned", max_length=8)
+  assert evaluation.decode_inputs(encoder_decoder, None, [np.arange(2, 9)], batch_size=2,
+                                  decode=cfg) == [[10]]
+  with pytest.raises(ValueError, match=r"prompts of 16 tokens .* positions \(8\)"):
+    evaluation.decode_inputs(encoder_decoder, None, [np.arange(2, 10)], batch_size=2,
+                             decode=cfg)
+  # Without a table of positions max_length bounds nothing.
+  for position_encoding in ("alibi", "rope"):
+    model = _model("causal", position_encoding=position_encoding, max_length=4)
+    assert evaluation.decode_inputs(model, None, [np.arange(2, 9)], batch_size=2,
+                                    decode=cfg) == [[10]]
+
+
+def test_decode_and_score_functions_compile_once():
+  model = _model()
+  cfg = decoding.DecodeConfig(max_decode_length=4)
+  rules = tuple(partitioning.DEFAULT_LOGICAL_AXIS_RULES)
+  assert evaluation._decode_fn(model, cfg, None, rules) is evaluation._decode_fn(
+      model, cfg, None, rules)
+  assert evaluation._score_fn(model) is evaluation._score_fn(model)
+
+
+def test_evaluate_task_defaults_and_the_postprocessed_golds(monkeypatch, capsys):
+  calls = _fake_decode_fn(monkeypatch)
+  tok = fx.tokenizer()
+  seen = []
+
+  def metric(targets, predictions):
+    seen.append((list(targets), list(predictions)))
+    return {"n": float(len(targets))}
+  task = dataclasses.replace(
+      task_lib.get_task("test_copy"), metric_fns=(metric,),
+      postprocess=lambda text, example=None, is_target=False: (is_target, text.strip()))
+  out = evaluation.evaluate_task(_model(), None, tok, task, max_examples=3)
+  # Defaults: 32 rows a batch, at most 64 tokens generated, no progress bar.
+  assert [(c[0][0], c[3]) for c in calls] == [(32, 64)]
+  assert capsys.readouterr().err == ""
+  words = fx.WORDS[160:163]
+  assert seen == [([(True, w) for w in words],
+                   [(False, tok.decode([10 + i]).strip()) for i in range(3)])]
+  assert out["metrics"] == {"n": 3.0} and out["split"] == "validation"
+
+
+def test_rank_classification_refuses_an_example_without_choices():
+  task = task_lib.get_task("test_first")
+  examples = [{"inputs": "first: a b", "targets": "a", "candidates": ["b", "a"]},
+              {"inputs": "first: c d", "targets": "c", "candidates": []}]
+  with pytest.raises(ValueError, match="task 'test_first': example 1 has no choices"):
+    evaluation.evaluate_task(_model(), None, fx.tokenizer(), task, examples=examples,
+                             rank_classification=True)
