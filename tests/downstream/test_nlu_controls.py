@@ -1,4 +1,5 @@
 """The yardstick's controls with intervals (lm/downstream/nlu_controls.py)."""
+import dataclasses
 import json
 import pathlib
 
@@ -131,3 +132,89 @@ def test_the_report_shows_each_points_controls(tmp_path, monkeypatch):
   # points at chance, iid far above, so reversed.
   assert "| C4 | pooled | 1 / 3 |" in text and "| C4 | pooled | 1 / 3 | -" in text
   assert text.count("| reversed |") == 3
+
+
+def _hand_record(per_item, *, random_init=0.5, digest=None, step=1000):
+  """A record of the instruments {name: per-item 0/1 scores}, written out by hand."""
+  return {"suite": "nlu", "step": step, "items_digest": digest or {"all": "d"},
+          "instruments": {name: {"accuracy": float(np.mean(items)), "random_init": random_init,
+                                 "per_item": list(map(float, items))}
+                          for name, items in per_item.items()}}
+
+
+def test_item_slopes_take_any_positive_step_and_refuse_step_zero():
+  # log2 of 1, 2, 4 is 0, 1, 2: scores 5, 7, 9 rise 2 points per doubling.
+  got = K.item_slopes({1: np.full((1, 3), 5.0), 2: np.full((1, 3), 7.0),
+                       4: np.full((1, 3), 9.0)})
+  np.testing.assert_allclose(got, np.full((1, 3), 2.0))
+  np.testing.assert_allclose(K.item_slopes({1: np.zeros((2, 1)), 2: np.ones((2, 1))}), 1.0)
+  for steps in ((0, 1000), (-1, 1000)):
+    with pytest.raises(ValueError, match=r"positive steps, got \[-?[01], 1000\]"):
+      K.item_slopes({s: np.ones((1, 3)) for s in steps})
+
+
+def test_the_reading_is_the_side_of_zero_the_interval_lies_on():
+  def reading(low, high):
+    result = contrasts.BootstrapResult((low + high) / 2, low, high, 0.95, 10, 3, 1)
+    return K._reading(result, "up", "down", "neither")  # pylint: disable=protected-access
+  assert reading(0.5, 2.0) == reading(1.5, 2.0) == "up"          # low in (0, 1] too
+  assert reading(-2.0, -0.5) == reading(-0.5, -0.1) == "down"    # high in (-1, 0) too
+  assert reading(-0.5, 2.0) == reading(0.0, 2.0) == reading(-2.0, 0.0) == "neither"
+
+
+def test_one_instrument_has_no_pooled_row_and_points_without_records_are_skipped():
+  """{"empty": [], "one": ...} in that order: the empty point is passed over, not the end of
+  the table; one instrument gives its row alone, its margin against a one-seed zero."""
+  items = [1, 1, 0, 1, 1, 1, 0, 1]                         # 75 % against 50 %: 25 points
+  rows = K.random_init_table({"empty": [], "one": [_hand_record({"probe/x": items})]},
+                             num_resamples=500)
+  assert [(r.point, r.instrument) for r in rows] == [("one", "probe/x")]
+  result = rows[0].result
+  assert result.difference == pytest.approx(25.0)
+  assert (result.num_items, result.seeds_a, result.seeds_b) == (8, 1, 1)
+  assert result == contrasts.paired_bootstrap(100 * np.array([items]) - 50, np.zeros((1, 8)),
+                                              num_resamples=500)
+  assert "one seed" in rows[0].note
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    rows[0].reading = K.BELOW
+  history = {500: _hand_record({"probe/x": [0, 1, 0, 1]}, step=500),
+             1000: _hand_record({"probe/x": [1, 1, 0, 1]}, step=1000)}
+  rows = K.growth_table({"empty": [], "one": [history]}, num_resamples=500)
+  assert [(r.point, r.instrument) for r in rows] == [("one", "probe/x")]
+  assert rows[0].result.difference == pytest.approx(25.0)   # 50 % to 75 % in one doubling
+
+
+def test_digests_equal_up_to_key_order_are_the_same_items():
+  items = {"probe/x": [1, 0, 1, 1], "pairs/y": [0, 1, 1, 1]}
+  records = [_hand_record(items, digest={"probe/x": "a", "pairs/y": "b"}),
+             _hand_record(items, digest={"pairs/y": "b", "probe/x": "a"})]
+  rows = K.random_init_table({"p": records}, num_resamples=100)
+  assert [r.instrument for r in rows] == ["pairs/y", "probe/x", contrasts.POOLED]
+
+
+def test_growth_table_says_which_steps_its_seeds_share():
+  def record(step):
+    return _hand_record({"probe/x": [1, 0, 1, 1]}, step=step)
+  with pytest.raises(ValueError, match=r"one: scores at \[1000\] step\(s\) common"):
+    K.growth_table({"one": [{1000: record(1000)}]})
+  with pytest.raises(ValueError, match=r"apart: scores at no step\(s\) common"):
+    K.growth_table({"apart": [{500: record(500), 1000: record(1000)},
+                              {2000: record(2000), 4000: record(4000)}]})
+
+
+def test_the_tables_default_to_10_000_resamples_and_seed_0():
+  # Item scores spread over (0, 1) (no atoms), so the interval moves with any other draw.
+  def items(k):
+    return {"probe/x": [(k + 0.618034 * i) % 1 for i in range(12)],
+            "pairs/y": [(k + 0.414214 * i) % 1 for i in range(12)]}
+  points = {"p": [_hand_record(items(0.1)), _hand_record(items(0.7))]}
+  rows = K.random_init_table(points)
+  assert rows == K.random_init_table(points, num_resamples=10_000, confidence=0.95, seed=0)
+  for other in ({"num_resamples": 9_999}, {"num_resamples": 10_001}, {"seed": 1}):
+    assert rows != K.random_init_table(points, **other), other
+  steps = {"p": [{500: _hand_record(items(k)), 1000: _hand_record(items(k + 0.3))}
+                 for k in (0.1, 0.2)]}
+  rows = K.growth_table(steps)
+  assert rows == K.growth_table(steps, num_resamples=10_000, confidence=0.95, seed=0)
+  for other in ({"num_resamples": 9_999}, {"num_resamples": 10_001}, {"seed": 1}):
+    assert rows != K.growth_table(steps, **other), other
