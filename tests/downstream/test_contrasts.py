@@ -1,4 +1,5 @@
 """The paired bootstrap, the paper's contrasts and verdicts (lm/downstream/contrasts.py)."""
+import dataclasses
 import itertools
 import json
 import pathlib
@@ -430,3 +431,165 @@ def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_ite
   other = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
                                              "experiments/t5_corruption_rate.py"))
   assert "None of the paper's contrasts" in other
+
+
+# ----------------------------------------------------------------------------------------
+# Edges the mutation run (docs/testing.md) found untested.
+
+class _RecordingRng:
+  """A numpy Generator that records the shape of every `integers` draw."""
+
+  def __init__(self, seed):
+    self.rng, self.shapes = np.random.default_rng(seed), []
+
+  def integers(self, low, high, size):
+    self.shapes.append(size)
+    return self.rng.integers(low, high, size)
+
+
+def test_the_resamples_come_in_chunks_of_at_most_chunk_cells(monkeypatch):
+  """N = 3,000 items: 2^21 // 3,000 = 699 resamples a chunk, so 1,000 come as 699 + 301;
+  every resample is filled, with the closed-form mean. Past 2^21 items, one a chunk."""
+  d = np.tile([0.0, 1.0, 0.5], 1000)
+  strata = [([d[None]], [np.zeros((1, 3000))])]
+  rng = _RecordingRng(0)
+  draws = C._resampled_differences(strata, rng, 1000)[0]  # pylint: disable=protected-access
+  assert rng.shapes == [(699, 3000), (301, 3000)]
+  assert np.all((draws >= 0.4) & (draws <= 0.6))          # none left unfilled
+  assert draws.mean() == pytest.approx(0.5, abs=4 * d.std() / np.sqrt(3000 * 1000))
+  monkeypatch.setattr(C, "_CHUNK_CELLS", 4)                 # 4 cells, 5 items: 1 a chunk
+  rng = _RecordingRng(0)
+  strata = [([np.ones((2, 5))], [np.zeros((1, 5))])]
+  draws = C._resampled_differences(strata, rng, 3)[0]  # pylint: disable=protected-access
+  assert rng.shapes == [(1, 2), (1, 5)] * 3                # seeds, then items, per resample
+  np.testing.assert_allclose(draws, 1.0)
+
+
+@pytest.mark.parametrize("a, b, match", [
+    (np.ones((1, 0)), np.ones((1, 0)), r"float\[S, N\]"),
+    (np.ones((1, 3, 2)), np.ones((1, 3)), r"float\[S, N\]"),
+])
+def test_arms_without_items_or_of_three_axes_are_refused(a, b, match):
+  with pytest.raises(ValueError, match=match):
+    C.paired_bootstrap(a, b)
+
+
+def test_strata_with_other_seeds_per_point_are_refused():
+  for first, second in ((2, 3), (3, 2)):
+    strata = [(np.ones((first, 4)), np.ones((1, 4))), (np.ones((second, 4)), np.ones((1, 4)))]
+    with pytest.raises(ValueError, match=r"stratum 1: seeds per point differ"):
+      C.stratified_bootstrap(strata, num_resamples=10)
+
+
+@pytest.mark.parametrize("confidence", [-0.5, 0.0, 1.0, 1.5])
+def test_a_confidence_outside_zero_one_is_refused(confidence):
+  with pytest.raises(ValueError, match="confidence must be in"):
+    C.paired_bootstrap(np.ones((1, 3)), np.zeros((1, 3)), confidence=confidence)
+
+
+def test_verdicts_of_intervals_near_zero_and_notes_past_three_seeds():
+  def result(low, high, seeds=(3, 3)):
+    return C.BootstrapResult((low + high) / 2, low, high, 0.95, 10, *seeds)
+  assert C.verdict(result(-0.5, -0.1), 1) == C.REVERSED         # low in (-1, 0)
+  assert C.verdict(result(-0.5, -0.1), -1) == C.AGREES
+  assert C.verdict(result(0.1, 0.5), 1) == C.AGREES
+  assert C.seed_count_note(result(-1.0, 1.0, (4, 5))) == ""
+
+
+def _spread(k, n=12):
+  """Item scores spread over (0, 1), no atoms: any other bootstrap draw moves the interval."""
+  return np.array([[(k + 0.618034 * i + 0.1 * s) % 1 for i in range(n)] for s in range(2)])
+
+
+def test_the_bootstraps_default_to_10_000_resamples_seed_0_and_95_percent():
+  a, b = _spread(0.1), _spread(0.7)
+  for fn, args in ((C.paired_bootstrap, (a, b)), (C.stratified_bootstrap, ([(a, b)] * 2,)),
+                   (C.each_and_pooled, ([(a, b)] * 2,))):
+    got = fn(*args)
+    assert got == fn(*args, num_resamples=10_000, confidence=0.95, seed=0)
+    for other in ({"num_resamples": 9_999}, {"num_resamples": 10_001}, {"seed": 1}):
+      assert got != fn(*args, **other), (fn, other)
+
+
+def test_contrast_table_defaults_and_digests_equal_up_to_key_order():
+  def record(objective, k, digest):
+    items = _spread(k)[0]
+    instrument = {"accuracy": float(items.mean()), "random_init": 0.5,
+                  "per_item": items.tolist()}
+    return {"suite": "nlu", "step": 1000, "objective": objective,
+            "architecture": "encoder_decoder", "items_digest": digest,
+            "instruments": {"probe/agreement": instrument}}
+  points = {"prefix_lm": [record("prefix_lm", 0.1, {"a": "1", "b": "2"}),
+                          record("prefix_lm", 0.3, {"a": "1", "b": "2"})],
+            "deshuffle": [record("deshuffle", 0.7, {"b": "2", "a": "1"})]}
+  table = C.contrast_table(points, C.CONTRASTS[1:2])
+  assert [r.instrument for r in table] == ["probe/agreement"]
+  assert table == C.contrast_table(points, C.CONTRASTS[1:2], num_resamples=10_000,
+                                   confidence=0.95, seed=0)
+  for other in ({"num_resamples": 9_999}, {"num_resamples": 10_001}, {"seed": 1}):
+    assert table != C.contrast_table(points, C.CONTRASTS[1:2], **other), other
+
+
+def test_a_record_of_another_suite_with_instruments_is_refused(tmp_path):
+  for suite in ("tasks", "mini", None):
+    path = tmp_path / f"{suite}.json"
+    path.write_text(json.dumps({"suite": suite, "instruments": {}}))
+    with pytest.raises(ValueError, match="not an nlu result"):
+      C.read_nlu_record(str(path))
+
+
+def test_item_scores_units_at_their_tolerances():
+  # Every item 0 and an accuracy of exactly 1e-6: a fraction (within 1e-6), so 0.5 is 50 %.
+  np.testing.assert_allclose(
+      C.item_scores({"accuracy": 1e-6, "random_init": 0.5, "per_item": [0, 0]}), [-50, -50])
+  # A percentage whose random-init accuracy is below 1 %: 0.5 is 0.5 points, not 50.
+  np.testing.assert_allclose(
+      C.item_scores({"accuracy": 75.0, "random_init": 0.5, "per_item": [1, 1, 1, 0]}),
+      [99.5, 99.5, 99.5, -0.5])
+  with pytest.raises(ValueError, match="neither the mean"):   # 75.5 is not 100 x 0.75
+    C.item_scores({"accuracy": 75.5, "random_init": 50.0, "per_item": [1, 1, 1, 0]})
+
+
+def test_results_contrasts_and_rows_are_frozen():
+  result = C.BootstrapResult(1.0, 0.5, 1.5, 0.95, 10, 3, 3)
+  contrast = C.CONTRASTS[1]
+  row = C.ContrastRow(contrast, C.POOLED, result, C.AGREES, "")
+  for obj, field in ((result, "low"), (contrast.a[0], "point"), (contrast, "paper_sign"),
+                     (row, "verdict")):
+    with pytest.raises(dataclasses.FrozenInstanceError):
+      setattr(obj, field, None)
+
+
+def test_one_item_and_one_resample_are_enough_and_fewer_are_refused():
+  result = C.paired_bootstrap(np.full((1, 1), 3.0), np.ones((1, 1)), num_resamples=5)
+  assert (result.difference, result.low, result.high, result.num_items) == (2.0, 2.0, 2.0, 1)
+  one = C.paired_bootstrap(np.array([[1.0, 0.0]]), np.zeros((1, 2)), num_resamples=1)
+  assert one.low == one.high and one.low in (0.0, 0.5, 1.0)    # the one draw's mean
+  for num_resamples in (0, -1):
+    with pytest.raises(ValueError, match="num_resamples must be >= 1"):
+      C.paired_bootstrap(np.ones((1, 2)), np.zeros((1, 2)), num_resamples=num_resamples)
+
+
+def test_a_point_recording_a_later_objective_or_architecture_is_refused():
+  """The check is !=, not an order: "prefix_lm" sorts after "deshuffle", "causal" before
+  "encoder_decoder"."""
+  rng = np.random.default_rng(6)
+  points = _objectives_points(rng, seeds=1, n=10)
+  points["deshuffle"] = points["prefix_lm"]
+  with pytest.raises(ValueError, match="records objective 'prefix_lm'.*'deshuffle'"):
+    C.contrast_table(points, C.CONTRASTS[1:2])
+  points = _objectives_points(rng, seeds=1, n=10)
+  points["deshuffle"] = [{**points["deshuffle"][0], "architecture": "prefix_lm"}]
+  with pytest.raises(ValueError, match="records architecture 'prefix_lm'"):
+    C.contrast_table(points, C.CONTRASTS[1:2])
+
+
+def test_item_scores_at_the_percent_tolerance_and_the_random_init_unit_boundary():
+  # Every item 0, an accuracy of exactly 1e-4: a percentage (within 1e-4 of 100 x 0).
+  np.testing.assert_allclose(
+      C.item_scores({"accuracy": 1e-4, "random_init": 50.0, "per_item": [0, 0]}), [-50, -50])
+  # Every item 0 (accuracy 0 in either unit): random_init 1 is a fraction, 1.5 a percentage.
+  np.testing.assert_allclose(
+      C.item_scores({"accuracy": 0.0, "random_init": 1.0, "per_item": [0, 0]}), [-100, -100])
+  np.testing.assert_allclose(
+      C.item_scores({"accuracy": 0.0, "random_init": 1.5, "per_item": [0, 0]}), [-1.5, -1.5])
