@@ -290,7 +290,7 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
     raise FileNotFoundError(f"{directory} has no {hf_t5.CONFIG_NAME}; pass a transformers "
                             "save_pretrained directory.")
   hf_config = hf_t5.read_json(os.path.join(directory, hf_t5.CONFIG_NAME))
-  gemma = hf_config.get("model_type") == "t5gemma"
+  gemma = hf_t5gemma.is_t5gemma(hf_config)
   spm_file, kind = (HF_GEMMA_SPM_FILE, "Gemma") if gemma else (HF_SPM_FILE, "T5")
   spm_path = os.path.join(directory, spm_file)
   if not os.path.isfile(spm_path):
@@ -305,14 +305,11 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
       raise
     tokenizer = tokenizer_lib.load_tokenizer(spm_path, extra_ids=0)
   overrides = {"dtype": dtype} if dtype else {}
-  tensors = hf_t5.read_safetensors(directory)
-  if gemma:
-    model_config, numpy_params = hf_t5gemma.hf_to_lm(hf_config, tensors, **overrides)
-    framing = decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
-                               prompt_bos=tokenizer.bos_id, prompt_eos=False)
-  else:
-    model_config, numpy_params = hf_t5.hf_to_lm(hf_config, tensors, **overrides)
-    framing = decoding.T5_FRAMING
+  model_config, numpy_params = hf_t5gemma.checkpoint_to_lm(
+      hf_config, hf_t5.read_safetensors(directory), **overrides)
+  framing = (decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
+                              prompt_bos=tokenizer.bos_id, prompt_eos=False)
+             if gemma else decoding.T5_FRAMING)
   try:
     tokenizer_lib.check_vocab_size(tokenizer.vocab_size, model_config.vocab_size,
                                    what=f"checkpoint in {directory}")

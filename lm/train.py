@@ -379,15 +379,17 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
   """
   where = workdir_lib.as_path(path)
   if (where / hf_t5.CONFIG_NAME).exists() and not (where / "checkpoints").is_dir():
-    hf_config, params = hf_t5gemma.load_hf_checkpoint(  # T5 or T5Gemma, by model_type
-        os.fspath(path), scan_layers=model_config.scan_layers, dtype=model_config.dtype)
     raw = hf_t5.read_json(os.path.join(os.fspath(path), hf_t5.CONFIG_NAME))
-    if raw.get("model_type") == "t5gemma" and hf_t5gemma.decoder_start_id(raw) != 0:
+    hf_config, params = hf_t5gemma.checkpoint_to_lm(  # T5 or T5Gemma, by model_type
+        raw, hf_t5.read_safetensors(os.fspath(path)), scan_layers=model_config.scan_layers,
+        dtype=model_config.dtype)
+    start = hf_t5gemma.decoder_start_id(raw) if hf_t5gemma.is_t5gemma(raw) else 0
+    if start != 0:
       logging.warning(
           "ckpt.init_from: %s is a T5Gemma checkpoint whose decoder starts from token %d "
           "(<bos>); lm starts every decoder input with 0, so this run fine-tunes it to that "
           "start token and its first steps are not T5Gemma's zero-shot behaviour.",
-          path, hf_t5gemma.decoder_start_id(raw))
+          path, start)
     what = checkpoint.shape_mismatch(checkpoint.param_shapes(params),
                                      checkpoint.param_shapes(abstract_params))
     if what:

@@ -523,14 +523,16 @@ def load_hf_t5gemma(directory: str | os.PathLike, **overrides
   return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
 
 
-def load_hf_checkpoint(directory: str | os.PathLike, **overrides
-                       ) -> tuple[TransformerConfig, dict[str, Any]]:
-  """``load_hf_t5gemma`` or ``lm.checkpoint.hf_t5.load_hf_t5``, by config.json's model_type
-  ("t5gemma" or T5's); same arguments, results and errors."""
-  hf_config = read_json(os.path.join(os.fspath(directory), CONFIG_NAME))
-  if hf_config.get("model_type") == "t5gemma":
-    return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
-  return hf_t5.hf_to_lm(hf_config, read_safetensors(directory), **overrides)
+def is_t5gemma(hf_config: Mapping[str, Any]) -> bool:
+  """Whether a parsed config.json is T5Gemma's (model_type "t5gemma"), else T5's."""
+  return hf_config.get("model_type") == "t5gemma"
+
+
+def checkpoint_to_lm(hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
+                     **overrides) -> tuple[TransformerConfig, dict[str, Any]]:
+  """``hf_to_lm`` or ``lm.checkpoint.hf_t5.hf_to_lm``, by ``is_t5gemma(hf_config)``."""
+  convert = hf_to_lm if is_t5gemma(hf_config) else hf_t5.hf_to_lm
+  return convert(hf_config, tensors, **overrides)
 
 
 def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
@@ -547,5 +549,5 @@ def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
 
 
 __all__ = ["config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
-           "load_hf_checkpoint", "decoder_start_id",
+           "checkpoint_to_lm", "is_t5gemma", "decoder_start_id",
            "save_hf_t5gemma", "EMBED_NAMES", "HEAD_NAME"]
