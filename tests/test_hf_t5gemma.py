@@ -209,11 +209,17 @@ def decode_golden():
     return json.load(f)
 
 
-def test_load_hf_reads_t5gemma_with_its_framing(decode_golden):
+@pytest.fixture(scope="module")
+def restored():
+  """lm.restore.load_hf of the tiny T5Gemma directory (with its tokenizer.model)."""
+  from lm import restore
+  return restore.load_hf(TINY)
+
+
+def test_load_hf_reads_t5gemma_with_its_framing(decode_golden, restored):
   """load_hf frames a T5Gemma prompt as transformers' GemmaTokenizer does (<bos> + pieces,
   no EOS) and starts its decoder from <bos> 2 (tests/testdata/make_t5gemma_decode_golden.py)."""
-  from lm import restore
-  r = restore.load_hf(TINY)
+  r = restored
   assert r.framing == decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
   assert (r.tokenizer.bos_id, r.tokenizer.unk_id, r.tokenizer.vocab_size) == (2, 3, 64)
   framed = [r.framing.frame(ids, decoder_only=False)
@@ -223,11 +229,10 @@ def test_load_hf_reads_t5gemma_with_its_framing(decode_golden):
 
 @pytest.mark.parametrize("method", ["greedy", "beam"])
 def test_t5gemma_decoding_matches_transformers_generate_from_its_own_start(decode_golden,
-                                                                           method):
+                                                                           restored, method):
   """transformers' generate with the checkpoint's own settings (decoder start 2); lm's T5
   framing (start 0, prompt + EOS) decodes other tokens, so the golden tells them apart."""
-  from lm import restore
-  r = restore.load_hf(TINY)
+  r = restored
   prompts = [ids[1:] for ids in decode_golden["input_ids"]]  # without the <bos>
   extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
   cfg = decoding.DecodeConfig(method=method, max_decode_length=decode_golden["max_new_tokens"],
@@ -242,15 +247,15 @@ def test_t5gemma_decoding_matches_transformers_generate_from_its_own_start(decod
   assert run(decoding.T5_FRAMING) != decode_golden[f"{method}_tokens"]
 
 
-def test_lm_decode_hf_reads_a_t5gemma_directory(decode_golden, tmp_path):
+def test_lm_decode_hf_reads_a_t5gemma_directory(decode_golden, restored, tmp_path):
   """python -m lm.decode --hf=T5GEMMA_DIR: text in, transformers' greedy tokens out."""
-  from lm import decode, restore
+  from lm import decode
   prompts = tmp_path / "prompts.txt"
   prompts.write_text("\n".join(decode_golden["texts"]) + "\n")
   out = tmp_path / "out.jsonl"
   assert decode.main([f"--hf={TINY}", f"--input={prompts}", f"--output={out}",
                       f"--max_decode_length={decode_golden['max_new_tokens']}"]) == 0
-  tokenizer = restore.load_hf(TINY).tokenizer
+  tokenizer = restored.tokenizer
   got = [json.loads(line)["output"] for line in out.read_text().splitlines()]
   assert got == [tokenizer.decode(t) for t in decode_golden["greedy_tokens"]]
 
