@@ -2,7 +2,8 @@
 
 Conventions (seqio `SentencePieceVocabulary`, T5's `cc_all.32000` + 100 extra ids):
 
-  id 0 = <pad>, id 1 = </s> (EOS), id 2 = <unk>; no BOS.
+  id 0 = <pad>, id 1 = </s> (EOS), id 2 = <unk>; no BOS (Gemma's tokenizer.model, with a
+  BOS at 2 and <unk> at 3, is read too: ID_LAYOUTS).
   `extra_ids` sentinels are appended after the SentencePiece pieces in REVERSE order:
   <extra_id_0> = vocab_size - 1, <extra_id_k> = vocab_size - 1 - k.
   vocab_size = pieces in the .model file + extra_ids (32000 + 100 = 32100 for T5).
