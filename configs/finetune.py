@@ -30,7 +30,7 @@ instead, which only changes the logged loss scale.
   inputs_length [512, runlocal 64], targets_length [128, runlocal 16]
   steps [2^18, runlocal 300], batch [128, runlocal 16], eval_every [5000, runlocal 100]
   data_dir      [""] where the tasks' files are (config.finetune.data_dir)
-  init_from     [""] config.ckpt.init_from (a run dir or an HF T5 dir)
+  init_from     [""] config.ckpt.init_from (a run dir, or an HF T5 or T5Gemma dir)
   runlocal      [False] tiny model, embedded tokenizer, wandb offline
 
 Fields added to the t5 config (config.finetune):
@@ -40,6 +40,8 @@ Fields added to the t5 config (config.finetune):
   eval_every     decode-and-score every N steps (and at the last step); 0 = never
   max_eval_examples [0 = all] per task; max_decode_length [0 = data.targets_length]
   rank_classification [False]: rank the choices of tasks that have them (instead of decoding)
+  framing        ["t5"] how inputs are framed and the decoder starts (lm.data.converters.FRAMINGS):
+                 "t5gemma" to fine-tune a T5Gemma checkpoint (<bos> + inputs, decoder from 2)
 ckpt.best_metric = "eval/finetune_score" (mean over tasks of each task's mean metric),
 ckpt.best_mode = "max", ckpt.keep_best = 1. train.eval_every = 0 (no held-out loss pass;
 set it to also log the teacher-forced validation loss).
@@ -116,7 +118,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.finetune = ml_collections.ConfigDict(dict(
       tasks=tasks, eval_tasks="", data_dir=arg.data_dir, split="train",
       eval_split="validation", eval_every=every, max_eval_examples=0, max_decode_length=0,
-      rank_classification=False))
+      rank_classification=False, framing="t5"))
   config.wandb.project = "lm-finetune"
   config.wandb.tags = tuple(config.wandb.tags) + tuple(n.split(":")[0] for n in
                                                        tasks.split(","))

@@ -44,7 +44,7 @@ from lm import architecture as architecture_lib
 from lm import cli
 from lm import optim
 from lm import writers
-from lm.data import objectives, pipeline
+from lm.data import converters, objectives, pipeline
 from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 from lm.data.tokenizer import padded_vocab_size
 from lm.downstream import finetune, finetune_data
@@ -306,6 +306,16 @@ def finetuning(config: ml_collections.ConfigDict) -> bool:
   return bool(ft is not None and ft.get("tasks"))
 
 
+def framing(config: ml_collections.ConfigDict) -> converters.Framing:
+  """How the run frames inputs and starts its decoder: config.finetune.framing (a name of
+  lm.data.converters.FRAMINGS; "t5gemma" to fine-tune a T5Gemma checkpoint) when it
+  fine-tunes, T5's otherwise (pre-training data are T5's)."""
+  ft = config.get("finetune")
+  if not finetuning(config):
+    return converters.T5_FRAMING
+  return converters.framing_named(str(ft.get("framing") or "t5"))
+
+
 def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSettings | None:
   """config.finetune typed (lm.downstream.finetune.FinetuneSettings), with the data fields
   fine-tuning reads; None when the run is not `finetuning`."""
@@ -320,7 +330,7 @@ def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSet
       inputs_length=int(d.inputs_length), targets_length=int(d.targets_length),
       batch_size=int(d.batch_size), eval_batch_size=d.eval_batch_size,
       num_shards=int(d.num_shards), pack=bool(d.pack), num_packing_bins=d.num_packing_bins,
-      loss_on_inputs=bool(d.loss_on_inputs), seed=int(d.seed))
+      loss_on_inputs=bool(d.loss_on_inputs), seed=int(d.seed), framing=framing(config))
   evaluation = finetune.TaskEval(
       tasks=tuple(name for name, _ in eval_tasks), split=ft.eval_split,
       data_dir=ft.data_dir or None, batch_size=int(d.eval_batch_size or d.batch_size),
@@ -328,7 +338,8 @@ def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSet
       max_examples=int(ft.max_eval_examples) or None,
       inputs_length=int(d.inputs_length) or None,
       rank_classification=bool(ft.rank_classification),
-      architecture=architecture(config), every=int(ft.eval_every))
+      architecture=architecture(config), every=int(ft.eval_every),
+      framing=framing(config))
   return finetune.FinetuneSettings(
       data=data, tokenizer_path=tokenizer_path(config),
       default_vocab_size=int(d.default_vocab_size), extra_ids=int(d.extra_ids),
@@ -574,6 +585,8 @@ class RunSettings:
       eval_step (`train_step_kwargs`, `eval_step_kwargs`).
     finetune: a fine-tuning run's FinetuneSettings (`finetune_settings`); None when
       pre-training.
+    framing: the framing a fine-tuning run chose for its data (config.finetune.framing,
+      `framing`), which ckpt.init_from must share; None when pre-training (T5's, fixed).
     wandb: lm.writers.WandbConfig (`wandb_config`).
     record: the resolved config as plain data, secrets filtered (`record`): what
       config.json holds and wandb logs.
@@ -589,5 +602,6 @@ class RunSettings:
   train_step_kwargs: Mapping[str, Any]
   eval_step_kwargs: Mapping[str, Any]
   finetune: finetune.FinetuneSettings | None = None
+  framing: converters.Framing | None = None
   wandb: writers.WandbConfig = writers.WandbConfig()
   record: Mapping[str, Any] = dataclasses.field(default_factory=dict)

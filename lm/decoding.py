@@ -4,7 +4,8 @@ What lives here: the model-agnostic searches over a ``tokens_to_logits(tokens in
 state, step) -> (float32[N, V], state)`` callable (``greedy_search``,
 ``temperature_sample``, ``beam_search``; the interface and beam search's t5x and
 transformers semantics are in docs/decoding.md), and the glue to the Transformer's KV
-cache: ``Framing`` / ``prompt_batch`` (token lists -> padded model features),
+cache: ``prompt_batch`` (token lists -> padded model features, framed by
+``lm.data.converters.Framing``, which training shares),
 ``model_decoder`` (prefill once, then one cached step per token) and ``decode`` /
 ``make_decode_fn`` (prefill + search, jitted, sharded over a mesh when given one).
 What does not: tokenization, files and flags (``lm.decode``), restoring checkpoints
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm import partitioning
+from lm.data.converters import T5_FRAMING, Framing
 from lm.keypaths import in_scanned_stack
 from lm.model.transformer import Transformer, TransformerConfig
 
@@ -348,27 +350,6 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
 # ---------------------------------------------------------------------------------------
 # The model: prompts, cache, one jitted decode function.
 
-@dataclasses.dataclass(frozen=True)
-class Framing:
-  """How a checkpoint frames a prompt and starts its decoder (docs/decoding.md "Framing"):
-  in lm and T5 / T5Gemma, decoder_start (the decoder's first input) is 0 / 2, prompt_bos
-  (a token before every prompt) None / 2, and prompt_eos (an EOS after it) True / False."""
-  decoder_start: int = PAD_ID
-  prompt_bos: int | None = None
-  prompt_eos: bool = True
-
-  def frame(self, prompt: Sequence[int], decoder_only: bool, eos_id: int = EOS_ID) -> list[int]:
-    """The row of a prompt (ids, no BOS or EOS): [prompt_bos] + prompt + [EOS] (the encoder's
-    input); decoder-only [decoder_start] + that, or [decoder_start] for an empty prompt."""
-    ids = [int(t) for t in prompt]
-    framed = ([] if self.prompt_bos is None else [self.prompt_bos]) + ids + (
-        [eos_id] if self.prompt_eos else [])
-    if decoder_only:
-      return [self.decoder_start] + (framed if ids else [])
-    return framed
-
-
-T5_FRAMING = Framing()
 
 
 def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,

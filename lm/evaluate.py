@@ -575,7 +575,7 @@ def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "v
         r.model, r.params, r.tokenizer, task, split, data_dir=data_dir, batch_size=batch_size,
         max_decode_length=max_decode_length, mesh=r.mesh, rules=r.rules,
         max_examples=max_examples, inputs_length=inputs_length,
-        rank_classification=rank_classification, progress=progress)
+        rank_classification=rank_classification, progress=progress, framing=r.framing)
     logging.info("%s: %s", name, out[name]["metrics"])
   return out
 

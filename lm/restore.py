@@ -247,7 +247,8 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
     raise IncompatibleCheckpointError(str(e)) from None
   return Restored(config=config, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=step, workdir=workdir, rules=rules,
-                  source=os.path.join(ckpt_dir, str(step)), objective=config.data.objective)
+                  source=os.path.join(ckpt_dir, str(step)), objective=config.data.objective,
+                  framing=config_lib.framing(config))
 
 
 def _hf_extra_ids(directory: str, default: int = tokenizer_lib.DEFAULT_EXTRA_IDS) -> int:

@@ -51,7 +51,7 @@ from lm import parts as parts_lib
 from lm import validate as validate_lib
 from lm import workdir as workdir_lib
 from lm.checkpoint import hf_t5, hf_t5gemma
-from lm.data import features
+from lm.data import converters, features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
@@ -364,18 +364,25 @@ def _restore_data_state(iterator, saved: Mapping[str, Any] | None) -> None:
 
 
 def init_params_from(path: str, model_config: TransformerConfig, abstract_params: Any,
-                     shardings: Any) -> Any:
+                     shardings: Any, framing: converters.Framing | None = None) -> Any:
   """Parameters to start a new run from (config.ckpt.init_from, e.g. fine-tuning).
 
   Args:
-    path: another run's `<workdir>/checkpoints` (or its workdir), or a Hugging Face T5
-      `save_pretrained` directory (config.json + model.safetensors).
+    path: another run's `<workdir>/checkpoints` (or its workdir), or a Hugging Face T5 or
+      T5Gemma `save_pretrained` directory (config.json + model.safetensors).
     model_config: this run's model; an HF checkpoint must describe the same shapes.
     abstract_params: this run's params structure (ShapeDtypeStructs).
     shardings: NamedShardings for the params.
+    framing: the framing the run's data chose (RunSettings.framing: fine-tuning's), which
+      an HF checkpoint's decoder start must equal; None (pre-training, whose data are
+      framed as T5's): a checkpoint that starts elsewhere gets one warning.
 
   Returns:
     the params tree placed on `shardings`.
+
+  Raises:
+    IncompatibleCheckpointError: shapes that do not fit the model, or a `framing` whose
+      decoder start is not the HF checkpoint's (naming the framing to choose).
   """
   where = workdir_lib.as_path(path)
   if (where / hf_t5.CONFIG_NAME).exists() and not (where / "checkpoints").is_dir():
@@ -384,11 +391,18 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
         raw, hf_t5.read_safetensors(os.fspath(path)), scan_layers=model_config.scan_layers,
         dtype=model_config.dtype)
     start = hf_t5gemma.decoder_start_id(raw) if hf_t5gemma.is_t5gemma(raw) else 0
-    if start != 0:
+    if framing is not None and framing.decoder_start != start:
+      names = [n for n, f in converters.FRAMINGS.items() if f.decoder_start == start]
+      raise checkpoint.IncompatibleCheckpointError(
+          f"ckpt.init_from: the decoder of {path} starts from token {start} but this run's "
+          f"framing starts it from {framing.decoder_start}; set --config.finetune.framing="
+          f"{names[0] if names else '...'} (lm.data.converters.FRAMINGS).")
+    if framing is None and start != 0:
       logging.warning(
           "ckpt.init_from: %s is a T5Gemma checkpoint whose decoder starts from token %d "
-          "(<bos>); lm starts every decoder input with 0, so this run fine-tunes it to that "
-          "start token and its first steps are not T5Gemma's zero-shot behaviour.",
+          "(<bos>); pre-training data start every decoder input with 0, so this run trains "
+          "it to that start token and its first steps are not T5Gemma's zero-shot "
+          "behaviour (a fine-tuning run can keep its framing: finetune.framing=t5gemma).",
           path, start)
     what = checkpoint.shape_mismatch(checkpoint.param_shapes(params),
                                      checkpoint.param_shapes(abstract_params))
@@ -505,7 +519,7 @@ def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager, workdir,
       init_from = run.settings.checkpoint.init_from
       if init_from:
         params = init_params_from(init_from, run.model_config, run.abstract_state.params,
-                                  run.state_shardings.params)
+                                  run.state_shardings.params, framing=run.settings.framing)
         state = state.replace(params=params)
         logging.info("initialised parameters from %s", init_from)
       start = Start(state, int(state.step), iterator, metrics_lib.LogWindow(), last_saved=None)

@@ -325,4 +325,5 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
       mesh_shape=partitioning.mesh_shape_tuple(config.mesh.shape), rules=rules,
       train_step_kwargs=config_lib.train_step_kwargs(config),
       eval_step_kwargs=config_lib.eval_step_kwargs(config), finetune=finetune,
+      framing=finetune.data.framing if finetune is not None else None,
       wandb=config_lib.wandb_config(config), record=config_lib.record(config))

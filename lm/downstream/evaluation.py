@@ -25,7 +25,8 @@ Two ways to predict (docs/finetuning.md):
 Both work for the three architectures: encoder-decoder (inputs in the encoder), prefix LM
 and causal LM (one decoder row "inputs EOS targets EOS", as lm/data/converters.py lays
 out fine-tuning examples). Inputs longer than `inputs_length` are cut to it (EOS
-included), as the training converter trims them. Single-process (every example is
+included), as the training converter trims them, and framed by `framing`
+(lm.data.converters.Framing, T5's by default) as the run trained. Single-process (every example is
 decoded on this host; the mesh may span its devices).
 """
 from __future__ import annotations
@@ -69,24 +70,28 @@ def strip_decoded(tokens: np.ndarray) -> list[int]:
   return out
 
 
-def _trim_inputs(ids: np.ndarray, inputs_length: int | None) -> np.ndarray:
-  """Inputs cut so that they plus their EOS fit in inputs_length (converter's trimming)."""
+def _trim_inputs(ids: np.ndarray, inputs_length: int | None,
+                 framing: converters.Framing = converters.T5_FRAMING) -> np.ndarray:
+  """Inputs cut so that they framed (plus their EOS in T5's framing) fit in inputs_length
+  (the converter's trimming)."""
   ids = np.asarray(ids, np.int32)
-  return ids if inputs_length is None else ids[:max(inputs_length - 1, 0)]
+  return ids if inputs_length is None else ids[:max(inputs_length - framing.overhead, 0)]
 
 
 def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: int,
                   decode: decoding.DecodeConfig, mesh=None,
                   rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False,
-                  desc: str = "decode") -> list[list[int]]:
-  """Decodes each token list (no EOS) with the model; returns generated ids without EOS.
+                  desc: str = "decode",
+                  framing: converters.Framing = converters.T5_FRAMING) -> list[list[int]]:
+  """Decodes each token list (no BOS or EOS), framed by `framing`, with the model; returns
+  generated ids without EOS.
 
   All batches have one shape ([batch_size, longest prompt]), so the decode function
   compiles once; the last batch is filled with empty prompts.
   """
   cfg = model.config
   batch_size = _round_up(max(batch_size, 1), _batch_multiple(mesh))
-  extra = 1 if cfg.is_encoder_decoder else 2  # EOS (+ BOS for decoder-only)
+  extra = len(framing.frame([0], not cfg.is_encoder_decoder)) - 1  # BOS/EOS, decoder start
   length = _round_up(max((len(x) for x in inputs), default=1) + extra, 8)
   if cfg.position_encoding == "learned" and cfg.max_length is not None:
     need = length if cfg.is_encoder_decoder else length + decode.max_decode_length
@@ -100,7 +105,8 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
   starts = range(0, len(inputs), batch_size)
   for start in cli.progress(starts, len(starts), desc, progress):
     chunk = inputs[start:start + batch_size]
-    batch = decoding.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size)
+    batch = decoding.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size,
+                                  framing=framing)
     row_ids = np.arange(start, start + batch_size, dtype=np.int32)
     tokens, _ = fn(params, batch, rng, row_ids)
     tokens = np.asarray(jax.device_get(tokens))
@@ -114,10 +120,12 @@ def _decode_fn(model, decode, mesh, rules):
   return decoding.make_decode_fn(model, decode, mesh, rules)
 
 
-def _choice_features(inputs: np.ndarray, target: np.ndarray, architecture: str
+def _choice_features(inputs: np.ndarray, target: np.ndarray, architecture: str,
+                     framing: converters.Framing = converters.T5_FRAMING
                      ) -> dict[str, np.ndarray]:
   """One candidate in the training layout; loss weights on the target tokens and its EOS."""
-  return converters.convert({"inputs": inputs, "targets": target}, architecture)
+  return converters.convert({"inputs": inputs, "targets": target}, architecture,
+                            framing=framing)
 
 
 @functools.lru_cache(maxsize=8)
@@ -127,14 +135,15 @@ def _score_fn(model):
 
 def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray]], *,
                      batch_size: int, mesh=None,
-                     rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False
-                     ) -> np.ndarray:
-  """log p(target + EOS | inputs) of each (inputs, target) id pair. float32[len(pairs)].
+                     rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False,
+                     framing: converters.Framing = converters.T5_FRAMING) -> np.ndarray:
+  """log p(target + EOS | inputs) of each (inputs, target) id pair, the inputs framed by
+  `framing`. float32[len(pairs)].
 
   One example per row (unpacked), rows padded to one shape so that scoring compiles once.
   """
   architecture = model.config.mask_type
-  feats = [_choice_features(i, t, architecture) for i, t in pairs]
+  feats = [_choice_features(i, t, architecture, framing) for i, t in pairs]
   stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
   lengths = {s: _round_up(max(f[k].size for f in feats), 8) for s, k in stacks.items()
              if k in feats[0]}
@@ -164,7 +173,8 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
                   mesh=None, rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES,
                   max_examples: int | None = None, inputs_length: int | None = None,
                   rank_classification: bool = False, progress: bool = False,
-                  examples: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+                  examples: Sequence[Mapping[str, Any]] | None = None,
+                  framing: converters.Framing = converters.T5_FRAMING) -> dict[str, Any]:
   """Predicts every example of a task's split and computes the task's metrics.
 
   Args:
@@ -184,6 +194,8 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
       decoding (module docstring); the task must have choices.
     progress: tqdm progress bars.
     examples: already preprocessed examples (skips task.examples; e.g. cached ones).
+    framing: how the run frames inputs and starts its decoder (the run's training framing;
+      lm.restore.Restored.framing).
 
   Returns:
     {"metrics": {name: float}, "predictions": [{"inputs", "target", "prediction"} (+
@@ -202,7 +214,8 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
     examples = examples[:max_examples]
   if not examples:
     raise ValueError(f"task {task.name!r} split {split!r} has no examples.")
-  inputs = [_trim_inputs(tokenizer.encode(ex["inputs"]), inputs_length) for ex in examples]
+  inputs = [_trim_inputs(tokenizer.encode(ex["inputs"]), inputs_length, framing)
+            for ex in examples]
   predictions: list[dict[str, Any]] = []
   if rank_classification:
     if task.choices is None:
@@ -218,7 +231,7 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
         pairs.append((ids, tokenizer.encode(c)))
         owner.append(i)
     scores = score_candidates(model, params, pairs, batch_size=batch_size, mesh=mesh,
-                              rules=rules, progress=progress)
+                              rules=rules, progress=progress, framing=framing)
     texts, pos = [], 0
     for ex, cands in zip(examples, choices):
       s = scores[pos:pos + len(cands)]
@@ -231,7 +244,8 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
   else:
     cfg = decode or decoding.DecodeConfig(max_decode_length=max_decode_length)
     generated = decode_inputs(model, params, inputs, batch_size=batch_size, decode=cfg,
-                              mesh=mesh, rules=rules, progress=progress, desc=task.name)
+                              mesh=mesh, rules=rules, progress=progress, desc=task.name,
+                              framing=framing)
     texts = [tokenizer.decode(ids) for ids in generated]
     predictions = [{"inputs": ex["inputs"], "target": ex["targets"], "prediction": t}
                    for ex, t in zip(examples, texts)]

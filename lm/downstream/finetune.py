@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lm import parts as parts_lib
+from lm.data import converters
 from lm.data import tokenizer as tokenizer_lib
 from lm.downstream import evaluation
 from lm.downstream import finetune_data
@@ -53,6 +54,7 @@ class TaskEval:
     rank_classification: score a task's choices instead of decoding, where it has them.
     architecture: the run's (written with the results).
     every: evaluate every this many steps (0: never) and at the last step.
+    framing: how the run frames inputs and starts its decoder (its training data's).
   """
   tasks: tuple[str, ...]
   split: str = "validation"
@@ -64,6 +66,7 @@ class TaskEval:
   rank_classification: bool = False
   architecture: str = "encoder_decoder"
   every: int = 0
+  framing: converters.Framing = converters.T5_FRAMING
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +130,7 @@ def evaluate_one_task(settings: TaskEval, model, params, tokenizer, task: task_l
       batch_size=settings.batch_size, max_decode_length=settings.max_decode_length,
       mesh=mesh, max_examples=settings.max_examples, inputs_length=settings.inputs_length,
       rank_classification=settings.rank_classification and task.choices is not None,
-      rules=rules)
+      rules=rules, framing=settings.framing)
 
 
 def flat_metrics(outputs: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:

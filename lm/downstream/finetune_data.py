@@ -22,7 +22,8 @@ concatenation of every shard's rows in shard order, process p owns shards
      tasks by rates, docs/t5_reference.md)
   -> tokenize inputs and targets, converters.convert: EOS appended to both (T5's
      append_eos_after_trim), trimmed to inputs_length / targets_length; decoder-only
-     architectures get one row "inputs EOS targets EOS" with loss on the targets
+     architectures get one row "inputs EOS targets EOS" with loss on the targets (the
+     spec's framing: T5's; T5Gemma's is <bos> + inputs, no EOS, the decoder started from 2)
   -> pack (grain FirstFitPackIterDataset; T5 fine-tunes with packing) or pad
   -> batch [batch_size // S, L]
 
@@ -66,6 +67,8 @@ class FinetuneSpec:
     num_packing_bins: rows each shard's packer fills at once (default max(rows, 16)).
     loss_on_inputs: decoder-only: loss on the inputs part too (default: targets only).
     seed: shuffling seed.
+    framing: how inputs are framed and the decoder starts (converters.Framing: T5's, or
+      the checkpoint's that the run starts from, e.g. T5Gemma's).
   """
   tasks: tuple[tuple[str, float], ...]
   data_dir: str | None = None
@@ -80,6 +83,7 @@ class FinetuneSpec:
   num_packing_bins: int | None = None
   loss_on_inputs: bool = False
   seed: int = 0
+  framing: converters.Framing = converters.T5_FRAMING
 
   def __post_init__(self):
     tasks = tuple((str(n), float(r)) for n, r in self.tasks)
@@ -104,6 +108,8 @@ class FinetuneSpec:
   def fingerprint(self) -> str:
     """Digest of the fields that decide which batches are produced."""
     d = {k: v for k, v in dataclasses.asdict(self).items() if k != "eval_batch_size"}
+    if self.framing == converters.T5_FRAMING:
+      del d["framing"]  # as before the field existed: saved data positions still resume
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -121,12 +127,13 @@ class _Convert:
     self.architecture = spec.architecture
     self.lengths = {"inputs": spec.inputs_length, "targets": spec.targets_length}
     self.loss_on_inputs = spec.loss_on_inputs
+    self.framing = spec.framing
 
   def __call__(self, example: Mapping[str, str]) -> dict[str, np.ndarray]:
     ids = {"inputs": self.tokenizer.encode(example["inputs"]).astype(np.int32),
            "targets": self.tokenizer.encode(example["targets"]).astype(np.int32)}
     return converters.convert(ids, self.architecture, lengths=self.lengths,
-                              loss_on_inputs=self.loss_on_inputs)
+                              loss_on_inputs=self.loss_on_inputs, framing=self.framing)
 
 
 class FinetuneIterator(Iterator[dict]):
@@ -225,6 +232,11 @@ class FinetuneData:
     if spec.num_shards % process_count:
       raise ValueError(f"num_shards={spec.num_shards} is not divisible by process_count="
                        f"{process_count}; set data.num_shards to a multiple of it.")
+    bos = spec.framing.prompt_bos
+    if bos is not None and getattr(tokenizer, "bos_id", None) != bos:
+      raise ValueError(f"the framing puts <bos> {bos} before every input but the tokenizer's "
+                       f"BOS is {getattr(tokenizer, 'bos_id', None)}; set data.tokenizer to "
+                       "the checkpoint's tokenizer.model.")
     self.spec = spec
     self.tokenizer = tokenizer
     self.num_shards = spec.num_shards
