@@ -13,8 +13,8 @@ launch/local.py's job.
 At tiny scale our column is the mini suite's, reported as decoder fluency with its
 blank-input control (`mini.blank_inputs`, `mini.surviving_share`) and no Kendall's tau
 against the paper (WHY_NO_TAU; docs/downstream_mini.md); paper-scale columns get a tau. The
-paper's contrasts and the controls, with intervals, come from the points' nlu results
-(launch/yardstick.py; docs/yardstick.md).
+paper's contrasts, the controls and the equal-predicted-tokens control, with intervals, come
+from the points' nlu results (launch/yardstick.py; docs/yardstick.md).
 """
 from __future__ import annotations
 
@@ -434,6 +434,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
   lines += ranking_section(points, scores)
   lines += yardstick.contrasts_section(root, points, experiment)
   lines += yardstick.controls_section(root, points)
+  lines += yardstick.equal_tokens_section(root, points)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
   for i, p in enumerate(points):

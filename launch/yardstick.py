@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from launch import equal_tokens
 from launch.points import Point
 from lm.downstream import contrasts
 from lm.downstream import nlu_controls
@@ -135,3 +136,124 @@ def controls_section(root: str, points: Sequence[Point]) -> list[str]:
     if headline.note:
       notes.add(headline.note)
   return lines + [""] + [f"{note}\n" for note in sorted(notes)]
+
+
+# How far a control's predicted target tokens may be from its reference's (a share of them)
+# and still count as equal: the tokens per step vary by a fraction of a percent.
+TOKENS_TOLERANCE = 0.02
+
+
+def equal_tokens_reading(at_steps: str, at_tokens: str, control: equal_tokens.Control) -> str:
+  """The control's verdict sentence from the two comparisons' verdicts (`contrasts.verdict`
+  of the equal-steps point and of the control, each minus the reference)."""
+  c = control
+  if at_tokens == contrasts.REVERSED:
+    return (f"At equal predicted tokens {c.point} still scores below {c.reference}: the gap is "
+            "not sample efficiency alone (fewer supervised target tokens do not explain it); "
+            "what remains is how the yardstick reads the two objectives at this scale, an "
+            "evaluation bias or a real difference, which this control does not tell apart.")
+  if at_steps == contrasts.REVERSED:
+    ahead = (", and ahead at equal predicted tokens, as in the paper"
+             if at_tokens == contrasts.AGREES else "")
+    return (f"{c.equal_steps} trails {c.reference} at equal steps but not at equal predicted "
+            f"tokens{ahead}: the gap at equal steps is sample efficiency (denoising is "
+            "supervised on fewer target tokens a step), not the yardstick's bias against the "
+            "objective.")
+  if at_tokens == contrasts.AGREES:
+    return f"At equal predicted tokens {c.point} is ahead of {c.reference}, as in the paper."
+  return (f"At equal predicted tokens the difference from {c.reference} is "
+          f"{contrasts.UNRESOLVED} (at equal steps: {at_steps}).")
+
+
+def _tokens_line(root: str, control: equal_tokens.Control, runs) -> tuple[dict, list[str]]:
+  """({point: (step, target tokens) at its scored step}, the lines on the tokens' equality)."""
+  tokens, lines = {}, []
+  for p in (control.reference, control.equal_steps, control.point):
+    try:
+      tokens[p] = equal_tokens.run_tokens(os.path.join(root, p),
+                                          runs[p][0].get("step") if runs[p] else None)
+    except ValueError as e:
+      lines.append(f"**Target tokens of {p} not read:** {e}\n")
+  ref, own, rate = (tokens.get(p) for p in (control.reference, control.point,
+                                            control.equal_steps))
+  if ref and own and abs(own[1] / ref[1] - 1) > TOKENS_TOLERANCE:
+    needed = (f"; {equal_tokens.equal_token_steps(ref[1], rate[1] / rate[0])} steps predict "
+              "as many" if rate else "")
+    lines.append(f"**Not equal:** {control.point} predicted {own[1]:,.0f} target tokens by "
+                 f"step {own[0]}, {control.reference} {ref[1]:,.0f} "
+                 f"({own[1] / ref[1]:.2f}x){needed} (`python -m launch.equal_tokens "
+                 f"--root={root}`); the verdict below is on unequal tokens.\n")
+  return tokens, lines
+
+
+def _growth(result: contrasts.BootstrapResult) -> str:
+  """The reading of the control minus its equal-steps point: the same objective trained on."""
+  if not result.excludes_zero:
+    return nlu_controls.FLAT
+  return nlu_controls.RISES if result.low > 0 else nlu_controls.FALLS
+
+
+def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[str]:
+  c = control
+  runs = {p: [h[max(h)] for h in histories.get(p, [])]
+          for p in (c.reference, c.equal_steps, c.point)}
+  if not any(runs.values()):
+    return []
+  lines = [f"### {c.point}: {c.equal_steps} trained until it has predicted as many target "
+           f"tokens as {c.reference}", ""]
+  tokens, problems = _tokens_line(root, c, runs)
+  lines += problems
+  waiting = [p for p, rs in runs.items() if not rs]
+  if waiting:
+    return lines + [f"Waits for the nlu results of: {', '.join(waiting)} (`python -m "
+                    "lm.evaluate --workdir=<root>/<point> --suite=nlu`).", ""]
+  lines += ["| point | trained | step | target tokens | margin | 95 % interval | reading |",
+            "|---|---|---:|---:|---:|---|---|"]
+  roles = {c.reference: "reference", c.equal_steps: "equal steps",
+           c.point: "equal predicted tokens"}
+  for p, role in roles.items():
+    rows = nlu_controls.random_init_table({p: runs[p]})
+    row = next((r for r in rows if r.instrument == contrasts.POOLED), rows[-1])
+    seen = tokens.get(p)
+    lines.append(f"| {p} | {role} | {runs[p][0].get('step', '?')} | "
+                 f"{f'{seen[1]:,.0f}' if seen else '—'} | " + " | ".join(_cells(row)) + " |")
+  pairs = ((c.equal_steps, c.reference, "equal steps"),
+           (c.point, c.reference, "equal predicted tokens"),
+           (c.point, c.equal_steps, "what the extra steps add"))
+  lines += ["", "| comparison | seeds (a / b) | difference | 95 % interval | verdict |",
+            "|---|---:|---:|---|---|"]
+  verdicts, notes = [], set()
+  for a, b, what in pairs:
+    try:
+      r = nlu_controls.compare_points(runs[a], runs[b], names=(a, b))
+    except ValueError as e:
+      return lines[:-2] + [f"**Cannot be compared:** {e}", ""]
+    said = contrasts.verdict(r, c.paper_sign) if b == c.reference else _growth(r)
+    verdicts.append(said)
+    notes.add(contrasts.seed_count_note(r))
+    lines.append(f"| {a} - {b} ({what}) | {r.seeds_a} / {r.seeds_b} | {r.difference:+.2f} | "
+                 f"[{r.low:+.2f}, {r.high:+.2f}] | {said} |")
+  lines += [""] + [f"{n}\n" for n in sorted(notes) if n]
+  return lines + [f"**Reading.** {equal_tokens_reading(verdicts[0], verdicts[1], c)}", ""]
+
+
+def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
+  """Markdown: the equal-predicted-tokens control (launch/equal_tokens.py): per control, its
+  points' target tokens and pooled margins, the control and the equal-steps point each
+  against the reference with a paired-bootstrap interval and verdict, and the reading. []
+  when the study has no control or none of its points has nlu results."""
+  names = {p.name for p in points}
+  controls = [c for c in equal_tokens.CONTROLS
+              if {c.point, c.equal_steps, c.reference} <= names]
+  histories, _ = read_histories(root, points)   # contrasts_section reports the problems
+  body = [line for c in controls for line in _control_lines(root, c, histories)]
+  if not body:
+    return []
+  return ["## Equal predicted tokens", "",
+          "Prefix LM predicts about half of every sequence, i.i.d. denoising only its corrupted "
+          "tokens and their sentinels, so at equal steps the denoising point has been "
+          "supervised on fewer target tokens. The control trains the denoising point until it "
+          "has predicted as many target tokens as the reference (`target_tokens` in the runs' "
+          "metrics.jsonl, up to the scored step; docs/yardstick.md). Margins are pooled over "
+          "the instruments, in percentage points over random initialisation; each comparison "
+          "is a paired bootstrap over items and seeds, at the points' own steps.", ""] + body

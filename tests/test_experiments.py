@@ -27,8 +27,10 @@ EXPERIMENTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").gl
 # Rows per paper table (Raffel et al. 2020): Table 2 = 10, Tables 4+5 = 6 (BERT-style once),
 # Table 6 = 4, Table 7 = 5.
 # The *_loss_on_inputs / *_gin_lengths files are the same tables with the other setting of
-# a documented switch.
-EXPECTED_ROWS = {"experiments/t5_architectures.py": 10, "experiments/t5_objectives.py": 6,
+# a documented switch. Tables 4+5 add the equal-predicted-tokens control, which has no paper
+# row (CONTROLS).
+CONTROLS = {"experiments/t5_objectives.py": ("replace_spans_equal_tokens",)}
+EXPECTED_ROWS = {"experiments/t5_architectures.py": 10, "experiments/t5_objectives.py": 7,
                  "experiments/t5_corruption_rate.py": 4, "experiments/t5_span_length.py": 5,
                  "experiments/t5_architectures_loss_on_inputs.py": 10,
                  "experiments/t5_corruption_rate_gin_lengths.py": 4}
@@ -51,8 +53,9 @@ def test_points_build_valid_configs(experiment, runlocal):
   names = [p.name for p in points]
   assert len(set(names)) == len(names)
   assert sum(p.baseline for p in points) == 1
+  assert [p.name for p in points if not p.reference] == list(CONTROLS.get(experiment, ()))
   for p in points:
-    assert tuple(p.reference) == common.COLUMNS
+    assert p.name in CONTROLS.get(experiment, ()) or tuple(p.reference) == common.COLUMNS
     assert all(isinstance(v, float) and 0 < v < 100 for v in p.reference.values())
     config = local.build_config(p)
     validate(config)
@@ -118,7 +121,30 @@ def test_sweep_parameters():
   objectives = [local.build_config(p).data.objective
                 for p in points_lib.collect("experiments/t5_objectives.py")]
   assert objectives == ["prefix_lm", "bert", "deshuffle", "mass", "iid_replace_spans",
-                        "drop_tokens"]
+                        "drop_tokens", "iid_replace_spans"]
+
+
+@pytest.mark.parametrize("runlocal, steps, control_steps", [
+    (True, 1000, 2138),          # ceil(1000 * 656.819 / 307.306) = ceil(2137.35)
+    (False, 2 ** 19, 1120585)])  # ceil(2^19 * 656.819 / 307.306) = ceil(1120584.7)
+def test_equal_tokens_control_is_replace_spans_trained_on(runlocal, steps, control_steps):
+  """The control is the replace-spans point with more steps, as many as predict prefix LM's
+  target tokens at the measured rates; nothing else differs."""
+  from experiments import t5_objectives  # pylint: disable=g-import-not-at-top
+  configs = {p.name: local.build_config(p)
+             for p in points_lib.collect("experiments/t5_objectives.py", runlocal=runlocal)}
+  control = configs["replace_spans_equal_tokens"]
+  assert control.data.objective == "iid_replace_spans"
+  assert configs["prefix_lm"].train.num_steps == configs["replace_spans"].train.num_steps == steps
+  assert control.train.num_steps == control_steps == t5_objectives.equal_tokens_steps(steps)
+  rate = t5_objectives.TARGET_TOKENS_PER_STEP
+  assert control_steps * rate["replace_spans"] >= steps * rate["prefix_lm"]
+  assert (control_steps - 1) * rate["replace_spans"] < steps * rate["prefix_lm"]
+  control.train.num_steps = steps
+  assert control.to_dict() == configs["replace_spans"].to_dict()
+  assert t5_objectives.EQUAL_TOKENS.point == "replace_spans_equal_tokens"
+  assert (t5_objectives.EQUAL_TOKENS.equal_steps, t5_objectives.EQUAL_TOKENS.reference) == (
+      "replace_spans", "prefix_lm")
 
 
 MODERN = "experiments/modern_ed_vs_do.py"  # no paper table: its own tests below

@@ -157,3 +157,39 @@ def growth_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str, Any]]]]
     rows += _control_rows(point, strata, (RISES, FALLS, FLAT), num_resamples=num_resamples,
                           confidence=confidence, seed=seed)
   return rows
+
+
+def compare_points(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *,
+                   names: tuple[str, str] = ("a", "b"), num_resamples: int = 10_000,
+                   confidence: float = 0.95, seed: int = 0) -> BootstrapResult:
+  """Point a minus point b, pooled over their common instruments, at any steps.
+
+  Unlike a paper contrast (`contrasts.contrast_table`), the records may come from different
+  pre-training steps: the equal-predicted-tokens control compares a point trained longer
+  with one trained for the study's steps (launch/equal_tokens.py).
+
+  Args:
+    a, b: each point's nlu records, one per seed, all scored on the same items.
+    names: the points' names, for the errors.
+
+  Returns:
+    The mean over instruments of the difference of item scores (`item_scores`, percentage
+    points over random initialisation), with the paired-bootstrap interval over items and
+    each point's seeds (`each_and_pooled`'s pooled result; one instrument: its own).
+
+  Raises:
+    ValueError: no records, different items, or no instrument in common.
+  """
+  if not a or not b:
+    raise ValueError(f"{names[0] if not a else names[1]}: no nlu records to compare.")
+  _check_same_items(" and ".join(names), list(a) + list(b))
+  common = sorted(set.intersection(*(set(r["instruments"]) for r in list(a) + list(b))))
+  if not common:
+    raise ValueError(f"{' and '.join(names)}: no instrument in common; score both with the "
+                     "same suite.")
+  strata = [tuple(np.stack([item_scores(r["instruments"][name], f"{point} {name}")
+                            for r in records]) for point, records in zip(names, (a, b)))
+            for name in common]
+  each, pooled = each_and_pooled(strata, num_resamples=num_resamples, confidence=confidence,
+                                 seed=seed)
+  return pooled if len(common) > 1 else each[0]

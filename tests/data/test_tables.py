@@ -19,6 +19,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from experiments import t5_objectives
 from lm import config as config_lib
 from launch import local
 from lm.data import objectives, packing, pipeline
@@ -135,7 +136,9 @@ def test_full_size_rows(table):
   for p in points:
     config = local.build_config(p)
     d = config_lib.data_spec(config)
-    assert d.batch_size == 128 and config.train.num_steps == 2 ** 19, p.name
+    steps = 2 ** 19 if p.name != t5_objectives.EQUAL_TOKENS.point else (
+        t5_objectives.equal_tokens_steps(2 ** 19))     # trained on to prefix LM's tokens
+    assert d.batch_size == 128 and config.train.num_steps == steps, p.name
     lengths = packing.feature_lengths(d.architecture, d.inputs_length, d.targets_length)
     raw = objectives.raw_length(d.objective, inputs_length=d.inputs_length,
                                 targets_length=d.targets_length, **d.objective_params)

@@ -373,7 +373,7 @@ def _write_sweep(root, points, rng, skip=()):
   seen = {}
   for p in points:
     base = p.replicate_of or p.name
-    if base in skip:
+    if base in skip or base not in runs:   # the equal-tokens control: tests/test_equal_tokens.py
       continue
     k = seen[base] = seen.get(base, -1) + 1
     folder = root / p.name / "eval"

@@ -218,3 +218,24 @@ def test_the_tables_default_to_10_000_resamples_and_seed_0():
   assert rows == K.growth_table(steps, num_resamples=10_000, confidence=0.95, seed=0)
   for other in ({"num_resamples": 9_999}, {"num_resamples": 10_001}, {"seed": 1}):
     assert rows != K.growth_table(steps, **other), other
+
+
+def test_compare_points_takes_records_of_different_steps():
+  """The equal-predicted-tokens control compares a point at 2,138 steps with one at 1,000:
+  the pooled difference is the mean of the instruments' differences, in points."""
+  a = _hand_record({"probe/x": [1, 1, 1, 0], "pairs/y": [1, 1, 0, 0]}, step=2138)
+  b = _hand_record({"probe/x": [1, 0, 0, 0], "pairs/y": [1, 1, 0, 0], "probe/z": [1] * 4})
+  r = K.compare_points([a], [b], names=("control", "prefix_lm"), num_resamples=500)
+  assert r.difference == pytest.approx((50 + 0) / 2) and (r.seeds_a, r.seeds_b) == (1, 1)
+  assert r.low <= r.difference <= r.high and r.num_items == 8     # two instruments of 4
+  one = K.compare_points([a], [b], num_resamples=500)
+  assert one == r
+  single = K.compare_points([_hand_record({"probe/x": [1, 1, 1, 0]})],
+                            [_hand_record({"probe/x": [1, 0, 0, 0]})], num_resamples=500)
+  assert single.difference == pytest.approx(50) and single.num_items == 4
+  with pytest.raises(ValueError, match="prefix_lm: no nlu records to compare"):
+    K.compare_points([a], [], names=("control", "prefix_lm"))
+  with pytest.raises(ValueError, match="control and prefix_lm: no instrument in common"):
+    K.compare_points([_hand_record({"probe/q": [1, 0]})], [b], names=("control", "prefix_lm"))
+  with pytest.raises(ValueError, match="scored on different items"):
+    K.compare_points([_hand_record({"probe/x": [1, 0]}, digest={"all": "other"})], [b])
