@@ -16,16 +16,10 @@ objects; no other module reads the ConfigDict's sections for their meaning:
     finetune_settings(config)            # lm.downstream.finetune.FinetuneSettings, or None
     wandb_config(config), record(config) # lm.writers.WandbConfig; config.json's plain data
 
-The model section names its preset (`family`, `size`: a row of lm/model/presets.py's size
-tables) and the architecture, `config.model.architecture`, the one owner of that fact
-(lm/architecture.py): the model's mask_type, shared_encoder_decoder and stacks and the data
-pipeline's layout (DataSpec.architecture) are derived from it. `num_layers` is the depth of
-one stack (decoder-only: the one stack). Every other TransformerConfig field is resolved in
-the section, so each can be overridden (`--config.model.dropout_rate=0`).
-
-config.json files written before the architecture had one owner (`model.preset`,
-`model.mask_type`, ..., `data.architecture`) are migrated on load (`load_config_json`).
-
+The model section names its preset and `architecture`, from which the mask, the stacks
+(`num_layers` each) and the data layout are derived (docs/architecture.md); every other
+TransformerConfig field is resolved in it, so each can be overridden. Older config.json files
+are migrated on load (`load_config_json`).
 """
 from __future__ import annotations
 
@@ -307,13 +301,11 @@ def finetuning(config: ml_collections.ConfigDict) -> bool:
 
 
 def framing(config: ml_collections.ConfigDict) -> converters.Framing:
-  """How the run frames inputs and starts its decoder: config.finetune.framing (a name of
-  lm.data.converters.FRAMINGS; "t5gemma" to fine-tune a T5Gemma checkpoint) when it
+  """The run's framing: config.finetune.framing (lm.data.converters.FRAMINGS) when it
   fine-tunes, T5's otherwise (pre-training data are T5's)."""
-  ft = config.get("finetune")
   if not finetuning(config):
     return converters.T5_FRAMING
-  return converters.framing_named(str(ft.get("framing") or "t5"))
+  return converters.framing_named(str(config.finetune.get("framing") or "t5"))
 
 
 def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSettings | None:
