@@ -6,11 +6,13 @@ initialisation, and asserts the suite's claim: the pre-trained model wins by a c
 (MIN_TASK_Z standard errors) on most of the suite's tasks, and on the average
 (docs/downstream_mini.md "Does it measure anything?" has the figures).
 """
+import dataclasses
 import json
 import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -277,3 +279,252 @@ def test_pretrained_vs_random_initialisation(tmp_path):
   won = [t for t in mini.HEADLINE if z[t] >= MIN_TASK_Z]
   assert len(won) >= MIN_TASKS_WON, (z, p, s)
   assert p["mini"] - s["mini"] >= MIN_MINI_MARGIN, (p, s)
+
+
+# ---------------------------------------------------------------- found by mutation testing
+
+def _fake_finetune(monkeypatch, tmp_path, results, losses, blank, data_dir=""):
+  """`run` with the fine-tuning, the blank-input control and the chance levels replaced by
+  stand-ins: the trainer writes the task record and metrics.jsonl a real run would."""
+  from lm import train, validate  # pylint: disable=g-import-not-at-top
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  calls = {"chance": []}
+
+  def fake_train(settings, workdir, parts):
+    steps = settings
+    path = evaluation.results_path(workdir, steps)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "step": steps, "results": results,
+        "tasks": {n: {"num_examples": 10 + k, "method": "rank_classification"}
+                  for k, n in enumerate(results)}}))
+    rows = [{"step": i, "loss": v, "grad_norm": 1.0} for i, v in enumerate(losses)]
+    (pathlib.Path(workdir) / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows))
+
+  def fake_blank(config, workdir, step):
+    calls["blank"] = (pathlib.Path(workdir), step)
+    return blank
+
+  def chance(name, data_dir):
+    calls["chance"].append((name, data_dir))
+    return {"accuracy": float(len(name))}
+
+  monkeypatch.setattr(validate, "validate", lambda config: int(config.train.num_steps))
+  monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+  monkeypatch.setattr(mini_suite, "score_blank_inputs", fake_blank)
+  monkeypatch.setitem(mini_suite.SUITES, "mini",
+                      dataclasses.replace(mini_suite.MINI, chance=chance))
+  return calls
+
+
+def test_run_writes_the_record_and_prints_the_summary(tmp_path, monkeypatch):
+  """`run` after the fine-tuning: the record's every field, its JSON text (sorted keys,
+  indent 2, a final newline) and the progress lines, with stand-ins for the trainer."""
+  results = {n: {m: 40.0 + 2 * k} for k, (n, m) in enumerate(mini.HEADLINE.items())}
+  blank = {n: {m: 30.0 + k} for k, (n, m) in enumerate(mini.HEADLINE.items())}
+  losses = [9.0, 3.0, 2.0, 2.5, 3.0, 2.5, 2.5]  # the last 5 average 2.5
+  calls = _fake_finetune(monkeypatch, tmp_path, results, losses, blank)
+  clock = iter([1000.0])   # the start; every later reading 12.345 s on
+  monkeypatch.setattr(mini_suite.time, "time", lambda: next(clock, 1012.345))
+  config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None, steps=3,
+                                   learning_rate=0.25)
+  lines = []
+  out = tmp_path / "out"
+  got = mini_suite.run(config, out, log=lines.append)
+  text = (out / mini_suite.RESULTS_FILE).read_text()
+  assert json.loads(text) == got
+  assert text.endswith("}\n") and not text.endswith("\n\n")
+  assert list(json.loads(text)) == sorted(got)               # sort_keys=True
+  assert '\n  "blank": {\n    "mini_cloze": {\n      "exact_match": 32.0' in text  # indent 2
+  assert got["results"] == results and got["blank"] == blank
+  assert got["mini"] == pytest.approx(44.0) and got["mini_blank"] == pytest.approx(32.0)
+  assert got["init"] == "scratch" and got["init_from"] is None and got["steps"] == 3
+  assert got["suite"] == "mini" and got["step"] == 3
+  assert got["suite_version"] == mini.SUITE_VERSION
+  assert got["record_version"] == mini_suite.RECORD_VERSION == 2
+  assert got["learning_rate"] == 0.25 and got["train_loss"] == pytest.approx(2.5)
+  assert got["num_examples"] == {n: 10 + k for k, n in enumerate(mini.HEADLINE)}
+  assert got["chance"] == {n: {"accuracy": float(len(n))} for n in mini.HEADLINE}
+  assert calls["chance"] == [(n, None) for n in mini.HEADLINE]   # data_dir "" -> None
+  assert calls["blank"] == (out / "finetune", 3)
+  assert got["seconds"] == 12.3                              # rounded to 0.1 s
+  assert lines[-1] == ("mini_suite: mini 44.0 (blank inputs 32.0), fine-tuning loss 2.500 "
+                       f"(scratch, 3 steps, 12s) -> {out / mini_suite.RESULTS_FILE}")
+  assert lines[2] == ("  mini_completion accuracy 40.0 (n=10; blank inputs 30.0)")
+  assert len(lines) == 3 + len(mini.HEADLINE)
+  # A data_dir in the config reaches the chance levels.
+  base = mini_suite.load_config(CONFIG)
+  base.finetune.data_dir = "/data/mini"
+  calls["chance"].clear()
+  mini_suite.run(mini_suite.suite_config(base, None, steps=3), tmp_path / "other",
+                 log=lambda _: None)
+  assert calls["chance"] == [(n, "/data/mini") for n in mini.HEADLINE]
+
+
+def test_run_without_a_logged_train_loss_prints_nan(tmp_path, monkeypatch):
+  results = {n: {m: 50.0} for n, m in mini.HEADLINE.items()}
+  _fake_finetune(monkeypatch, tmp_path, results, [], results)
+  config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None, steps=2)
+  lines = []
+  got = mini_suite.run(config, tmp_path / "out", log=lines.append)
+  assert got["train_loss"] is None
+  assert "fine-tuning loss nan (scratch, 2 steps, " in lines[-1]
+
+
+def test_learning_rate_and_steps_of_zero_or_below_keep_the_configs():
+  base = mini_suite.load_config(CONFIG)
+  assert mini_suite.suite_config(base, None).schedule.base_lr == base.schedule.base_lr > 0
+  for lr in (0.0, -0.5):
+    assert mini_suite.suite_config(base, None, learning_rate=lr).schedule.base_lr == (
+        base.schedule.base_lr)
+  assert mini_suite.suite_config(base, None, learning_rate=0.5).schedule.base_lr == 0.5
+  assert base.train.num_steps > 1
+  for steps in (0, -1):
+    assert mini_suite.suite_config(base, None, steps=steps).train.num_steps == (
+        base.train.num_steps)
+  c = mini_suite.suite_config(base, None, steps=1)
+  assert (c.train.num_steps, c.finetune.eval_every, c.ckpt.every_steps) == (1, 1, 1)
+
+
+def test_suite_of_wants_every_task_of_a_suite():
+  config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None)
+  config.unlock()
+  for tasks in (mini_suite.TASKS[:2], mini_suite.TASKS[1:], ()):   # a prefix, a suffix, none
+    config.finetune.eval_tasks = ",".join(tasks)
+    with pytest.raises(ValueError, match="are no suite's"):
+      mini_suite.suite_of(config)
+  config.finetune.eval_tasks = ",".join(mini_suite.TASKS)
+  assert mini_suite.suite_of(config) is mini_suite.MINI
+
+
+def test_other_suite_compares_the_earlier_runs_tasks(tmp_path):
+  config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None)
+  assert mini_suite._other_suite(tmp_path, config) is None            # no run there yet
+  for tasks in ("a_task:1", "z_task:1", config.finetune.tasks):      # sorting before, after
+    (tmp_path / "config.json").write_text(json.dumps({"finetune": {"tasks": tasks}}))
+    expected = None if tasks == config.finetune.tasks else tasks
+    assert mini_suite._other_suite(tmp_path, config) == expected
+
+
+def test_run_from_a_pretrained_run_and_without_task_results(tmp_path, monkeypatch):
+  results = {n: {m: 50.0} for n, m in mini.HEADLINE.items()}
+  _fake_finetune(monkeypatch, tmp_path, results, [1.0], results)
+  base = mini_suite.load_config(CONFIG)
+  lines = []
+  got = mini_suite.run(mini_suite.suite_config(base, "/runs/pre", steps=2), tmp_path / "a",
+                       log=lines.append)
+  assert got["init"] == "pretrained" and got["init_from"] == "/runs/pre"
+  assert lines[0] == ("mini_suite: fine-tuning on " + ", ".join(mini.HEADLINE) + " for 2 "
+                      f"steps from /runs/pre in {tmp_path / 'a' / 'finetune'}")
+  lines.clear()
+  mini_suite.run(mini_suite.suite_config(base, None, steps=2), tmp_path / "b", log=lines.append)
+  assert lines[0].endswith(f"for 2 steps from random initialisation in "
+                           f"{tmp_path / 'b' / 'finetune'}")
+  # A trainer that leaves no task record at the last step: refused, nothing written.
+  from lm import train  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(train, "train_and_evaluate", lambda settings, workdir, parts: None)
+  with pytest.raises(ValueError, match="has no task results at step 2"):
+    mini_suite.run(mini_suite.suite_config(base, None, steps=2), tmp_path / "c",
+                   log=lambda _: None)
+  assert not (tmp_path / "c" / mini_suite.RESULTS_FILE).exists()
+
+
+def test_suite_config_defaults_and_lengths_above_the_suites():
+  base = mini_suite.load_config(CONFIG)
+  c = mini_suite.suite_config(base, None)
+  assert c.finetune.max_eval_examples == 0 and c.finetune.rank_classification
+  base.data.inputs_length = base.data.targets_length = 2 * mini.MAX_TOKENS   # longer: fine
+  c = mini_suite.suite_config(base, None)
+  assert (c.data.inputs_length, c.data.targets_length) == (256, 256)
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    mini_suite.MINI.version = 0
+
+
+def test_cli_defaults_keep_the_configs_steps_and_learning_rate(tmp_path, monkeypatch):
+  import logging  # pylint: disable=g-import-not-at-top
+  noisy = ("absl", "jax._src", "orbax", "etils", "grain")
+  for name in noisy:   # as before any main() call (restored after the test)
+    monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
+  got = []
+  monkeypatch.setattr(mini_suite, "run", lambda config, output: got.append(config))
+  assert mini_suite.main([f"--output={tmp_path}", "--from_scratch", f"--config={CONFIG}"]) == 0
+  base = mini_suite.load_config(CONFIG)
+  assert got[0].schedule.base_lr == base.schedule.base_lr
+  assert got[0].train.num_steps == base.train.num_steps
+  assert got[0].finetune.max_eval_examples == 0 and got[0].finetune.rank_classification
+  assert got[0].ckpt.init_from is None                     # --from_scratch
+  assert mini_suite.main([f"--output={tmp_path}", "--workdir=/runs/pre",
+                          f"--config={CONFIG}"]) == 0
+  assert got[1].ckpt.init_from == "/runs/pre"
+  with pytest.raises(SystemExit) as e:                     # --output is required
+    mini_suite.main(["--from_scratch", f"--config={CONFIG}"])
+  assert e.value.code == 2
+  assert len(got) == 2
+  # The noisy libraries' loggers are turned down to warnings.
+  assert [logging.getLogger(name).level for name in noisy] == [logging.WARNING] * 5
+
+
+def test_final_train_loss_reads_train_rows_only(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  rows = [{"step": 1, "loss": 4.0, "grad_norm": 1.0}, {"step": 2, "loss": 100.0},
+          {"step": 2, "grad_norm": 3.0}, {"step": 3, "loss": 2.0, "grad_norm": 1.0}]
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert mini_suite.final_train_loss(path) == 3.0
+  assert mini_suite.final_train_loss(path, last=1) == 2.0
+
+
+def test_score_blank_inputs_scores_each_task_with_blank_inputs(tmp_path, monkeypatch):
+  """The control's loop with stand-ins for the restored run and the scoring: every task of
+  the suite, its first max_eval_examples examples (all when 0) with "" as the input, read
+  from the config's data_dir (None when "")."""
+  from lm import restore  # pylint: disable=g-import-not-at-top
+  from lm.downstream import finetune  # pylint: disable=g-import-not-at-top
+  loads, scored = [], []
+
+  def get_task(name):
+    def load(split, data_dir):
+      loads.append((name, split, data_dir))
+      return [{"inputs": f"{name} {i}", "targets": "a"} for i in range(3)]
+    return task_lib.Task(name=name, load=load, preprocess=dict, metric_fns=(),
+                         choices=lambda ex: ("a", "b"))
+
+  def evaluate(settings, model, params, tokenizer, task, examples, *, mesh, rules):
+    scored.append((task.name, examples, settings.rank_classification, model, mesh, rules))
+    return {"metrics": {"accuracy": float(len(examples))}}
+
+  restored = types.SimpleNamespace(model="m", params="p", tokenizer="t", mesh="mesh",
+                                   rules="rules")
+  monkeypatch.setattr(task_lib, "get_task", get_task)
+  monkeypatch.setattr(restore, "load_run", lambda workdir, step: (
+      scored.append(("load", workdir, step)) or restored))
+  monkeypatch.setattr(finetune, "evaluate_one_task", evaluate)
+  base = mini_suite.load_config(CONFIG)
+  got = mini_suite.score_blank_inputs(
+      mini_suite.suite_config(base, None, steps=4, max_eval_examples=2), tmp_path, 4)
+  assert got == {n: {"accuracy": 2.0} for n in mini.HEADLINE}
+  assert scored[0] == ("load", str(tmp_path), 4)
+  assert [s[0] for s in scored[1:]] == list(mini.HEADLINE)
+  assert loads == [(n, "validation", None) for n in mini.HEADLINE]
+  for name, examples, ranked, model, mesh, rules in scored[1:]:
+    assert [ex["inputs"] for ex in examples] == ["", ""]
+    assert [ex[mini.BLANK_CHOICES] for ex in examples] == [["a", "b"]] * 2
+    assert ranked and (model, mesh, rules) == ("m", "mesh", "rules")
+  base.finetune.data_dir = "/data/mini"
+  scored.clear()
+  loads.clear()
+  got = mini_suite.score_blank_inputs(
+      mini_suite.suite_config(base, None, steps=4, decode=True), tmp_path, 4)
+  assert got == {n: {"accuracy": 3.0} for n in mini.HEADLINE}   # 0: every example
+  assert loads == [(n, "validation", "/data/mini") for n in mini.HEADLINE]
+  assert not any(s[2] for s in scored[1:])                       # decoded
+
+
+def test_the_module_runs_main_as_a_script(monkeypatch, capsys):
+  import runpy  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(sys, "argv", ["python -m lm.mini_suite", "--help"])
+  with warnings.catch_warnings(), pytest.raises(SystemExit) as e:
+    warnings.simplefilter("ignore", RuntimeWarning)   # "found in sys.modules"
+    runpy.run_module("lm.mini_suite", run_name="__main__")
+  assert e.value.code == 0 and "--from_scratch" in capsys.readouterr().out
