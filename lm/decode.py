@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> list[dict]:
       data.targets_length if data is not None else DEFAULT_MAX_DECODE_LENGTH)
   config = decoding.DecodeConfig(
       method=args.method, max_decode_length=max_decode_length, beam_size=args.beam_size,
-      alpha=args.alpha, length_penalty=args.length_penalty,
+      alpha=args.alpha, length_penalty=args.length_penalty, eos_ids=restored.eos_ids,
       sampling=decoding.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p))
 
   tokenizer, framing = restored.tokenizer, restored.framing
@@ -214,7 +214,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     tokens, scores = fn(restored.params, batch, rng, ids)
     tokens, scores = np.asarray(tokens), np.asarray(scores)
     for j in range(len(rows)):
-      record = {"inputs": prompts[start + j], "output": tokenizer.decode(tokens[j]),
+      ends = np.flatnonzero(np.isin(tokens[j], config.eos_ids))  # the text stops before them
+      record = {"inputs": prompts[start + j],
+                "output": tokenizer.decode(tokens[j][:ends[0] if ends.size else None]),
                 "score": float(scores[j])}
       if truncated[start + j]:
         record["truncated_tokens"] = truncated[start + j]

@@ -140,8 +140,15 @@ def _choose_sample(config, logits, step, row_keys):
   return jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
 
 
+def is_eos(tokens: jax.Array, eos_id: int | Sequence[int]) -> jax.Array:
+  """bool[...]: where `tokens` is the end-of-sequence id, or one of several (T5Gemma's
+  released configs stop at 1 and at 107, <end_of_turn>)."""
+  ids = (eos_id,) if isinstance(eos_id, int) else tuple(eos_id)
+  return functools.reduce(jnp.logical_or, [tokens == i for i in ids])
+
+
 def _sampling_loop(first_logits, state, tokens_to_logits, choose, *, max_decode_length: int,
-                   eos_id: int, row_keys):
+                   eos_id: int | Sequence[int], row_keys):
   """Shared loop of greedy / sampling; returns (int32[B, M] tokens, float32[B] log p)."""
   b = first_logits.shape[0]
   m = max_decode_length
@@ -154,7 +161,7 @@ def _sampling_loop(first_logits, state, tokens_to_logits, choose, *, max_decode_
           - jax.nn.logsumexp(logits, axis=-1))
     logprob = logprob + jnp.where(done, 0.0, lp)
     tokens = jax.lax.dynamic_update_slice(tokens, tok[:, None], (jnp.zeros((), jnp.int32), step))
-    return tokens, done | (tok == eos_id), logprob
+    return tokens, done | is_eos(tok, eos_id), logprob
 
   step0 = jnp.zeros((), jnp.int32)
   tokens, done, logprob = pick(first_logits, step0, jnp.zeros((b, m), jnp.int32),
@@ -177,7 +184,8 @@ def _sampling_loop(first_logits, state, tokens_to_logits, choose, *, max_decode_
 
 
 def greedy_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToLogits, *,
-                  max_decode_length: int, eos_id: int = EOS_ID) -> tuple[jax.Array, jax.Array]:
+                  max_decode_length: int, eos_id: int | Sequence[int] = EOS_ID
+                  ) -> tuple[jax.Array, jax.Array]:
   """Argmax decoding, stopping per row at EOS (later slots are 0).
 
   Args:
@@ -185,7 +193,7 @@ def greedy_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensT
     state: pytree passed through ``tokens_to_logits`` (module docstring).
     tokens_to_logits: (int32[B], state, int32[]) -> (float32[B, V], state).
     max_decode_length: M, the most tokens generated per row (EOS included).
-    eos_id: the end-of-sequence id.
+    eos_id: the end-of-sequence id, or ids (``is_eos``).
   Returns:
     (int32[B, M] tokens, float32[B] sum of the tokens' log-probabilities).
   """
@@ -195,8 +203,8 @@ def greedy_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensT
 
 def temperature_sample(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToLogits, *,
                        rng: jax.Array, max_decode_length: int, config: SamplingConfig = SamplingConfig(),
-                       row_ids: jax.Array | None = None, eos_id: int = EOS_ID
-                       ) -> tuple[jax.Array, jax.Array]:
+                       row_ids: jax.Array | None = None,
+                       eos_id: int | Sequence[int] = EOS_ID) -> tuple[jax.Array, jax.Array]:
   """Ancestral sampling with temperature / top-k / top-p, stopping per row at EOS.
 
   Each row draws from its own key ``fold_in(fold_in(rng, row_id), step)``, so an example
@@ -208,7 +216,7 @@ def temperature_sample(first_logits: jax.Array, state: Any, tokens_to_logits: To
     max_decode_length: M.
     config: temperature (0 = greedy), top_k, top_p.
     row_ids: int32[B] per-row seeds (default arange(B)).
-    eos_id: the end-of-sequence id.
+    eos_id: the end-of-sequence id, or ids (``is_eos``).
   Returns:
     (int32[B, M] tokens, float32[B] sum of the tokens' log-probabilities under the model,
     i.e. before temperature / top-k / top-p).
@@ -245,7 +253,7 @@ def _take_beams(x, indices):
 
 def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToLogits, *,
                 beam_size: int, max_decode_length: int, alpha: float = 0.6,
-                length_penalty: str = "t5", eos_id: int = EOS_ID,
+                length_penalty: str = "t5", eos_id: int | Sequence[int] = EOS_ID,
                 gather_fn: Callable[[Any, jax.Array], Any] = gather_rows
                 ) -> tuple[jax.Array, jax.Array]:
   """Beam search with T5 (t5x) or Hugging Face semantics (docs/decoding.md "Beam search").
@@ -259,7 +267,7 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
     alpha: length-penalty exponent (>= 0 for "t5").
     length_penalty: "t5" (brevity penalty, t5x rules) or "hf" (length ** alpha,
       early_stopping=True).
-    eos_id: the end-of-sequence id.
+    eos_id: the end-of-sequence id, or ids (``is_eos``).
     gather_fn: (state, int32[N']) -> state with those rows.
   Returns:
     (int32[B, K, M] sequences, float32[B, K] scores), best first; sequences are 0 after
@@ -288,7 +296,7 @@ def beam_search(first_logits: jax.Array, state: Any, tokens_to_logits: TokensToL
     seqs = _take_beams(live_seqs, parent)
     seqs = jax.lax.dynamic_update_slice(seqs, tok[:, :, None], (0, 0, i))
     valid = top_lp > NEG_INF / 2  # not an extension of an empty initial beam
-    ends = (tok == eos_id) & valid
+    ends = is_eos(tok, eos_id) & valid
 
     # Live: the best K candidates that did not just end.
     live_score = jnp.where(ends, NEG_INF, top_lp)
@@ -489,6 +497,8 @@ class DecodeConfig:
     max_decode_length: M, the most generated tokens (EOS included).
     sampling: temperature / top_k / top_p for "sample".
     beam_size, alpha, length_penalty: for "beam" ("t5" or "hf").
+    eos_ids: the ids that end a sequence (lm's and T5's: EOS 1; a checkpoint may list more:
+      ``lm.restore.Restored.eos_ids``).
   """
   method: str = "greedy"
   max_decode_length: int = 64
@@ -496,8 +506,12 @@ class DecodeConfig:
   beam_size: int = 4
   alpha: float = 0.6
   length_penalty: str = "t5"
+  eos_ids: tuple[int, ...] = (EOS_ID,)
 
   def __post_init__(self):
+    object.__setattr__(self, "eos_ids", tuple(int(i) for i in self.eos_ids))
+    if not self.eos_ids or min(self.eos_ids) < 0:
+      raise ValueError(f"eos_ids must be one or more ids >= 0, got {self.eos_ids}")
     if self.method not in METHODS:
       raise ValueError(f"unknown decoding method {self.method!r}; expected one of {METHODS}")
     if not (isinstance(self.max_decode_length, int) and self.max_decode_length >= 1):
@@ -531,15 +545,15 @@ def decode(model: Transformer, params: Any, batch: Mapping[str, jax.Array], conf
   first, state, t2l, gather = model_decoder(model, params, batch, config.max_decode_length)
   m = config.max_decode_length
   if config.method == "greedy":
-    return greedy_search(first, state, t2l, max_decode_length=m)
+    return greedy_search(first, state, t2l, max_decode_length=m, eos_id=config.eos_ids)
   if config.method == "sample":
     if rng is None:
       raise ValueError("sampling needs an rng key")
     return temperature_sample(first, state, t2l, rng=rng, max_decode_length=m,
-                              config=config.sampling, row_ids=row_ids)
+                              config=config.sampling, row_ids=row_ids, eos_id=config.eos_ids)
   seqs, scores = beam_search(first, state, t2l, beam_size=config.beam_size, max_decode_length=m,
                              alpha=config.alpha, length_penalty=config.length_penalty,
-                             gather_fn=gather)
+                             eos_id=config.eos_ids, gather_fn=gather)
   return seqs[:, 0], scores[:, 0]
 
 
@@ -577,5 +591,6 @@ def make_decode_fn(model: Transformer, config: DecodeConfig, mesh=None,
 __all__ = ["EOS_ID", "PAD_ID", "METHODS", "LENGTH_PENALTIES", "SamplingConfig", "DecodeConfig",
            "Framing", "T5_FRAMING",
            "filter_logits", "log_probs", "first_argmax", "greedy_search", "temperature_sample",
-           "beam_search", "brevity_penalty", "hf_length_penalty", "gather_rows", "prompt_batch",
+           "is_eos", "beam_search", "brevity_penalty", "hf_length_penalty", "gather_rows",
+           "prompt_batch",
            "model_decoder", "decode", "make_decode_fn"]

@@ -56,6 +56,7 @@ CHECKPOINT_DIR = "checkpoints"
 HF_SPM_FILE = "spiece.model"         # transformers' T5Tokenizer file name
 HF_GEMMA_SPM_FILE = "tokenizer.model"  # transformers' GemmaTokenizer file name (T5Gemma)
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_GENERATION_CONFIG = "generation_config.json"  # transformers generate's settings (eos_token_id)
 
 # TransformerConfig fields that change neither the parameters nor what the model computes
 # from them up to numerics: an override of these is allowed when restoring. (The execution
@@ -90,6 +91,8 @@ class Restored:
       None for an HF directory).
     framing: how the checkpoint frames prompts and starts its decoder (lm's and T5's:
       decoding.T5_FRAMING; T5Gemma's: <bos> before the prompt, no EOS, decoder start 2).
+    eos_ids: the ids that end a generated sequence (EOS 1; an HF directory's
+      `hf_t5gemma.eos_ids`: the released T5Gemma's 1 and 107), for decoding.DecodeConfig.
   """
   config: ml_collections.ConfigDict | None
   model_config: TransformerConfig
@@ -103,6 +106,7 @@ class Restored:
   source: str | None = None
   objective: str | None = None
   framing: decoding.Framing = decoding.T5_FRAMING
+  eos_ids: tuple[int, ...] = (decoding.EOS_ID,)
 
   @property
   def architecture(self) -> str:
@@ -311,6 +315,9 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   framing = (decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
                               prompt_bos=tokenizer.bos_id, prompt_eos=False)
              if gemma else decoding.T5_FRAMING)
+  generation = os.path.join(directory, HF_GENERATION_CONFIG)
+  eos_ids = hf_t5gemma.eos_ids(
+      hf_config, hf_t5.read_json(generation) if os.path.isfile(generation) else None)
   try:
     tokenizer_lib.check_vocab_size(tokenizer.vocab_size, model_config.vocab_size,
                                    what=f"checkpoint in {directory}")
@@ -326,7 +333,7 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   params = jax.device_put(numpy_params, shardings)
   return Restored(config=None, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=None, workdir=None,
-                  source=directory, framing=framing)
+                  source=directory, framing=framing, eos_ids=eos_ids)
 
 
 # ---------------------------------------------------------------------------------------

@@ -312,3 +312,58 @@ def test_the_ml_preset_is_the_released_ml_config():
   got = hf_t5gemma.config_from_hf(released, tie_embeddings=True,
                                   separate_encoder_embedding=True, dtype="bfloat16")
   assert got == make_config("t5gemma", "ml", "encoder_decoder")
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_decoding_stops_at_every_stop_id_as_transformers_does(decode_golden, restored, method):
+  """generate(eos_token_id=[1, 41]) (as the released configs' [1, 107]): lm's DecodeConfig
+  eos_ids stop rows at 41 as transformers does; with EOS 1 alone they run on."""
+  prompts = [ids[1:] for ids in decode_golden["input_ids"]]
+  extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
+  batch = decoding.prompt_batch(prompts, restored.model_config, framing=restored.framing)
+
+  def run(eos_ids):
+    cfg = decoding.DecodeConfig(method=method, eos_ids=eos_ids,
+                                max_decode_length=decode_golden["max_new_tokens"], **extra)
+    return np.asarray(decoding.make_decode_fn(restored.model, cfg)(
+        restored.params, batch, jax.random.PRNGKey(0), np.arange(len(prompts)))[0]).tolist()
+
+  want = decode_golden[f"{method}_tokens_stop"]
+  assert run(tuple(decode_golden["stop_ids"])) == want
+  assert run((1,)) == decode_golden[f"{method}_tokens"] != want
+
+
+def test_load_hf_and_lm_decode_read_the_stop_ids(decode_golden, restored, tmp_path):
+  """generation_config.json's eos_token_id list reaches Restored.eos_ids, and lm.decode's
+  text ends before the first stop id."""
+  import shutil
+
+  from lm import decode, restore
+  hf = tmp_path / "hf"
+  shutil.copytree(TINY, hf)
+  generation = json.loads((hf / "generation_config.json").read_text())
+  generation["eos_token_id"] = decode_golden["stop_ids"]
+  (hf / "generation_config.json").write_text(json.dumps(generation))
+  assert restored.eos_ids == (1,)
+  assert restore.load_hf(str(hf)).eos_ids == tuple(decode_golden["stop_ids"])
+  prompts = tmp_path / "prompts.txt"
+  prompts.write_text("\n".join(decode_golden["texts"]) + "\n")
+  out = tmp_path / "out.jsonl"
+  assert decode.main([f"--hf={hf}", f"--input={prompts}", f"--output={out}",
+                      f"--max_decode_length={decode_golden['max_new_tokens']}"]) == 0
+  got = [json.loads(line)["output"] for line in out.read_text().splitlines()]
+  stop = decode_golden["stop_ids"][1]
+  want = [restored.tokenizer.decode(t[:t.index(stop)] if stop in t else t)
+          for t in decode_golden["greedy_tokens_stop"]]
+  assert got == want and got[2] == "" and got[0] != ""
+
+
+def test_eos_ids_are_read_as_transformers_reads_them():
+  assert hf_t5gemma.eos_ids({"eos_token_id": 1}, {"eos_token_id": [1, 107]}) == (1, 107)
+  assert hf_t5gemma.eos_ids({"eos_token_id": [1, 107]}) == (1, 107)
+  assert hf_t5gemma.eos_ids({"decoder": {"eos_token_id": 5}}) == (5,)
+  assert hf_t5gemma.eos_ids({}, {}) == (1,)
+  with pytest.raises(HFConversionError, match=r"eos_token_id \['x'\] is not an id"):
+    hf_t5gemma.eos_ids({"eos_token_id": ["x"]})
+  with pytest.raises(ValueError, match=r"eos_ids must be one or more ids >= 0"):
+    decoding.DecodeConfig(eos_ids=())

@@ -104,12 +104,26 @@ def _module(hf_config: Mapping[str, Any], stack: str) -> dict[str, Any]:
 def decoder_start_id(hf_config: Mapping[str, Any]) -> int:
   """The token a T5Gemma decoder reads first: its decoder's ``bos_token_id`` (2, Gemma's
   <bos>), as transformers' ``_shift_right`` and ``generate`` use it. ``lm.restore.load_hf``
-  decodes from it (``Restored.framing``); lm's training data start every decoder input with
-  0 (T5's convention), so a T5Gemma checkpoint that ``ckpt.init_from`` fine-tunes learns 0
-  as its start token (lm.train warns)."""
+  decodes from it (``Restored.framing``), and a fine-tuning run's data start from it with
+  ``finetune.framing=t5gemma`` (``ckpt.init_from`` refuses another start)."""
   decoder = hf_config.get("decoder")
   start = decoder.get("bos_token_id") if isinstance(decoder, Mapping) else None
   return int(start if start is not None else hf_config.get("bos_token_id", 2))
+
+
+def eos_ids(hf_config: Mapping[str, Any],
+            generation_config: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+  """The ids that end a generated sequence, as transformers' ``generate`` reads them:
+  generation_config.json's ``eos_token_id`` (an id or a list: the released T5Gemma
+  checkpoints list 1 and 107, <end_of_turn>), else config.json's (its decoder's), else 1."""
+  for source in (generation_config or {}, hf_config, hf_config.get("decoder") or {}):
+    value = source.get("eos_token_id") if isinstance(source, Mapping) else None
+    if value is not None:
+      ids = (value,) if isinstance(value, int) else tuple(value)
+      if not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
+        raise hf_t5.HFConversionError(f"eos_token_id {value!r} is not an id or a list of ids.")
+      return tuple(int(i) for i in ids)
+  return (1,)
 
 
 def _rope_theta(module: Mapping[str, Any], stack: str) -> float:
@@ -548,6 +562,6 @@ def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
   save_file(tensors, os.path.join(directory, WEIGHTS_NAME), metadata={"format": "pt"})
 
 
-__all__ = ["config_from_hf", "config_to_hf", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
+__all__ = ["config_from_hf", "config_to_hf", "eos_ids", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
            "checkpoint_to_lm", "is_t5gemma", "decoder_start_id",
            "save_hf_t5gemma", "EMBED_NAMES", "HEAD_NAME"]

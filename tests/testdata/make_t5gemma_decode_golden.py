@@ -15,7 +15,8 @@ reads it.
 transformers' own GemmaTokenizer frames each prompt (<bos> + pieces, no EOS: `input_ids`),
 and transformers' `generate` decodes them from the checkpoint's own generation settings
 (its decoder starts from the decoder's bos_token_id, 2): greedy, and beam search (2 beams,
-length_penalty 1.0, early stopping). As make_t5gemma_golden.py, generation runs with the
+length_penalty 1.0, early stopping), each also with a second stop id
+(`eos_token_id=[1, 41]`). As make_t5gemma_golden.py, generation runs with the
 encoder's window read as |i - j| < W (T5Gemma's original semantics; transformers 5.x's own
 reading differs for inputs longer than W). The script then checks lm against the golden
 (`lm.restore.load_hf` and `lm.decoding` with the restored framing) and stops on a mismatch.
@@ -45,6 +46,7 @@ MAX_NEW = 8
 WORDS = ("the cat sat on a mat and the dog ran to the red barn while birds sang in tall "
          "green trees near a quiet river bank").split()
 TEXTS = ["the cat sat on a mat", "birds sang", "a quiet river bank near the barn"]
+STOP = 41  # a token the greedy rows produce (golden["stop_ids"] = [1, STOP])
 
 
 def train_tokenizer() -> bytes:
@@ -83,7 +85,10 @@ def generate(model, rows: list[list[int]], **kwargs) -> list[list[int]]:
   assert (out[:, 0] == 2).all(), f"generate did not start from <bos> 2: {out[:, 0]}"
   tokens = np.zeros((len(rows), MAX_NEW), np.int32)
   tokens[:, :out.shape[1] - 1] = out[:, 1:]
-  tokens[np.cumsum(np.cumsum(tokens == 1, axis=1), axis=1) > 1] = 0  # 0s after EOS
+  # 0s after the first stop id (transformers' beam search writes eos_token_id[0] after a
+  # hypothesis shorter than the longest, also after one that ended with another stop id)
+  stops = np.isin(tokens, kwargs.get("eos_token_id", [1]))
+  tokens[np.cumsum(np.cumsum(stops, axis=1), axis=1) > 1] = 0
   return tokens.tolist()
 
 
@@ -100,8 +105,15 @@ def main() -> None:
   model = original_model()
   greedy = generate(model, input_ids)
   beam = generate(model, input_ids, num_beams=2, length_penalty=1.0, early_stopping=True)
+  # a second stop id (as the released configs' 107, <end_of_turn>): one the greedy rows
+  # produce, at their first or a later token or never
+  stop = [1, STOP]
+  greedy_stop = generate(model, input_ids, eos_token_id=stop)
+  beam_stop = generate(model, input_ids, num_beams=2, length_penalty=1.0, early_stopping=True,
+                       eos_token_id=stop)
   golden = {"texts": TEXTS, "input_ids": input_ids, "greedy_tokens": greedy,
-            "beam_tokens": beam, "max_new_tokens": MAX_NEW,
+            "beam_tokens": beam, "max_new_tokens": MAX_NEW, "stop_ids": stop,
+            "greedy_tokens_stop": greedy_stop, "beam_tokens_stop": beam_stop,
             "versions": {"transformers": transformers.__version__,
                          "torch": torch.__version__.split("+")[0],
                          "sentencepiece": spm.__version__}}
@@ -113,14 +125,17 @@ def main() -> None:
   assert framed == input_ids, (framed, input_ids)
   batch = decoding.prompt_batch([ids[1:] for ids in input_ids], r.model_config,
                                 framing=r.framing)
-  for method, want, extra in (("greedy", greedy, {}),
-                              ("beam", beam, dict(beam_size=2, alpha=1.0, length_penalty="hf"))):
+  beam_settings = dict(beam_size=2, alpha=1.0, length_penalty="hf")
+  for method, want, extra in (("greedy", greedy, {}), ("beam", beam, beam_settings),
+                              ("greedy", greedy_stop, dict(eos_ids=stop)),
+                              ("beam", beam_stop, dict(eos_ids=stop, **beam_settings))):
     cfg = decoding.DecodeConfig(method=method, max_decode_length=MAX_NEW, **extra)
     got = decoding.make_decode_fn(r.model, cfg)(
         r.params, batch, jax.random.PRNGKey(0), np.arange(len(TEXTS)))[0]
     if np.asarray(got).tolist() != want:
       raise SystemExit(f"lm {method} {np.asarray(got).tolist()} != transformers {want}")
-  print(f"wrote {path} and decode_golden.json: greedy {greedy}, beam {beam}; lm agrees")
+  print(f"wrote {path} and decode_golden.json: greedy {greedy}, beam {beam}, stopping at "
+        f"{stop}: {greedy_stop}, {beam_stop}; lm agrees")
 
 
 if __name__ == "__main__":
