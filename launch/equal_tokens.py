@@ -2,8 +2,8 @@ r"""The equal-predicted-tokens control (issue #31): steps at which a run has pre
 many target tokens as another.
 
   python -m launch.equal_tokens --root=runs/studies/t5_objectives
-  # prefix_lm predicted 651,015 target tokens in 1000 steps; replace_spans predicts 310.4 a
-  # step: 2098 steps (--config.train.num_steps=2098) predict as many.
+  # prefix_lm predicted 656,819 target tokens in 1000 steps; replace_spans predicts 307.3 a
+  # step: 2138 steps (--config.train.num_steps=2138) predict as many.
 
 Read from each run's metrics.jsonl, whose training lines log `target_tokens`, the mean
 tokens with a loss per step since the previous line (lm/steps.py). The report's section
