@@ -199,3 +199,14 @@ def test_squad_f1_with_partial_precision_and_many_examples():
   assert metrics.squad([["Bob Smith"]], ["bob jones x"]) == {"em": 0.0, "f1": pytest.approx(40.0)}
   # 300 examples: lengths past CPython's small-int cache (equal but not identical ints).
   assert metrics.squad([["a b"]] * 300, ["a b"] * 300) == {"em": 100.0, "f1": 100.0}
+
+
+def test_bleu_warns_of_tokenized_hypotheses_as_t5s_sacrebleu_call(caplog):
+  # force=False, as T5: 100 hypotheses ending in a tokenized " ." get sacrebleu's warning
+  # (the score is the same: force only silences it); 99 do not.
+  for n, warned in ((100, True), (99, False)):
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="sacrebleu"):
+      got = metrics.bleu(["a b c d ."] * n, ["a b c d ."] * n)
+    assert got == {"bleu": pytest.approx(100.0)}
+    assert any("tokenized period" in r.getMessage() for r in caplog.records) == warned
