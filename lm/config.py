@@ -43,7 +43,7 @@ from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 from lm.data.tokenizer import padded_vocab_size
 from lm.downstream import finetune, finetune_data
 from lm.model import presets
-from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
+from lm.model.config import ADDED_FIELDS, ENCODER_SHAPE_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
 
 
@@ -187,25 +187,22 @@ def _tiled_chunk_tokens(config: ml_collections.ConfigDict) -> int:
 
 def model_section(family: str, size: str, architecture: str,
                   **overrides: Any) -> ml_collections.ConfigDict:
-  """`config.model` for a preset: its name, the architecture and every resolved field.
-
-  Args:
-    family, size: a row of lm/model/presets.py's size tables.
-    architecture: one of lm.architecture.ARCHITECTURES.
-    **overrides: `num_layers` or TransformerConfig fields that replace the preset's.
-
-  Returns:
-    A ConfigDict with family, size, architecture, num_layers and every TransformerConfig
-    field except DERIVED_MODEL_FIELDS (None values as typed placeholders, so that
-    `--config.model.max_length=...` can set them).
+  """`config.model` for a preset (family, size: a row of lm/model/presets.py's tables) as
+  `architecture`, with `num_layers` or TransformerConfig fields as `overrides`: a ConfigDict
+  with family, size, architecture, num_layers (encoder_num_layers: an encoder's depth of its
+  own, else None) and every TransformerConfig field but DERIVED_MODEL_FIELDS (None values
+  as typed placeholders, so that `--config.model.max_length=...` can set them).
 
   Raises:
     ValueError: unknown family, size, architecture or override.
   """
   resolved = dataclasses.asdict(presets.make_config(family, size, architecture, **overrides))
-  model = ml_collections.ConfigDict({"family": family, "size": size,
-                                     "architecture": architecture,
-                                     "num_layers": resolved["num_decoder_layers"]})
+  encoder_layers = resolved["num_encoder_layers"]  # an encoder of its own depth (9b_2b)
+  model = ml_collections.ConfigDict({
+      "family": family, "size": size, "architecture": architecture,
+      "num_layers": resolved["num_decoder_layers"],
+      "encoder_num_layers": (config_dict.placeholder(int) if encoder_layers in (
+          0, resolved["num_decoder_layers"]) else encoder_layers)})
   for field in dataclasses.fields(TransformerConfig):
     if field.name in DERIVED_MODEL_FIELDS:
       continue
@@ -213,7 +210,8 @@ def model_section(family: str, size: str, architecture: str,
     if value is None:
       kind = {"head_dim": int, "max_length": int, "num_kv_heads": int,
               "query_pre_attn_scalar": float, "attn_logit_softcapping": float,
-              "final_logit_softcapping": float, "sliding_window": int}.get(field.name, str)
+              "final_logit_softcapping": float, "sliding_window": int,
+              **{f"encoder_{f}": int for f in ENCODER_SHAPE_FIELDS}}.get(field.name, str)
       model[field.name] = config_dict.placeholder(kind)
     else:
       model[field.name] = value
@@ -250,7 +248,11 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   arch = architecture(config)
   fields.pop("architecture")
   num_layers = fields.pop("num_layers")
-  return TransformerConfig(**fields, **architecture_lib.model_fields(arch, num_layers))
+  stacks = architecture_lib.model_fields(arch, num_layers)
+  encoder_layers = fields.pop("encoder_num_layers", None)  # None: num_layers (older runs too)
+  if encoder_layers is not None and architecture_lib.is_encoder_decoder(arch):
+    stacks["num_encoder_layers"] = int(encoder_layers)
+  return TransformerConfig(**fields, **stacks)
 
 
 def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
@@ -387,19 +389,13 @@ def derive(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   Called once, after the command-line overrides (lm.main, lm.plan, launch/), so that
   `--config.data.objective_params.noise_density=0.25` and the config arg `noise=0.25` give
-  the same run. A field the config (or an override) already set is kept as it is, and
-  checked later as any value (lm.validate); a config.json holds only set values, so
-  deriving it changes nothing.
-
-    data.targets_length  the objective's (lm.data.objectives.required_targets_length: 114
-                         for span corruption at 512/0.15/3), or with
-                         data.allow_truncated_targets (configs/t5.py's lengths=gin) T5's gin
-                         value (`gin_targets_length`), whose longer targets are truncated.
-    data.extra_ids       T5's 100 sentinels, or more where the objective can need more
-                         (lm.data.objectives.required_extra_ids; the padded vocabulary is
-                         unchanged).
-    model.vocab_size     the on-the-fly tokenizer's pieces plus the extra ids, padded to a
-                         multiple of 128 (32000 + 100 -> 32128, as T5).
+  the same run. A field already set is kept (and checked later, lm.validate):
+    data.targets_length  the objective's (objectives.required_targets_length: 114 for span
+                         corruption at 512/0.15/3), or with data.allow_truncated_targets
+                         T5's gin value (`gin_targets_length`; longer targets truncated).
+    data.extra_ids       T5's 100 sentinels, or more where the objective can need more.
+    model.vocab_size     the tokenizer's pieces plus the extra ids, padded to a multiple of
+                         128 (32000 + 100 -> 32128, as T5).
 
   Raises:
     ValueError: the objective, its parameters or the lengths cannot give a value (naming

@@ -193,7 +193,8 @@ def hlo_cost(config: ml_collections.ConfigDict, axis_names: Sequence[str]) -> di
   optimisation instead, lowered for one CPU device (no compile) with the layers unrolled
   and one microbatch, at 1 and 2 layers per stack: the stacks repeat one layer, so the
   cost is affine in the depth and the depth-L cost is c1 + (L - 1) (c2 - c1). Two small
-  lowerings, where unrolling a deep model (xxl) takes minutes.
+  lowerings, where unrolling a deep model (xxl) takes minutes; an encoder of its own depth
+  (model.encoder_num_layers) takes three, at (1, 1), (2, 1) and (1, 2) layers.
 
   Returns:
     {"flops", "bytes_accessed": at the config's depth, "per_layer": {...}: c2 - c1}.
@@ -201,10 +202,22 @@ def hlo_cost(config: ml_collections.ConfigDict, axis_names: Sequence[str]) -> di
   """
   depth = int(config.model.num_layers)
   base = {"model.scan_layers": False, "optim.grad_accum_steps": 1}
-  c1 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 1})
-  c2 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 2})
-  per_layer = {k: c2[k] - c1[k] for k in c1}
-  return {**{k: c1[k] + (depth - 1) * per_layer[k] for k in c1}, "per_layer": per_layer}
+  encoder_depth = config.model.get("encoder_num_layers")
+  if encoder_depth is None or int(encoder_depth) == depth:
+    c1 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 1})
+    c2 = _one_cpu_cost(config, axis_names, **base, **{"model.num_layers": 2})
+    per_layer = {k: c2[k] - c1[k] for k in c1}
+    return {**{k: c1[k] + (depth - 1) * per_layer[k] for k in c1}, "per_layer": per_layer}
+  # An encoder of its own depth (9b_2b): its layer's cost and the decoder's apart.
+  one = {"model.encoder_num_layers": 1, "model.num_layers": 1}
+  c11 = _one_cpu_cost(config, axis_names, **base, **one)
+  c21 = _one_cpu_cost(config, axis_names, **base, **dict(one, **{"model.encoder_num_layers": 2}))
+  c12 = _one_cpu_cost(config, axis_names, **base, **dict(one, **{"model.num_layers": 2}))
+  encoder_layer = {k: c21[k] - c11[k] for k in c11}
+  decoder_layer = {k: c12[k] - c11[k] for k in c11}
+  return {**{k: c11[k] + (int(encoder_depth) - 1) * encoder_layer[k]
+             + (depth - 1) * decoder_layer[k] for k in c11},
+          "per_layer": decoder_layer, "per_encoder_layer": encoder_layer}
 
 
 def hbm_traffic_lower_bound(mem: dict[str, float]) -> float:

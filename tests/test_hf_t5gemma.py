@@ -120,7 +120,10 @@ def _write(directory, hf_config, tensors=None):
 
 
 @pytest.mark.parametrize("edit, field", [
-    (lambda c: c["encoder"].update(hidden_size=32), "encoder.hidden_size=32"),
+    (lambda c: c["encoder"].update(query_pre_attn_scalar=8), "encoder.query_pre_attn_scalar=8"),
+    # a wider encoder (9B-2B) needs a decoder whose cross-attention reads that width
+    (lambda c: c["encoder"].update(hidden_size=32),
+     "decoder.cross_attention_hidden_size=16 is not the encoder's hidden_size 32"),
     (lambda c: c["decoder"].update(attention_bias=True), "attention_bias"),
     (lambda c: c["encoder"].update(sliding_window=5), "encoder.sliding_window=5"),
     (lambda c: c["encoder"].update(layer_types=["sliding_attention", "sliding_attention",

@@ -169,6 +169,22 @@ def test_hlo_cost_counts_every_layer_and_microbatch(arg, accum):
   assert configured["flops"] == pytest.approx(depth1 / accum, rel=0.05)
 
 
+def test_hlo_cost_of_an_encoder_of_its_own_depth_and_width():
+  """encoder_num_layers (9b_2b's kind of model): the (1, 1) / (2, 1) / (1, 2) lowerings
+  extrapolated to 5 encoder and 3 decoder layers equal the step lowered whole."""
+  config = common.derive(t5.get_config("size=small_cpu,batch=8,inputs_length=64"))
+  config.model.encoder_num_layers, config.model.num_layers = 5, 3
+  config.model.separate_encoder_embedding, config.model.encoder_emb_dim = True, 384
+  axes = ("data", "fsdp", "tensor")
+  whole = plan.hlo_cost(config, axes)
+  unrolled = plan._one_cpu_cost(config, axes)  # pylint: disable=protected-access
+  assert whole["flops"] == pytest.approx(unrolled["flops"], rel=1e-5)
+  assert whole["per_encoder_layer"]["flops"] > whole["per_layer"]["flops"] > 0  # 384 wide
+  analytic = 3 * accounting.forward_flops(common.model_config(config), 64,
+                                         config.data.targets_length)["total"] * 8
+  assert analytic <= whole["flops"] <= 1.10 * analytic
+
+
 def test_data_parallel_replicates_what_fsdp_and_tensor_split(cpu_plans):
   data, fsdp, tensor = (cpu_plans[k]["analytic"] for k in ("data", "fsdp", "tensor"))
   assert fsdp["params"] == pytest.approx(data["params"] / 8, rel=0.02)

@@ -10,50 +10,9 @@ config holding an ``encoder`` and a ``decoder`` module config) plus ``model.safe
     save_hf_t5gemma("/out/dir", config, params)   # transformers.from_pretrained works
 
 The pure halves are ``hf_to_lm(hf_config, tensors, **overrides)`` and
-``lm_to_hf(config, params)``. The shared helpers (errors, safetensors and JSON reading)
-come from ``lm.checkpoint.hf_t5``.
-
-Mapping (HF name -> lm param; HF ``nn.Linear`` weights are [out, in] and are transposed;
-N = query heads, K = key/value heads, H = head_dim, D = hidden_size, F = intermediate_size):
-  model.decoder.embed_tokens.weight [V, D]              token_embedder/embedding
-  model.encoder.embed_tokens.weight [V, D]              encoder_token_embedder/embedding when the
-                                                        two tables differ, else the same table
-  lm_head.out_proj.weight [V, D] (untied only)          logits_dense/kernel [D, V]
-  model.{stack}.layers.i.self_attn.q_proj.weight [N*H, D]   {stack}/layers_i/self_attention/query [D, N, H]
-  ....self_attn.{k,v}_proj.weight [K*H, D]              .../self_attention/{key,value} [D, K, H]
-  ....self_attn.o_proj.weight [D, N*H]                  .../self_attention/out [N, H, D]
-  model.decoder.layers.i.cross_attn.*                   decoder/layers_i/encoder_decoder_attention/*
-  ....{pre,post}_self_attn_layernorm.weight             .../{pre,post}_self_attention_layer_norm/scale
-  ....{pre,post}_cross_attn_layernorm.weight            .../{pre,post}_cross_attention_layer_norm/scale
-  ....{pre,post}_feedforward_layernorm.weight           .../{pre,post}_mlp_layer_norm/scale
-  ....mlp.{gate,up}_proj.weight [F, D]                  .../mlp/{wi_0,wi_1} [D, F]
-  ....mlp.down_proj.weight [D, F]                       .../mlp/wo [F, D]
-  model.{stack}.norm.weight                             {stack}/final_norm/scale
-
-The lm config is T5Gemma's recipe: ``norm_type="gemma_rmsnorm"`` (factor 1 + w, float32),
-``norm_position="sandwich"``, ``scale_embeddings=True`` (times sqrt(D) in the activation
-dtype, as HF's normaliser in the hidden states' dtype), ``position_encoding="rope"`` in
-self-attention only (HF's cross-attention has none either; decoder positions restart at
-0), ``mlp_activation="gated_gelu"`` (HF ``gelu_pytorch_tanh``), ``query_pre_attn_scalar``,
-both soft-caps (HF caps the scaled scores, then adds the mask: lm's order; cross-attention
-is capped too), ``num_kv_heads``, ``sliding_window`` + ``layer_pattern`` from
-``layer_types``, tied logits without a scale (``tied_logits_scale=False``).
-
-Numerical differences from transformers, and what is refused (docs/checkpoints.md):
-- The encoder's (bidirectional) window: lm lets i see j where |i - j| < W, as transformers'
-  T5Gemma did when it was released (its own ``sliding_window_bidirectional_mask_function``,
-  transformers 4.5x); transformers 5.x's shared ``create_bidirectional_sliding_window_mask``
-  uses |i - j| <= W. For encoder inputs longer than W the two differ by one key at each
-  edge of the window (the golden records both). The decoder's causal window (i - j < W) is
-  the same in all of them.
-- Dropout (training only) sits where HF's does but lm's masks are shared over the
-  length axis (t5x's broadcast dropout) and attention-probability dropout uses
-  ``dropout_rate`` (HF's ``attention_dropout`` must equal it).
-- Refused, with the field named: encoder and decoder of different widths, heads, head
-  dims, MLP widths, vocabularies, activations, epsilons, query scalars, attention caps or
-  sliding windows (e.g. 9B-2B); ``layer_types`` that are not one cycled pattern shared by
-  both stacks; ``attention_bias``; RoPE scaling; ``rms_norm_eps`` other than 1e-6;
-  activations other than the tanh GELU; differing encoder and decoder embedding tables.
+``lm_to_hf(config, params)``; shared helpers come from ``lm.checkpoint.hf_t5``. An encoder of
+its own shape (9B-2B) becomes the config's ``encoder_*`` fields. The tensor and field mapping,
+the numerical differences from transformers and what is refused: docs/checkpoints.md.
 """
 from __future__ import annotations
 
@@ -73,9 +32,12 @@ _TANH_GELUS = ("gelu_pytorch_tanh", "gelu_new")
 _LAYER_TYPES = {"sliding_attention": "L", "full_attention": "G"}
 _LAYER_TYPE_NAMES = {v: k for k, v in _LAYER_TYPES.items()}
 # Module-config fields that must agree between encoder and decoder (lm has one of each).
-_SHARED_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-                  "head_dim", "vocab_size", "hidden_activation", "rms_norm_eps",
-                  "query_pre_attn_scalar", "attn_logit_softcapping", "attention_bias")
+_SHARED_FIELDS = ("vocab_size", "hidden_activation", "rms_norm_eps", "query_pre_attn_scalar",
+                  "attn_logit_softcapping", "attention_bias")
+# The shape fields each stack may have of its own (9B-2B): HF name -> lm's (encoder_<name>).
+_SHAPE_FIELDS = {"hidden_size": "emb_dim", "num_attention_heads": "num_heads",
+                 "num_key_value_heads": "num_kv_heads", "head_dim": "head_dim",
+                 "intermediate_size": "mlp_dim"}
 # T5GemmaModuleConfig defaults (transformers 5.x), used for fields a config.json omits.
 _MODULE_DEFAULTS = {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
                     "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
@@ -188,8 +150,7 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
     if enc[name] != dec[name]:
       raise HFConversionError(
           f"encoder.{name}={enc[name]!r} differs from decoder.{name}={dec[name]!r}: lm's "
-          f"encoder and decoder share {name} (asymmetric T5Gemma shapes such as 9B-2B are "
-          "not supported)")
+          f"encoder and decoder share {name} (only their shapes may differ, as in 9B-2B)")
   if hf_config.get("vocab_size", enc["vocab_size"]) != enc["vocab_size"]:
     raise HFConversionError(f"vocab_size={hf_config['vocab_size']!r} differs from "
                             f"encoder.vocab_size={enc['vocab_size']!r}")
@@ -227,13 +188,16 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
     raise HFConversionError(
         f"attention_dropout={attention_dropout} differs from dropout_rate={dropout}: lm uses "
         "one dropout_rate for both (pass dropout_rate=... to choose one)")
+  encoder_shape = {f"encoder_{lm}": int(enc[hf]) for hf, lm in _SHAPE_FIELDS.items()
+                   if int(enc[hf]) != int(dec[hf])}
   kwargs = dict(
       vocab_size=int(enc["vocab_size"]),
-      emb_dim=int(enc["hidden_size"]),
-      num_heads=int(enc["num_attention_heads"]),
-      num_kv_heads=int(enc["num_key_value_heads"]),
-      head_dim=int(enc["head_dim"]),
-      mlp_dim=int(enc["intermediate_size"]),
+      emb_dim=int(dec["hidden_size"]),
+      num_heads=int(dec["num_attention_heads"]),
+      num_kv_heads=int(dec["num_key_value_heads"]),
+      head_dim=int(dec["head_dim"]),
+      mlp_dim=int(dec["intermediate_size"]),
+      **encoder_shape,
       num_encoder_layers=int(enc["num_hidden_layers"]),
       num_decoder_layers=int(dec["num_hidden_layers"]),
       mask_type="encoder_decoder",
@@ -289,15 +253,20 @@ def config_to_hf(config: TransformerConfig) -> dict[str, Any]:
   if float(scalar).is_integer():  # transformers 5.x's config accepts only an int here
     scalar = int(scalar)
 
+  shapes = {"encoder": config.encoder_config(), "decoder": config}
+
   def module(stack):
+    shape = shapes[stack]
+    cross = {"cross_attention_hidden_size": shapes["encoder"].emb_dim} if stack == "decoder" else {}
     return {
         "vocab_size": config.vocab_size,
-        "hidden_size": config.emb_dim,
-        "intermediate_size": config.mlp_dim,
+        "hidden_size": shape.emb_dim,
+        "intermediate_size": shape.mlp_dim,
         "num_hidden_layers": layers[stack],
-        "num_attention_heads": config.num_heads,
-        "num_key_value_heads": config.resolved_num_kv_heads,
-        "head_dim": config.resolved_head_dim,
+        "num_attention_heads": shape.num_heads,
+        "num_key_value_heads": shape.resolved_num_kv_heads,
+        "head_dim": shape.resolved_head_dim,
+        **cross,
         "hidden_activation": "gelu_pytorch_tanh",
         "rms_norm_eps": _LM_EPSILON,
         "attention_bias": False,
@@ -350,10 +319,11 @@ HEAD_NAME = "lm_head.out_proj.weight"
 
 
 def _table(config: TransformerConfig) -> dict[str, tuple[tuple[str, ...], str]]:
-  """{HF name: (lm path, kind)} of every tensor but the embeddings and the head."""
+  """{HF name: (lm path, kind)} of every tensor but the embeddings and the head. An
+  encoder tensor's kind is "enc:" + the kind (its stack's shape: config.encoder_config());
+  the cross-attention's keys and values are "cross_kv" (read from the encoder's width)."""
   rows: dict[str, tuple[tuple[str, ...], str]] = {}
   for stack, num in (("encoder", config.num_encoder_layers), ("decoder", config.num_decoder_layers)):
-    rows[f"model.{stack}.norm.weight"] = ((stack, "final_norm", "scale"), "norm")
     for i in range(num):
       p, q = f"model.{stack}.layers.{i}", (stack, f"layers_{i}")
       attentions = [("self_attn", "self_attention")]
@@ -361,25 +331,49 @@ def _table(config: TransformerConfig) -> dict[str, tuple[tuple[str, ...], str]]:
       if stack == "decoder":
         attentions.append(("cross_attn", "encoder_decoder_attention"))
         norms += list(_CROSS_NORMS)
+      own = "enc:" if stack == "encoder" else ""
       for hf_attn, lm_attn in attentions:
         for hf, lm, kind in _ATTENTION:
+          kind = "cross_kv" if hf_attn == "cross_attn" and kind == "attn_kv" else own + kind
           rows[f"{p}.{hf_attn}.{hf}.weight"] = (q + (lm_attn, lm), kind)
       for hf, lm in norms:
-        rows[f"{p}.{hf}.weight"] = (q + (lm, "scale"), "norm")
+        rows[f"{p}.{hf}.weight"] = (q + (lm, "scale"), own + "norm")
       for hf, lm, kind in _MLP:
-        rows[f"{p}.mlp.{hf}.weight"] = (q + ("mlp", lm), kind)
+        rows[f"{p}.mlp.{hf}.weight"] = (q + ("mlp", lm), own + kind)
+    rows[f"model.{stack}.norm.weight"] = ((stack, "final_norm", "scale"),
+                                          ("enc:" if stack == "encoder" else "") + "norm")
   return rows
 
 
-def _hf_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+def _stack_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
   d, n, k = config.emb_dim, config.num_heads, config.resolved_num_kv_heads
   h, f = config.resolved_head_dim, config.mlp_dim
   return {"attn_query": (n * h, d), "attn_kv": (k * h, d), "attn_out": (d, n * h),
           "norm": (d,), "mlp_in": (f, d), "mlp_out": (d, f), "embed": (config.vocab_size, d)}
 
 
+def _hf_shapes(config: TransformerConfig) -> dict[str, tuple[int, ...]]:
+  """HF shape of every tensor kind (`_table`): the decoder's, "enc:" the encoder's."""
+  enc = config.encoder_config()
+  shapes = _stack_shapes(config)
+  shapes.update({"enc:" + kind: shape for kind, shape in _stack_shapes(enc).items()})
+  shapes["cross_kv"] = (config.resolved_num_kv_heads * config.resolved_head_dim, enc.emb_dim)
+  return shapes
+
+
+def _kind_config(kind: str, config: TransformerConfig) -> tuple[str, TransformerConfig, int]:
+  """(the kind without its stack, the stack's config, the width the tensor reads)."""
+  if kind.startswith("enc:"):
+    enc = config.encoder_config()
+    return kind[4:], enc, enc.emb_dim
+  if kind == "cross_kv":
+    return "attn_kv", config, config.encoder_config().emb_dim
+  return kind, config, config.emb_dim
+
+
 def _hf_to_lm_tensor(x: np.ndarray, kind: str, config: TransformerConfig) -> np.ndarray:
-  d, h = config.emb_dim, config.resolved_head_dim
+  kind, config, d = _kind_config(kind, config)
+  h = config.resolved_head_dim
   if kind == "attn_query":
     return x.T.reshape(d, config.num_heads, h)
   if kind == "attn_kv":
@@ -392,7 +386,7 @@ def _hf_to_lm_tensor(x: np.ndarray, kind: str, config: TransformerConfig) -> np.
 
 
 def _lm_to_hf_tensor(x: np.ndarray, kind: str, config: TransformerConfig) -> np.ndarray:
-  d = config.emb_dim
+  kind, _, d = _kind_config(kind, config)
   if kind in ("attn_query", "attn_kv"):
     return x.reshape(d, -1).T
   if kind == "attn_out":
@@ -451,7 +445,8 @@ def hf_to_lm(hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
   if missing:
     raise HFConversionError(f"missing tensor(s): {_format_names(missing)}")
   want = {name: shapes[kind] for name, (_, kind) in expected.items()}
-  want.update({name: shapes["embed"] for name in present_embeds})
+  want.update({name: shapes["enc:embed" if name == EMBED_NAMES[0] and encoder_embedding is not None
+                            else "embed"] for name in present_embeds})
   if head is not None:
     want[HEAD_NAME] = shapes["embed"]
   bad = [f"{name} {tuple(tensors[name].shape)} != {want[name]}" for name in sorted(want)
@@ -501,7 +496,8 @@ def lm_to_hf(config: TransformerConfig, params: Mapping[str, Any]
 
   encoder_table = ("encoder_token_embedder" if config.separate_encoder_embedding
                    else "token_embedder")
-  put(EMBED_NAMES[0], (encoder_table, "embedding"), "embed")
+  put(EMBED_NAMES[0], (encoder_table, "embedding"),
+      "enc:embed" if config.separate_encoder_embedding else "embed")
   put(EMBED_NAMES[1], ("token_embedder", "embedding"), "embed")
   if not config.tie_embeddings:
     tensors[HEAD_NAME] = np.ascontiguousarray(export.take(("logits_dense", "kernel")).T, np.float32)

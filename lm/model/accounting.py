@@ -15,9 +15,11 @@ per example are:
     encoder, per layer:  2*Li*(2*D*NH + 2*D*KH + M*D*F)  q, o, k, v and MLP projections
                          + 4*Li*Li*NH                   scores Q K^T and weights x V
     decoder, per layer:  2*Lt*(2*D*NH + 2*D*KH + M*D*F) + 4*Lt*Lt*NH   self-attention + MLP
-                         + 2*Lt*2*D*NH + 2*Li*2*D*KH             cross q, o (on Lt) and k, v (on Li)
+                         + 2*Lt*2*D*NH + 2*Li*2*De*KH            cross q, o (on Lt) and k, v (on Li)
                          + 4*Lt*Li*NH                             cross scores and values
     logits:              2*Lt*D*V
+    An encoder of its own shape (``encoder_config``: T5Gemma 9B-2B) counts its layers with
+    its D, NH, KH, F; De is its width (D otherwise).
   decoder-only (prefix_lm / causal), L = Li + Lt (inputs and targets in one sequence):
     per layer:           2*L*(2*D*NH + 2*D*KH + M*D*F) + 4*L*L*NH
     logits:              2*L*D*V
@@ -128,17 +130,21 @@ def forward_flops(config: TransformerConfig, inputs_length: int, targets_length:
   Returns:
     {"encoder": f, "decoder": f, "logits": f, "total": f} (ints).
   """
-  d, nh, f, v = config.emb_dim, config.num_heads * config.resolved_head_dim, config.mlp_dim, config.vocab_size
+  d, nh, v = config.emb_dim, config.num_heads * config.resolved_head_dim, config.vocab_size
   kh = config.resolved_num_kv_heads * config.resolved_head_dim
   m = 3 if config.mlp_activation in ("gated_gelu", "swiglu") else 2
   li, lt = int(inputs_length), int(targets_length)
 
-  def block(length):  # self-attention block + MLP on `length` tokens
-    return 2 * length * (2 * d * nh + 2 * d * kh + m * d * f) + 4 * length * length * nh
+  def block(length, c=config):  # self-attention block + MLP of a stack's shape c
+    d, nh = c.emb_dim, c.num_heads * c.resolved_head_dim
+    kh = c.resolved_num_kv_heads * c.resolved_head_dim
+    return 2 * length * (2 * d * nh + 2 * d * kh + m * d * c.mlp_dim) + 4 * length * length * nh
 
   if config.is_encoder_decoder:
-    encoder = config.num_encoder_layers * block(li)
-    cross = 2 * lt * 2 * d * nh + 2 * li * 2 * d * kh + 4 * lt * li * nh
+    enc = config.encoder_config()  # the encoder's own shape (9B-2B), else config
+    encoder = config.num_encoder_layers * block(li, enc)
+    # cross-attention: q, o on the decoder's Lt; k, v read the encoder's width on Li
+    cross = 2 * lt * 2 * d * nh + 2 * li * 2 * enc.emb_dim * kh + 4 * lt * li * nh
     decoder = config.num_decoder_layers * (block(lt) + cross)
     logits = 2 * lt * d * v
   else:
@@ -235,9 +241,9 @@ def activation_bytes(config: TransformerConfig, inputs_length: int, targets_leng
   t = max(int(tensor_shards), 1)
   li, lt = int(inputs_length), int(targets_length)
 
-  def stack(num_layers, length, cross_keys):
-    """Bytes of a stack of `num_layers` (> 0, as TransformerConfig requires) layers on
-    `length` tokens (self-attention)."""
+  def stack(num_layers, length, cross_keys, config=config):
+    """Bytes of a stack of `num_layers` (> 0, as TransformerConfig requires) layers of
+    `config`'s shape on `length` tokens (self-attention)."""
     rep, split, f32 = _layer_activation_elements(config, length, length, cross_keys, "none")
     one_layer = length * (a * (rep + split / t) + 4 * f32 / t)
     cross_kv = a * 2 * config.num_heads * config.resolved_head_dim * cross_keys / t
@@ -253,8 +259,10 @@ def activation_bytes(config: TransformerConfig, inputs_length: int, targets_leng
 
   n = config.num_heads
   if config.is_encoder_decoder:
-    layers = stack(config.num_encoder_layers, li, 0) + stack(config.num_decoder_layers, lt, li)
-    layers += li * a * config.emb_dim   # the encoded sequence, an input of every decoder layer
+    enc = config.encoder_config()
+    layers = (stack(config.num_encoder_layers, li, 0, enc)
+              + stack(config.num_decoder_layers, lt, li))
+    layers += li * a * enc.emb_dim   # the encoded sequence, an input of every decoder layer
     masks = 4 * (li * li + lt * lt + lt * li)
     longest = max(li, lt)
     out_tokens = lt

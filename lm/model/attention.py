@@ -328,6 +328,8 @@ class MultiHeadAttention(nn.Module):
     num_kv_heads: K key/value heads (divides N); None means N.
     query_scale: None (T5: query init / sqrt(H)) or s: queries times s**-0.5, plain init.
     softcap: None or the attention-logit cap c (scores c * tanh(q.k / c)).
+    kv_features: the width of ``inputs_kv`` when it is not the queries' (cross-attention
+      from an encoder of another width, T5Gemma 9B-2B); None: the queries' D.
   """
   num_heads: int
   head_dim: int
@@ -339,6 +341,7 @@ class MultiHeadAttention(nn.Module):
   num_kv_heads: int | None = None
   query_scale: float | None = None
   softcap: float | None = None
+  kv_features: int | None = None
 
   @property
   def kv_heads(self) -> int:
@@ -383,8 +386,10 @@ class MultiHeadAttention(nn.Module):
     def query_init(*args):
       return kernel_init(*args) / depth_scaling
 
-    def project(name, x, init, heads=n, axis="heads"):
-      kernel = param_with_axes(self, name, init, (d, heads, h), ("embed", axis, "kv"))
+    dkv = d if self.kv_features is None else self.kv_features
+
+    def project(name, x, init, heads=n, axis="heads", width=d):
+      kernel = param_with_axes(self, name, init, (width, heads, h), ("embed", axis, "kv"))
       y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N or K, H]
       y = checkpoint_name(y, f"{name}_proj")
       return nn.with_logical_constraint(y, ("batch", "length", axis, "kv"))
@@ -397,14 +402,14 @@ class MultiHeadAttention(nn.Module):
 
     cross_step = self.kind == "cross" and cache_mode == "step"
     if not cross_step:
-      key = project("key", inputs_kv, kernel_init, kh, kv_axis)
-      value = project("value", inputs_kv, kernel_init, kh, kv_axis)
+      key = project("key", inputs_kv, kernel_init, kh, kv_axis, dkv)
+      value = project("value", inputs_kv, kernel_init, kh, kv_axis, dkv)
       if self.use_rope:
         key = position.apply_rope(key, kv_positions)
     else:
       # Declare the kernels so the param tree does not depend on the mode.
-      param_with_axes(self, "key", kernel_init, (d, kh, h), ("embed", kv_axis, "kv"))
-      param_with_axes(self, "value", kernel_init, (d, kh, h), ("embed", kv_axis, "kv"))
+      param_with_axes(self, "key", kernel_init, (dkv, kh, h), ("embed", kv_axis, "kv"))
+      param_with_axes(self, "value", kernel_init, (dkv, kh, h), ("embed", kv_axis, "kv"))
 
     if cache_mode is not None:
       key, value = self._update_cache(key if not cross_step else None,

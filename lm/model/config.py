@@ -54,7 +54,11 @@ EXECUTION_FIELDS = ("attention_impl",)
 ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
                 "attn_logit_softcapping": None, "final_logit_softcapping": None,
                 "scale_embeddings": False, "sliding_window": None, "layer_pattern": None,
-                "cross_attention_rope": None, "separate_encoder_embedding": False}
+                "cross_attention_rope": None, "separate_encoder_embedding": False,
+                "encoder_emb_dim": None, "encoder_num_heads": None, "encoder_num_kv_heads": None,
+                "encoder_head_dim": None, "encoder_mlp_dim": None}
+# The shape fields an encoder may have of its own (encoder_<name>; T5Gemma 9B-2B).
+ENCODER_SHAPE_FIELDS = ("emb_dim", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 CROSS_ATTENTION_ROPE = (None, "restart", "continue")
 LAYER_KINDS = {"L": "local", "G": "global"}  # layer_pattern's letters
 
@@ -126,6 +130,11 @@ class TransformerConfig:
     separate_encoder_embedding: the encoder reads its own token embedding table
       (``encoder_token_embedder``, T5Gemma); the decoder and a tied head read
       ``token_embedder``. False (T5, T5Gemma 2): one table for both stacks.
+    encoder_emb_dim, encoder_num_heads, encoder_num_kv_heads, encoder_head_dim,
+      encoder_mlp_dim: the encoder's own shape where it differs from the decoder's
+      (T5Gemma 9B-2B: a 3584-wide encoder, a 2304-wide decoder whose cross-attention
+      projects keys and values from 3584); None: the decoder's (``encoder_config``). A
+      wider or narrower encoder needs separate_encoder_embedding.
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -161,6 +170,11 @@ class TransformerConfig:
   layer_pattern: str | None = None
   cross_attention_rope: str | None = None
   separate_encoder_embedding: bool = False
+  encoder_emb_dim: int | None = None
+  encoder_num_heads: int | None = None
+  encoder_num_kv_heads: int | None = None
+  encoder_head_dim: int | None = None
+  encoder_mlp_dim: int | None = None
 
   def __post_init__(self):
     def check(ok, msg):
@@ -257,6 +271,25 @@ class TransformerConfig:
       check(self.relative_num_buckets >= 4 and self.relative_max_distance > self.relative_num_buckets // 2,
             "relative_num_buckets must be >= 4 and relative_max_distance > num_buckets / 2")
 
+    own = {f: getattr(self, "encoder_" + f) for f in ENCODER_SHAPE_FIELDS
+           if getattr(self, "encoder_" + f) is not None}
+    if own:
+      check(self.mask_type == "encoder_decoder" and not self.shared_encoder_decoder,
+            f"encoder_{'/'.join(own)} need mask_type='encoder_decoder' with its own encoder")
+      check(own.get("emb_dim", self.emb_dim) == self.emb_dim or self.separate_encoder_embedding,
+            f"encoder_emb_dim={own.get('emb_dim')} != emb_dim={self.emb_dim} needs "
+            "separate_encoder_embedding=True (the encoder's table has its width)")
+      self.encoder_config()  # the encoder's shape, validated
+
+  def encoder_config(self) -> "TransformerConfig":
+    """The config the encoder stack runs with: this one, with the encoder_<field> values
+    (ENCODER_SHAPE_FIELDS) where they are set; this config itself when none is."""
+    own = {f: getattr(self, "encoder_" + f) for f in ENCODER_SHAPE_FIELDS
+           if getattr(self, "encoder_" + f) is not None}
+    if not own:
+      return self
+    return dataclasses.replace(self, **own, **{"encoder_" + f: None for f in ENCODER_SHAPE_FIELDS})
+
   def layer_kind(self, index: int) -> str:
     """"local" or "global": the kind of layer `index` of a stack (layer_pattern)."""
     return "global" if self.layer_pattern is None else LAYER_KINDS[
@@ -286,4 +319,4 @@ class TransformerConfig:
 
 __all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
            "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS",
-           "LAYER_KINDS", "CROSS_ATTENTION_ROPE"]
+           "LAYER_KINDS", "CROSS_ATTENTION_ROPE", "ENCODER_SHAPE_FIELDS"]

@@ -76,6 +76,14 @@ def _gemma_row(num_layers, emb_dim, mlp_dim, num_heads, num_kv_heads, head_dim):
               num_kv_heads=num_kv_heads, query_pre_attn_scalar=float(head_dim))
 
 
+def _unbalanced_row(encoder: dict[str, Any], decoder: dict[str, Any]) -> dict[str, Any]:
+  """An encoder-decoder whose encoder has a shape of its own (T5Gemma 9B-2B): the decoder's
+  row, the encoder's depth as num_encoder_layers and its widths as encoder_<field>."""
+  own = {f"encoder_{f}": encoder[f] for f in ("emb_dim", "num_heads", "num_kv_heads",
+                                             "head_dim", "mlp_dim") if encoder[f] != decoder[f]}
+  return dict(decoder, num_encoder_layers=encoder["num_layers"], **own)
+
+
 def _gpt3_row(num_layers, d_model, num_heads, head_dim) -> dict[str, int]:
   return _row(num_layers, d_model, 4 * d_model, num_heads, head_dim)
 
@@ -114,6 +122,8 @@ FAMILIES: dict[str, tuple[dict[str, Any], dict[str, dict[str, int]]]] = {
         "xl": _gemma_row(24, 2048, 5120, 32, 32, 64),
         "2b": _gemma_row(26, 2304, 9216, 8, 4, 256),
         "9b": _gemma_row(42, 3584, 14336, 16, 8, 256),
+        "9b_2b": _unbalanced_row(_gemma_row(42, 3584, 14336, 16, 8, 256),
+                                 _gemma_row(26, 2304, 9216, 8, 4, 256)),
     }),
     "cpu": (_CPU, {
         "tiny": _row(2, 64, 128, 4, 16),
@@ -170,11 +180,17 @@ def make_config(family: str, size: str, architecture: str, **overrides) -> Trans
     raise ValueError(f"unknown override(s) {unknown} for {family}/{size}; expected "
                      f"TransformerConfig fields or num_layers (the architecture sets "
                      f"{sorted(derived)})")
+  encoder_layers = fields.pop("num_encoder_layers", None)  # an encoder of its own (9b_2b)
   if architecture != "encoder_decoder":  # one stack's table (Gemma 2 itself as causal)
     fields["separate_encoder_embedding"] = False
+    encoder_layers = None
+    fields = {k: v for k, v in fields.items() if not k.startswith("encoder_")}
   fields.update(overrides)
   num_layers = fields.pop("num_layers")
-  return TransformerConfig(**fields, **architecture_lib.model_fields(architecture, num_layers))
+  stacks = architecture_lib.model_fields(architecture, num_layers)
+  if encoder_layers is not None and "num_layers" not in overrides:
+    stacks["num_encoder_layers"] = encoder_layers
+  return TransformerConfig(**fields, **stacks)
 
 
 def preset_name(family: str, size: str, architecture: str) -> str:

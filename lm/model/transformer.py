@@ -89,13 +89,14 @@ class TransformerLayer(nn.Module):
       x = x if pre else norm(x)
       return nn.with_logical_constraint(x, ("batch", "length", "embed"))
 
-    def attention(name, kind, use_rope):
+    def attention(name, kind, use_rope, kv_features=None):
       return MultiHeadAttention(num_heads=cfg.num_heads, head_dim=cfg.resolved_head_dim, kind=kind,
                                 dropout_rate=rate, use_rope=use_rope, dtype=dtype,
                                 attention_impl=cfg.attention_impl,
                                 num_kv_heads=cfg.num_kv_heads,
                                 query_scale=cfg.query_pre_attn_scalar,
-                                softcap=cfg.attn_logit_softcapping, name=name)
+                                softcap=cfg.attn_logit_softcapping, kv_features=kv_features,
+                                name=name)
 
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
     self_mode = None if self.encoder_pass else self.cache_mode
@@ -104,7 +105,8 @@ class TransformerLayer(nn.Module):
         deterministic=deterministic, cache_mode=self_mode, cache_index=cache_index,
         max_length=self.max_length))
     if self.has_cross_attention and not self.encoder_pass:
-      cross = attention("encoder_decoder_attention", "cross", cfg.cross_attention_rope is not None)
+      cross = attention("encoder_decoder_attention", "cross", cfg.cross_attention_rope is not None,
+                        cfg.encoder_emb_dim)  # None: the encoder is as wide as the decoder
       x = sublayer(x, "pre_cross_attention_layer_norm", lambda h: cross(
           h, encoded, None, mask=cross_mask, q_positions=cross_q_positions,
           kv_positions=cross_kv_positions, deterministic=deterministic,
@@ -416,13 +418,13 @@ class Transformer(nn.Module):
                                 scale_by_sqrt_dim=cfg.scale_embeddings)
     if cfg.separate_encoder_embedding:
       self.encoder_token_embedder = Embed(
-          cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
+          cfg.vocab_size, cfg.encoder_config().emb_dim, stddev=cfg.embedding_init_stddev,
           dtype=cfg.activation_dtype, name="encoder_token_embedder",
           scale_by_sqrt_dim=cfg.scale_embeddings)
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:
-      self.encoder = Stack(cfg, cfg.num_encoder_layers, has_cross_attention=False,
+      self.encoder = Stack(cfg.encoder_config(), cfg.num_encoder_layers, has_cross_attention=False,
                            packed=self.packed_rows, name="encoder")
     if not cfg.tie_embeddings:
       self.logits_dense = LogitsDense(cfg.vocab_size, name="logits_dense")

@@ -274,8 +274,7 @@ PUBLISHED_SHAPES = {
 
 def test_preset_shapes_are_the_published_ones():
   assert {(f, s) for f in ("t5_1_1", "t5_1_0", "gpt3", "t5gemma", "cpu")
-          for s in presets_sizes(f)} == set(
-      PUBLISHED_SHAPES)
+          for s in presets_sizes(f)} == set(PUBLISHED_SHAPES) | {("t5gemma", "9b_2b")}
   for (family, size), want in PUBLISHED_SHAPES.items():
     for architecture, stacks in (("encoder_decoder", 2), ("causal", 1)):
       cfg = make_config(family, size, architecture)
@@ -330,3 +329,35 @@ def test_grouped_query_attention_counts_k_and_v_at_kv_heads():
   #              = 6912 + 1152 + 1536 + 1280 + 1920 = 12800
   f = accounting.forward_flops(cfg, li, lt)
   assert f == {"encoder": 29440, "decoder": 38400, "logits": 9600, "total": 77440}
+
+
+def test_the_9b_2b_preset_is_a_9b_encoder_and_a_2b_decoder():
+  """T5Gemma 9B-2B: Gemma 2 9B's shape as the encoder, 2B's as the decoder (its
+  cross-attention reads 3584-wide encoder states); decoder-only it is the 2B stack. Its
+  12,292,375,296 parameters are transformers' count of T5GemmaForConditionalGeneration for
+  T5GemmaConfig(encoder=the 9B module, decoder=the 2B module with
+  cross_attention_hidden_size=3584, vocab 256000, tied head), built on torch's meta device."""
+  cfg = make_config("t5gemma", "9b_2b", "encoder_decoder")
+  enc = cfg.encoder_config()
+  assert ((cfg.num_encoder_layers, enc.emb_dim, enc.mlp_dim, enc.num_heads, enc.num_kv_heads,
+           enc.head_dim) == (42, 3584, 14336, 16, 8, 256))
+  assert ((cfg.num_decoder_layers, cfg.emb_dim, cfg.mlp_dim, cfg.num_heads, cfg.num_kv_heads,
+           cfg.head_dim) == (26, 2304, 9216, 8, 4, 256))
+  assert accounting.count_params(cfg) == 12_292_375_296
+  causal = make_config("t5gemma", "9b_2b", "causal")
+  assert causal == make_config("t5gemma", "2b", "causal")
+
+
+def test_forward_flops_of_an_encoder_of_its_own_shape_hand_derived():
+  # decoder D=4, NH=4, KH=2, F=6; encoder De=6, NHe=6, KHe=6, Fe=8; gated (M=3); Li=3, Lt=2:
+  #   encoder 2*3*(2*6*6 + 2*6*6 + 3*6*8) + 4*9*6 = 1944
+  #   decoder 2*2*(2*4*4 + 2*4*2 + 3*4*6) + 4*4*4 = 544, cross 2*2*2*4*4 + 2*3*2*6*2
+  #   + 4*2*3*4 = 368 (k, v read the encoder's 6) -> 912; logits 2*2*4*10 = 160
+  cfg = TransformerConfig(vocab_size=10, emb_dim=4, num_heads=2, head_dim=2, num_kv_heads=1,
+                          mlp_dim=6, num_encoder_layers=1, num_decoder_layers=1,
+                          separate_encoder_embedding=True, encoder_emb_dim=6,
+                          encoder_num_heads=3, encoder_num_kv_heads=3, encoder_mlp_dim=8)
+  assert accounting.forward_flops(cfg, 3, 2) == {"encoder": 1944, "decoder": 912,
+                                                 "logits": 160, "total": 3016}
+  balanced = cfg.encoder_config().replace(emb_dim=4, num_heads=2, num_kv_heads=1, mlp_dim=6)
+  assert accounting.forward_flops(balanced, 3, 2)["encoder"] != 1944
