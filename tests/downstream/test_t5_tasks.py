@@ -450,3 +450,66 @@ def test_compute_metrics_merges_every_metric_and_checks_lengths():
   import dataclasses  # pylint: disable=g-import-not-at-top
   with pytest.raises(dataclasses.FrozenInstanceError):   # registered tasks cannot change
     t.name = "u"
+
+
+# ---------------------------------------------------------------- found by mutation testing
+
+def test_label_words_of_numpy_ints_and_labels_past_the_set():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  names = ("unacceptable", "acceptable")
+  # NumPy integers (a loader's int64 column) read as the ints: -1 is "no label".
+  assert t5_tasks._label_word(np.int64(-1), names, "t") == t5_tasks.UNK
+  assert t5_tasks._label_word(np.int64(1), names, "t") == "acceptable"
+  assert t5_tasks._label_word(True, names, "t") == "acceptable"   # bools count
+  for label in (2, 3, 300, np.int64(2)):
+    with pytest.raises(ValueError, match=rf"label {label} is outside the label set"):
+      t5_tasks._label_word(label, names, "t")
+
+
+def test_glue_preprocess_reads_a_benchmark_name_built_at_run_time():
+  # A name that equals "multirc" but is not the interned literal (a flag's value).
+  raw = {"paragraph": "<b>A</b> b.<br>C.", "question": "Q", "answer": "A", "label": 1,
+         "idx": {"paragraph": 3, "question": 4, "answer": 5}}
+  ex = t5_tasks.glue_preprocess(raw, benchmark="".join(["multi", "rc"]),
+                                feature_names=("question", "answer", "paragraph"),
+                                label_names=("False", "True"), task="t")
+  assert ex == {"inputs": "multirc question: Q answer: A paragraph: A b. C.",
+                "targets": "True", "idx/paragraph": 3, "idx/question": 4, "idx/answer": 5}
+
+
+@pytest.mark.parametrize("label", [-3, -1.5, -0.5, -0.01, 5.01, 6])
+def test_stsb_refuses_scores_outside_zero_five_but_minus_one(label):
+  with pytest.raises(ValueError, match=rf"label {label} is outside the score range"):
+    t5_tasks.stsb_label_string(label)
+
+
+def test_stsb_no_label_is_minus_one():
+  assert t5_tasks.stsb_label_string(-1) == "-1.0"       # T5: the test split's -1 as is
+  assert t5_tasks.stsb_label_string(-1.0) == "-1.0"
+  assert t5_tasks.stsb_label_string(1) == "1.0"
+
+
+def test_record_expands_a_training_split_named_at_run_time_and_rows_without_answers():
+  rows = [{"query": "q", "answers": ["A", "B"]}, {"query": "r", "answers": []},
+          {"query": "s"}]
+  train = "".join(["tr", "ain"])          # equal to "train", not the interned literal
+  assert t5_tasks.record_expand(train, rows) == [
+      {**rows[0], "_target": "A"}, {**rows[0], "_target": "B"},
+      {**rows[1], "_target": t5_tasks.UNK}, {**rows[2], "_target": t5_tasks.UNK}]
+  for split in ("validation", "test"):   # sorting after and before "train"
+    assert t5_tasks.record_expand(split, rows) == rows
+
+
+def test_wsc_a_possessive_only_in_the_prediction_is_no_match():
+  # "bob's hat" contains the candidate "hat", but only the prediction has the "'".
+  assert t5_tasks.wsc_simple_postprocess("Bob's hat", {"targets": "hat", "label": 1}) == 0
+  assert t5_tasks.wsc_simple_postprocess("hat", {"targets": "Bob's hat", "label": 1}) == 0
+
+
+def test_wsc_pronoun_at_index_1_and_a_word_sorting_before_it():
+  row = {"text": "Then he asked Tom to help", "span1_text": "Tom", "span2_text": "he",
+         "span2_index": 1, "label": 1, "idx": 0}
+  assert t5_tasks.wsc_simple_preprocess(row)["inputs"] == "wsc: Then *he* asked Tom to help"
+  # The word at the index is "Tom", which sorts before "he": not the pronoun, refused.
+  with pytest.raises(ValueError, match="span2_index 3 does not point at the pronoun 'he'"):
+    t5_tasks.wsc_simple_preprocess({**row, "span2_index": 3})
