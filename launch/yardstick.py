@@ -165,7 +165,7 @@ def equal_tokens_reading(at_steps: str, at_tokens: str, control: equal_tokens.Co
           f"{contrasts.UNRESOLVED} (at equal steps: {at_steps}).")
 
 
-def _tokens_line(root: str, control: equal_tokens.Control, runs) -> tuple[dict, list[str]]:
+def _token_totals(root: str, control: equal_tokens.Control, runs) -> tuple[dict, list[str]]:
   """({point: (step, target tokens) at its scored step}, the lines on the tokens' equality)."""
   tokens, lines = {}, []
   for p in (control.reference, control.equal_steps, control.point):
@@ -201,7 +201,7 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
     return []
   lines = [f"### {c.point}: {c.equal_steps} trained until it has predicted as many target "
            f"tokens as {c.reference}", ""]
-  tokens, problems = _tokens_line(root, c, runs)
+  tokens, problems = _token_totals(root, c, runs)
   lines += problems
   waiting = [p for p, rs in runs.items() if not rs]
   if waiting:
@@ -253,7 +253,8 @@ def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
           "Prefix LM predicts about half of every sequence, i.i.d. denoising only its corrupted "
           "tokens and their sentinels, so at equal steps the denoising point has been "
           "supervised on fewer target tokens. The control trains the denoising point until it "
-          "has predicted as many target tokens as the reference (`target_tokens` in the runs' "
-          "metrics.jsonl, up to the scored step; docs/yardstick.md). Margins are pooled over "
+          "has predicted as many target tokens as the reference (`target_tokens` in each point's "
+          "own metrics.jsonl, not its seed replicates', up to the scored step; "
+          "docs/yardstick.md). Margins are pooled over "
           "the instruments, in percentage points over random initialisation; each comparison "
           "is a paired bootstrap over items and seeds, at the points' own steps.", ""] + body
