@@ -95,6 +95,8 @@ MODULE_TESTS: dict[str, list[str]] = {
                                   "tests/downstream/test_best_results.py"],
     "lm/downstream/task_files.py": ["tests/downstream/test_task_files.py"],
     "lm/downstream/mini.py": ["tests/downstream/test_mini.py"],
+    "lm/downstream/mini_text.py": ["tests/downstream/test_mini.py"],
+    "lm/downstream/mini_builders.py": ["tests/downstream/test_mini.py"],
     "lm/mini_suite.py": ["tests/test_mini_suite.py"],
     "lm/downstream/evaluation.py": ["tests/test_downstream_evaluation.py",
                                     "tests/test_evaluate_task.py",

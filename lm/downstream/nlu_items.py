@@ -1,13 +1,11 @@
 r"""The neutral yardstick's item sets (issue #31): minimal pairs and probe items from held-out text.
 
-What lives here: the item types (`Pair`, `ProbeItem`) and the deterministic builders that cut
-them out of held-out documents (rule-based: word lists and spelling rules, no tagger). What
-does not: scoring a model on them (lm/downstream/nlu.py) and the contrasts between points
-(lm/downstream/contrasts.py). Pure text, no model, no JAX. The narrative (what each
-phenomenon is, the rules, the counts, the noise the rules admit): docs/yardstick.md.
+What lives here: the item types (`Pair`, `ProbeItem`) and the deterministic, rule-based
+builders that cut them out of held-out documents. What does not: scoring a model on them
+(lm/downstream/nlu.py), the contrasts (lm/downstream/contrasts.py). Pure text, no JAX. The
+narrative (each phenomenon, the rules, the counts, their noise): docs/yardstick.md.
 
-    pairs, probes = item_sets()        # the embedded corpus's held-out split, seed 0
-    pairs, probes = item_sets(source="comments")  # the standard library's comments
+    pairs, probes = item_sets()   # the embedded corpus's held-out split (source="comments")
     pairs["agreement"][0].good, pairs["agreement"][0].bad
     probes["word_content"][0].label, num_classes("word_content"), chance("word_content")
 """
@@ -24,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lm.data import corpus
-from lm.downstream import mini
+from lm.downstream import mini_text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,20 +144,22 @@ def documents(data_dir: str | None = None, source: str = "heldout") -> list[str]
   embedded corpus's, which pre-training never reads); "comments", the stdlib's, one per file."""
   if source not in ITEM_SOURCES:
     raise ValueError(f"unknown item source {source!r}; expected one of {list(ITEM_SOURCES)}")
-  return corpus.comment_documents() if source == "comments" else mini.heldout_documents(data_dir)
+  if source == "comments":
+    return corpus.comment_documents()
+  return mini_text.heldout_documents(data_dir)
 
 
 @functools.lru_cache(maxsize=2)
 def pretraining_text(data_dir: str | None = None) -> str:
   """The text of the documents pre-training reads, whitespace-collapsed, one per line.
 
-  data_dir None: the embedded corpus's pre-training split (`mini.pretraining_documents`:
+  data_dir None: the embedded corpus's pre-training split (`mini_text.pretraining_documents`:
   the pipeline's split with the configs' fraction and seed); its standard
   library docstrings repeat, and a held-out sentence also found here is left out of the item
   sets (`sentences(exclude_text=...)`), as the mini suite leaves such lines out. A path: ""
   (the yardstick cannot know what else a model read: point data_dir at held-out text).
   """
-  return "\n".join(mini._clean(d) for d in mini.pretraining_documents(data_dir))  # pylint: disable=protected-access
+  return "\n".join(mini_text.clean(d) for d in mini_text.pretraining_documents(data_dir))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +195,7 @@ def _is_prose(sentence: str) -> bool:
   upper = sum(c.isupper() for c in sentence)
   return (MIN_WORDS <= len(tokens) <= MAX_WORDS and sentence[0].isupper()
           and sentence[-1] in ".!?" and ">>>" not in sentence and "|" not in sentence
-          and mini.BLANK not in sentence and 2 * upper <= len(sentence) - upper
+          and mini_text.BLANK not in sentence and 2 * upper <= len(sentence) - upper
           and sum(t.plain for t in tokens) >= MIN_PLAIN_SHARE * len(tokens))
 
 
@@ -212,7 +212,7 @@ def sentences(documents: Sequence[str], exclude_text: str = "") -> list[tuple[in
   out, kept = [], set()
   for d, document in enumerate(documents):
     for paragraph in _PARAGRAPH.split(document):
-      for s in mini._SENTENCE_END.split(mini._clean(paragraph)):  # pylint: disable=protected-access
+      for s in mini_text.SENTENCE_END.split(mini_text.clean(paragraph)):
         if s and s not in kept and _is_prose(s) and not (exclude_text and s in exclude_text):
           kept.add(s)
           out.append((d, s))
@@ -254,7 +254,7 @@ class _Vocabulary:
 def _vocabulary(documents: Sequence[str]) -> _Vocabulary:
   count: dict[str, int] = {}
   for document in documents:
-    for token in _tokens(mini._clean(document)):  # pylint: disable=protected-access
+    for token in _tokens(mini_text.clean(document)):
       if _content_word(token):
         count[token.core] = count.get(token.core, 0) + 1
   ranked = sorted(count, key=lambda w: (-count[w], w))

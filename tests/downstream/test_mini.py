@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from lm.downstream import mini
+from lm.downstream import mini_builders
+from lm.downstream import mini_text
 from lm.downstream import task as task_lib
 
 # The suite (mini.HEADLINE), then the registered tasks outside it.
@@ -77,11 +79,11 @@ def test_heldout_constants_match_the_configs():
   from lm.data import pipeline
   for arg in ("runlocal", ""):
     d = config_lib.derive(t5.get_config(arg)).data
-    assert (d.validation_fraction, d.validation_seed) == (mini.HELDOUT_FRACTION,
-                                                          mini.HELDOUT_SEED)
+    assert (d.validation_fraction, d.validation_seed) == (mini_text.HELDOUT_FRACTION,
+                                                          mini_text.HELDOUT_SEED)
   spec = pipeline.DataSpec()
-  assert (spec.validation_fraction, spec.validation_seed) == (mini.HELDOUT_FRACTION,
-                                                              mini.HELDOUT_SEED)
+  assert (spec.validation_fraction, spec.validation_seed) == (mini_text.HELDOUT_FRACTION,
+                                                              mini_text.HELDOUT_SEED)
 
 
 def _units_of(name, ex):
@@ -101,15 +103,15 @@ def _units_of(name, ex):
 def test_validation_from_heldout_documents_train_from_pretraining_documents():
   from lm.data import sources
   corpus = sources.make_source("default", None)
-  pretrain, heldout = sources.split_validation(corpus, mini.HELDOUT_FRACTION,
-                                               seed=mini.HELDOUT_SEED)
+  pretrain, heldout = sources.split_validation(corpus, mini_text.HELDOUT_FRACTION,
+                                               seed=mini_text.HELDOUT_SEED)
   heldout_docs = [heldout[i] for i in range(len(heldout))]
   pretrain_docs = [pretrain[i] for i in range(len(pretrain))]
-  assert mini.heldout_documents() == heldout_docs
-  docs = mini.split_sources()
+  assert mini_text.heldout_documents() == heldout_docs
+  docs = mini_text.split_sources()
   assert docs["validation"] == heldout_docs  # all held out, none duplicated
   # Train: a capped, evenly spread share of the pre-training documents, none held out.
-  assert 0.9 * mini.TRAIN_DOCUMENTS <= len(docs["train"]) <= mini.TRAIN_DOCUMENTS
+  assert 0.9 * mini_text.TRAIN_DOCUMENTS <= len(docs["train"]) <= mini_text.TRAIN_DOCUMENTS
   assert set(docs["train"]) <= set(pretrain_docs)
   assert not set(docs["train"]) & set(heldout_docs)
   train_positions = sorted(pretrain_docs.index(d) for d in docs["train"][::100])
@@ -131,7 +133,7 @@ def test_validation_from_heldout_documents_train_from_pretraining_documents():
 
 def test_deterministic_in_process_and_across_hash_seeds():
   first = _digest()
-  for fn in (mini._read_documents, mini._assign, mini._splits, mini._raw_tuple):
+  for fn in (mini_text._read_documents, mini_text._assign, mini_text.splits, mini._raw_tuple):
     fn.cache_clear()
   assert _digest() == first
   root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -218,14 +220,14 @@ def test_word_order_pairs_a_line_with_its_interior_scrambled(synthetic):
         assert r["inputs"] == "word order: options: " + " | ".join(r["options"])
         (other,) = [o for o in r["options"] if o != r["targets"]]
         a, b = r["targets"].split(" "), other.split(" ")
-        assert len(a) >= mini.WORD_ORDER_MIN_WORDS and a != b, r
+        assert len(a) >= mini_builders.WORD_ORDER_MIN_WORDS and a != b, r
         assert (a[0], a[-1]) == (b[0], b[-1]) and sorted(a) == sorted(b), r
         first += r["options"][0] == r["targets"]
       assert 0.4 < first / len(rows) < 0.6, (data_dir, split, first, len(rows))
   rng = np.random.default_rng(0)
-  assert mini.scramble_interior(["A", "x", "x", "x", "b."], rng) is None  # one order only
+  assert mini_builders.scramble_interior(["A", "x", "x", "x", "b."], rng) is None  # one order only
   words = ["The", "cat", "sat", "on", "mats."]
-  seen = {tuple(mini.scramble_interior(words, rng)) for _ in range(200)}
+  seen = {tuple(mini_builders.scramble_interior(words, rng)) for _ in range(200)}
   assert len(seen) == 5 and tuple(words) not in seen  # every other order of the interior
   assert all(w[0] == "The" and w[-1] == "mats." for w in seen)
 
@@ -252,7 +254,7 @@ def test_completion_pairs_two_beginnings_with_their_endings(synthetic):
         assert list(t.choices(r)) == [f"{b0} {x} | {b1} {y}", f"{b0} {y} | {b1} {x}"]
         for b, e in ((b0, e0), (b1, e1)):  # halves: the beginning has the fewer words
           assert len(b.split()) == (len(b.split()) + len(e.split())) // 2
-          assert len(b.split()) + len(e.split()) >= mini.COMPLETION_MIN_WORDS
+          assert len(b.split()) + len(e.split()) >= mini_builders.COMPLETION_MIN_WORDS
         first += x == e0
         if data_dir is not None:  # beginnings from two documents
           ((d0, _),), ((d1, _),) = _tags(b0), _tags(b1)
@@ -260,7 +262,7 @@ def test_completion_pairs_two_beginnings_with_their_endings(synthetic):
       assert 0.4 < first / len(rows) < 0.6, (data_dir, split, first, len(rows))
       if data_dir is None:  # the endings start alike (no capital gives the pairing away)
         assert all(_start(r["options"][0]) == _start(r["options"][1]) for r in rows)
-  assert mini._halves("a b c d e f g") == ("a b c", "d e f g")
+  assert mini_builders._halves("a b c d e f g") == ("a b c", "d e f g")
 
 
 def test_fill_offers_the_blanked_word_and_three_words_not_in_the_line(synthetic):
@@ -272,15 +274,15 @@ def test_fill_offers_the_blanked_word_and_three_words_not_in_the_line(synthetic)
     for split in SPLITS:
       rows = _examples("mini_fill", split, data_dir)
       raw = mini._raw_examples("mini_fill", split, data_dir)
-      position = np.zeros(mini.FILL_OPTIONS)
+      position = np.zeros(mini_builders.FILL_OPTIONS)
       for r, ex in zip(rows, raw):
         passage, options, answer = ex["passage"], r["options"], ex["answer"]
         assert r["inputs"] == f"fill: {passage} options: " + " | ".join(options)
-        assert passage.count(mini.BLANK) == 1 and len(set(options)) == mini.FILL_OPTIONS
+        assert passage.count(mini.BLANK) == 1 and len(set(options)) == mini_builders.FILL_OPTIONS
         assert r["targets"] == passage.replace(mini.BLANK, answer) and answer in options
         assert list(t.choices(r)) == [passage.replace(mini.BLANK, o) for o in options]
-        assert re.fullmatch("[A-Za-z]{4,}", answer) and answer not in mini._STOPWORDS
-        words = [m.group() for m in mini._WORD.finditer(r["targets"])]
+        assert re.fullmatch("[A-Za-z]{4,}", answer) and answer not in mini_builders.STOPWORDS
+        words = [m.group() for m in mini_builders.WORD.finditer(r["targets"])]
         assert words.count(answer) == 1, r  # once in the line: not copied from the input
         assert not set(options) & set(words) - {answer}, r  # no distractor in the line
         position[options.index(answer)] += 1
@@ -296,8 +298,8 @@ def test_fill_offers_the_blanked_word_and_three_words_not_in_the_line(synthetic)
 def test_phrase_order_shuffles_the_three_middle_pieces_of_a_line(synthetic):
   """mini_phrase_order: a line of 7+ words in 5 pieces, the middle three shown in another
   order, the first and last in place; the target is the line."""
-  assert mini.phrase_pieces("a b c d e f g".split()) == ["a b", "c d", "e", "f", "g"]
-  assert mini.phrase_pieces("a b c d e".split()) == ["a", "b", "c", "d", "e"]
+  assert mini_builders.phrase_pieces("a b c d e f g".split()) == ["a b", "c d", "e", "f", "g"]
+  assert mini_builders.phrase_pieces("a b c d e".split()) == ["a", "b", "c", "d", "e"]
   assert mini.phrase_order_choices(["a", "b", "c", "d", "e"]) == [
       "a b d c e", "a c b d e", "a c d b e", "a d b c e", "a d c b e"]
   for data_dir in (None, synthetic):
@@ -306,8 +308,8 @@ def test_phrase_order_shuffles_the_three_middle_pieces_of_a_line(synthetic):
       for r in _examples("mini_phrase_order", split, data_dir):
         shown = r["inputs"][len("phrase order: "):].split(" | ")
         words = r["targets"].split(" ")
-        pieces = mini.phrase_pieces(words)
-        assert len(words) >= mini.PHRASE_ORDER_MIN_WORDS and len(shown) == 5
+        pieces = mini_builders.phrase_pieces(words)
+        assert len(words) >= mini_builders.PHRASE_ORDER_MIN_WORDS and len(shown) == 5
         assert (shown[0], shown[-1]) == (pieces[0], pieces[-1]) and shown != pieces, r
         orders.add(tuple(pieces[1:-1].index(p) for p in shown[1:-1]))
       assert len(orders) == 5, orders  # every other order of the middle is used
@@ -370,7 +372,7 @@ def _simulate(name, rows, rng):
   preds = []
   for r in rows:
     shown = r["inputs"][len(prefix):].split(" | ")
-    order = mini._NON_IDENTITY[rng.integers(5)]
+    order = mini_builders._NON_IDENTITY[rng.integers(5)]
     if name == "mini_unshuffle":
       preds.append(join.join(shown[k] for k in order))
     else:  # the middle three pieces reordered, the ends in place
@@ -408,7 +410,7 @@ def test_every_task_has_choices_holding_its_target(synthetic):
   """The suite rank-classifies every task: the gold target is always one of the choices,
   choices are distinct, and the shown order is never a choice of mini_unshuffle."""
   counts = {"mini_next_line": {2}, "mini_same_doc": {2}, "mini_unshuffle": {5},
-            "mini_word_order": {2}, "mini_completion": {2}, "mini_fill": {mini.FILL_OPTIONS},
+            "mini_word_order": {2}, "mini_completion": {2}, "mini_fill": {mini_builders.FILL_OPTIONS},
             "mini_phrase_order": {5}}
   for data_dir in (None, synthetic):
     for name in NAMES:
@@ -449,15 +451,15 @@ def test_metrics_and_postprocessors_on_hand_computed_cases():
 
 
 def test_unit_rules_and_input_cost_on_hand_computed_cases():
-  assert mini._usable("Return the sum of a and b.")
-  assert not mini._usable("IN NO EVENT SHALL THE AUTHOR BE LIABLE")  # licence capitals
-  assert not mini._usable("two words") and not mini._usable("a | b c")
+  assert mini_text._usable("Return the sum of a and b.")
+  assert not mini_text._usable("IN NO EVENT SHALL THE AUTHOR BE LIABLE")  # licence capitals
+  assert not mini_text._usable("two words") and not mini_text._usable("a | b c")
   # words 1 each; lower-case letters 1/4; other non-space characters 1.
-  assert mini.input_cost({"a": "abcd efgh", "options": ["X1 y"]}) == 2 + 2 + 2 + 0.25 + 2
-  assert mini.input_cost({"shuffled": ["abcd", "(x)"], "label": "yes"}) == 2 + 1.25 + 2
+  assert mini_builders.input_cost({"a": "abcd efgh", "options": ["X1 y"]}) == 2 + 2 + 2 + 0.25 + 2
+  assert mini_builders.input_cost({"shuffled": ["abcd", "(x)"], "label": "yes"}) == 2 + 1.25 + 2
   dense = " ".join(["{0:#x};"] * 14)  # 98 characters of format code
-  assert mini.input_cost({"passage": dense}) > mini.MAX_INPUT_COST
-  assert mini._cap([({"passage": dense},), ({"passage": "a b c"},)], 10,
+  assert mini_builders.input_cost({"passage": dense}) > mini_builders.MAX_INPUT_COST
+  assert mini_builders._cap([({"passage": dense},), ({"passage": "a b c"},)], 10,
                    np.random.default_rng(0)) == [{"passage": "a b c", "idx": 0}]
 
 
@@ -506,19 +508,19 @@ def test_a_folder_of_text_files_is_read_in_sorted_order(tmp_path, synthetic):
   for i in range(2):  # two JSON-lines files, read in sorted order
     (folder / f"part{i}.jsonl").write_text(
         "".join(json.dumps({"text": d}) + "\n" for d in docs[i * 200:(i + 1) * 200]))
-  assert mini.heldout_documents(str(folder)) == docs
+  assert mini_text.heldout_documents(str(folder)) == docs
   rows = _examples("mini_unshuffle", "validation", str(folder))
   assert rows and all(r["inputs"].startswith("unshuffle: doc") for r in rows)
 
 
 def test_a_user_corpus_is_read_up_to_max_documents(synthetic, monkeypatch):
-  mini._read_documents.cache_clear()
-  monkeypatch.setattr(mini, "MAX_DOCUMENTS", 100)
+  mini_text._read_documents.cache_clear()
+  monkeypatch.setattr(mini_text, "MAX_DOCUMENTS", 100)
   try:
-    docs = mini.heldout_documents(synthetic)
+    docs = mini_text.heldout_documents(synthetic)
     assert len(docs) == 100 and docs[0].startswith("doc0000 line0")
   finally:
-    mini._read_documents.cache_clear()
+    mini_text._read_documents.cache_clear()
 
 
 @pytest.mark.skipif(sys.version_info[:3] != (3, 11, 7),

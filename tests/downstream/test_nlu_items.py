@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from lm.downstream import mini
+from lm.downstream import mini_text
 from lm.downstream import nlu_items as items
 from lm.downstream.nlu_items import Pair
 
@@ -72,7 +72,7 @@ def test_sentences_split_filter_deduplicate_and_exclude():
 
 
 def test_embedded_documents_are_the_heldout_split_and_unseen(heldout_sentences):
-  assert items.documents() == mini.heldout_documents()
+  assert items.documents() == mini_text.heldout_documents()
   seen = items.pretraining_text()
   assert len(seen) > 50 * sum(map(len, items.documents()))  # 99 % of the documents
   assert len(heldout_sentences) < len(items.sentences(items.documents()))
