@@ -325,13 +325,14 @@ def test_run_writes_the_record_and_prints_the_summary(tmp_path, monkeypatch):
   blank = {n: {m: 30.0 + k} for k, (n, m) in enumerate(mini.HEADLINE.items())}
   losses = [9.0, 3.0, 2.0, 2.5, 3.0, 2.5, 2.5]  # the last 5 average 2.5
   calls = _fake_finetune(monkeypatch, tmp_path, results, losses, blank)
-  clock = iter([1000.0])   # the start; every later reading 12.345 s on
-  monkeypatch.setattr(mini_suite.time, "time", lambda: next(clock, 1012.345))
   config = mini_suite.suite_config(mini_suite.load_config(CONFIG), None, steps=3,
                                    learning_rate=0.25)
   lines = []
   out = tmp_path / "out"
-  got = mini_suite.run(config, out, log=lines.append)
+  clock = iter([1000.0])   # run's start; every later reading 12.345 s on
+  with monkeypatch.context() as m:
+    m.setattr(mini_suite.time, "time", lambda: next(clock, 1012.345))
+    got = mini_suite.run(config, out, log=lines.append)
   text = (out / mini_suite.RESULTS_FILE).read_text()
   assert json.loads(text) == got
   assert text.endswith("}\n") and not text.endswith("\n\n")
