@@ -417,7 +417,22 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
     return jax.device_put(params, shardings)
   if (where / "checkpoints").is_dir():
     where = where / "checkpoints"
+  _check_run_framing(where.parent / CONFIG_FILE, framing, path)
   return checkpoint.restore_params(where, abstract_params, shardings)
+
+
+def _check_run_framing(config_path, framing: converters.Framing | None, path: str) -> None:
+  """Refuses to fine-tune (`framing` set) from an lm run whose data were framed otherwise
+  (e.g. one fine-tuned with finetune.framing=t5gemma); nothing to check without its
+  config.json."""
+  if framing is None or workdir_lib.is_remote(os.fspath(config_path)) or not config_path.exists():
+    return  # (a remote run's config.json is not read here)
+  theirs = config_lib.framing(config_lib.load_config_json(os.fspath(config_path)))
+  if theirs != framing:
+    names = [n for n, f in converters.FRAMINGS.items() if f == theirs]
+    raise checkpoint.IncompatibleCheckpointError(
+        f"ckpt.init_from: the run {path} was trained with the framing {theirs} but this run's "
+        f"is {framing}; set --config.finetune.framing={names[0] if names else '...'}.")
 
 
 def _vocab_check(data: pipeline_lib.DataPipeline, model_config: TransformerConfig) -> None:

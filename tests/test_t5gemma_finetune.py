@@ -186,3 +186,29 @@ def test_finetuning_from_t5gemma_starts_at_transformers_loss(golden, tmp_path):
     first = [json.loads(line) for line in f][0]
   assert first["step"] == 1
   np.testing.assert_allclose(first["cross_entropy"], golden["loss"], rtol=1e-5)
+
+
+def test_init_from_refuses_an_lm_run_framed_otherwise(golden, tmp_path):
+  """A fine-tuning run must share its base run's framing (config.json's): a run fine-tuned
+  with T5Gemma's framing cannot start a T5-framed one, nor a pre-training run (T5's) a
+  T5Gemma-framed one; the check comes before any parameter is read."""
+  from configs import finetune as finetune_config
+  from lm import writers
+  base = tmp_path / "base"
+  (base / "checkpoints").mkdir(parents=True)
+  del golden  # registers TASK
+  c = config_lib.derive(finetune_config.get_config(f"task={TASK},runlocal"))
+  c.finetune.framing = "t5gemma"
+  (base / "config.json").write_text(json.dumps(writers.filter_secrets(c.to_dict())))
+  for path in (base, base / "checkpoints"):
+    with pytest.raises(checkpoint.IncompatibleCheckpointError,
+                       match=r"was trained with the framing .*decoder_start=2.* set "
+                             r"--config.finetune.framing=t5gemma"):
+      train.init_params_from(str(path), None, None, None, framing=converters.T5_FRAMING)
+  pre = tmp_path / "pre"
+  (pre / "checkpoints").mkdir(parents=True)
+  p = config_lib.derive(__import__("configs.t5", fromlist=["x"]).get_config("runlocal"))
+  (pre / "config.json").write_text(json.dumps(writers.filter_secrets(p.to_dict())))
+  with pytest.raises(checkpoint.IncompatibleCheckpointError,
+                     match=r"set --config.finetune.framing=t5\."):
+    train.init_params_from(str(pre), None, None, None, framing=T5GEMMA)
