@@ -129,3 +129,51 @@ def test_length_one_holds_only_the_eos_and_extra_fields_are_ignored():
 def test_shift_right_refuses_longer_segment_ids():
   with pytest.raises(ValueError, match="segment_ids shape"):
     converters.shift_right(np.array([8, 9, 1]), np.array([1, 1, 1, 1]))
+
+
+GEMMA = converters.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+
+
+def test_frame_lays_out_a_prompt_for_either_stack():
+  """Framing.frame by hand: the encoder's row, and the decoder-only row after decoder_start
+  (only decoder_start for an empty prompt)."""
+  t5 = converters.T5_FRAMING
+  assert t5.frame([5, 6], decoder_only=False) == [5, 6, 1]
+  assert t5.frame(np.array([5, 6]), decoder_only=True) == [0, 5, 6, 1]
+  assert t5.frame([], decoder_only=True) == [0]
+  assert t5.frame([], decoder_only=False) == [1]
+  assert GEMMA.frame([5, 6], decoder_only=False, eos_id=9) == [2, 5, 6]
+  assert GEMMA.frame([5, 6], decoder_only=True) == [2, 2, 5, 6]
+  assert GEMMA.frame([], decoder_only=True) == [2]
+  both = converters.Framing(decoder_start=3, prompt_bos=4, prompt_eos=True)
+  assert both.frame([5], decoder_only=True, eos_id=7) == [3, 4, 5, 7]
+  assert (t5.overhead, GEMMA.overhead, both.overhead) == (1, 1, 2)
+  assert converters.Framing(prompt_eos=False).overhead == 0
+
+
+def test_frame_inputs_refuses_a_length_without_room_for_the_framing():
+  """The smallest length each framing can hold, and the message naming what it holds."""
+  cases = ((converters.T5_FRAMING, 1, "EOS"), (GEMMA, 1, "BOS"),
+           (converters.Framing(prompt_bos=2), 2, "BOS and EOS"),
+           (converters.Framing(prompt_eos=False), 1, "input"))
+  for framing, need, held in cases:
+    with pytest.raises(ValueError, match=f"length must be >= {need} to hold the {held}, got "
+                                         f"{need - 1}"):
+      framing.frame_inputs(np.array([5, 6, 7]), need - 1, 1)
+    got = framing.frame_inputs(np.array([5, 6, 7]), need, 1)
+    assert got.dtype == np.int32 and len(got) == need
+  bare = converters.Framing(prompt_eos=False)
+  np.testing.assert_array_equal(bare.frame_inputs(np.array([5, 6, 7]), 2, 1), [5, 6])
+  np.testing.assert_array_equal(GEMMA.frame_inputs(np.array([5, 6, 7]), 3, 1), [2, 5, 6])
+  np.testing.assert_array_equal(GEMMA.frame_inputs(np.array([5, 6, 7]), None, 1), [2, 5, 6, 7])
+
+
+def test_architecture_names_built_at_run_time():
+  """A name read from a flag or config is equal to the literal but not the same object."""
+  enc_dec = "".join(["encoder", "_decoder"])
+  prefix = "".join(["prefix", "_lm"])
+  check(converters.convert(EX, enc_dec), {
+      "encoder_input_tokens": [5, 6, 7, 1], "decoder_target_tokens": [8, 9, 1],
+      "decoder_input_tokens": [0, 8, 9], "decoder_loss_weights": [1, 1, 1]})
+  np.testing.assert_array_equal(converters.convert(EX, prefix)["decoder_causal_attention"],
+                                [1, 1, 1, 1, 1, 0, 0])
