@@ -88,6 +88,14 @@ def test_distractor_skips_its_own_document_avoided_and_drawn_units_first_on_ties
   assert mb._distractor(pool, 0, CyclingRng([0, 1, 2]), like="abcd", avoid=()) == "abcde"
   pool = [(1, "abcdefg"), (1, "abc"), (1, "abcdef")]
   assert mb._distractor(pool, 0, CyclingRng([0, 1, 2]), like="abcd", avoid=()) == "abc"
+  # Another start, however close in length, only when no unit starts alike.
+  pool = [(1, "ab"), (1, "1bcd")]
+  assert mb._distractor(pool, 0, CyclingRng([0, 1]), like="(y", avoid=()) == "1bcd"
+  # Documents before and after the example's own.
+  assert mb._distractor([(0, "ab"), (1, "abcdef")], 1, CyclingRng([1, 0]), like="ab",
+                        avoid=()) == "ab"
+  assert mb._distractor([(2, "ab"), (1, "abcdef")], 1, CyclingRng([1, 0]), like="ab",
+                        avoid=()) == "ab"
 
 
 class FakeDistractor:
@@ -105,24 +113,26 @@ class FakeDistractor:
 
 
 def test_next_line_pairs_adjacent_distinct_units_of_a_run(monkeypatch):
-  fake = FakeDistractor({(0, "a2"): ["N1"], (1, "b2"): ["N3"]})
+  fake = FakeDistractor({(0, "a2"): ["N1"], (1, "b0"): ["N3"]})
   monkeypatch.setattr(mb, "_distractor", fake)
-  docs = [[["a1", "a2", "a3"], ["a4"]], [["b1", "b1", "b2"]]]
+  b1 = "".join(["b", "1"])  # equal to "b1", another object
+  docs = [[["a1", "a2", "a3"], ["a4"]], [["b1", b1, "b0"]]]
   rng = ScriptedRng(("integers", 2, 0), ("integers", 2, 1))
   assert mb.build_next_line(docs, rng) == [
       ({"a": "a1", "options": ["a2", "N1"], "answer": "a2"},),
-      ({"a": "b1", "options": ["N3", "b2"], "answer": "b2"},)]
+      ({"a": "b1", "options": ["N3", "b0"], "answer": "b0"},)]
   rng.done()
-  pool = [(0, "a2"), (0, "a3"), (1, "b2")]
+  pool = [(0, "a2"), (0, "a3"), (1, "b0")]
   assert fake.calls == [(pool, 0, "a2", ["a1", "a2"]), (pool, 0, "a3", ["a2", "a3"]),
-                        (pool, 1, "b2", ["b1", "b2"])]
+                        (pool, 1, "b0", ["b1", "b0"])]
 
 
 def test_same_doc_pairs_a_unit_with_one_at_least_2_units_away(monkeypatch):
   fake = FakeDistractor({(d, b): [f"N-{b}"] * 2 for d, b in
                          [(0, "u3"), (0, "u0"), (1, "v2"), (1, "v0")]})
   monkeypatch.setattr(mb, "_distractor", fake)
-  docs = [[["u0", "u1"], ["u2", "u3"]], [["v0", "v1", "v2"]], [["w0", "w1", "w0"]]]
+  w0 = "".join(["w", "0"])  # equal to "w0", another object
+  docs = [[["u0", "u1"], ["u2", "u3"]], [["v0", "v1", "v2"]], [["w0", "w1", w0]]]
   rng = ScriptedRng(("integers", 2, 1),  # u0: of u2, u3
                     ("integers", 1, 0),  # u1: u3
                     ("integers", 1, 0),  # u2: u0
@@ -202,10 +212,10 @@ def test_halves():
 def test_completion_pairs_a_beginning_with_another_documents_ending(monkeypatch):
   fake = FakeDistractor({(0, "d e f"): ["p q r s"], (0, "p q r s"): ["d e f"],
                          (1, "p q r s"): ["p q r"], (2, "d e f"): ["X Y Z"],
-                         (3, "p q r"): ["d e f"]})
+                         (3, "p q r"): ["d e f"], (4, "X Y Z"): ["d e f"]})
   monkeypatch.setattr(mb, "_distractor", fake)
   docs = [[["a b c d e f", "g h i j k", "k l m p q r s"]], [["m n o p q r s"]],
-          [["x y z d e f"]], [["a b c p q r"]], [["u v w X Y Z"]]]
+          [["x y z d e f"]], [["a b c p q r"]], [["u v w X Y Z"]], [["q r s T U V"]]]
   rng = ScriptedRng(("integers", 2, 0), ("integers", 2, 1), ("integers", 2, 0))
   assert mb.build_completion(docs, rng) == [
       # "p q r s" ends units of documents 0 and 1: the other document's beginning.
@@ -215,14 +225,12 @@ def test_completion_pairs_a_beginning_with_another_documents_ending(monkeypatch)
         "answer": ["p q r s", "d e f"]},),
       ({"a": ["m n o", "a b c"], "options": ["p q r s", "p q r"],
         "answer": ["p q r s", "p q r"]},)]
-      # Left out: document 2's (an ending of another start), document 3's (the other
-      # beginning is its own), document 4's (no distractor).
+      # Left out: documents 2's and 4's (an ending of another start), document 3's (the
+      # other beginning is its own), document 5's (no distractor).
   rng.done()
   pool = [(0, "d e f"), (0, "p q r s"), (1, "p q r s"), (2, "d e f"), (3, "p q r"),
-          (4, "X Y Z")]
-  assert fake.calls == [(pool, d, end, [end]) for d, end in
-                        [(0, "d e f"), (0, "p q r s"), (1, "p q r s"), (2, "d e f"),
-                         (3, "p q r"), (4, "X Y Z")]]
+          (4, "X Y Z"), (5, "T U V")]
+  assert fake.calls == [(pool, d, end, [end]) for d, end in pool]
 
 
 def test_fill_blanks_a_word_once_in_its_unit_and_offers_3_distractors(monkeypatch):

@@ -53,6 +53,21 @@ def test_metrics_on_hand_computed_cases():
   assert mini.line_accuracy([("x", "y")], [("y", "x")]) == {"line_accuracy": 0.0}
 
 
+def test_mini_average_is_the_mean_of_the_five_headlines():
+  results = {"mini_completion": {"accuracy": 90.0, "exact_match": 0.0},
+             "mini_fill": {"accuracy": 60.0}, "mini_cloze": {"exact_match": 30.0},
+             "mini_phrase_order": {"exact_match": 20.0, "accuracy": 99.0},
+             "mini_word_order": {"accuracy": 50.0}, "mini_next_line": {"accuracy": 0.0}}
+  assert mini.mini_average(results) == 50.0
+  del results["mini_fill"]
+  results["mini_cloze"] = {"accuracy": 30.0}
+  with pytest.raises(ValueError, match=r"^mini_average needs every mini task's headline metric; "
+                     r"missing \[\"mini_fill\['accuracy'\]\", \"mini_cloze\['exact_match'\]\"\]: "
+                     r"evaluate all of \['mini_cloze', 'mini_completion', 'mini_fill', "
+                     r"'mini_phrase_order', 'mini_word_order'\]\.$"):
+    mini.mini_average(results)
+
+
 def test_choice_tasks_show_line_a_and_the_options():
   raw = {"a": "line A", "options": ["x y", "z w"], "answer": "z w", "idx": 3}
   for name, prefix in (("mini_next_line", "next line: "), ("mini_same_doc", "same document: ")):
