@@ -78,6 +78,81 @@ def test_beam_search_equals_exhaustive_search(alpha):
       assert list(seqs[e, j]) == seq + [0] * (length - len(seq)), (e, j)
 
 
+def numpy_greedy(table, example, length):
+  """Greedy decoding of one example of a table model in NumPy: (tokens, sum of log p)."""
+  vocab = table.shape[-1]
+  logp = np.asarray(jax.nn.log_softmax(jnp.asarray(table[example], jnp.float32)), np.float64)
+  out, total = [], 0.0
+  while len(out) < length and (not out or out[-1] != 1):
+    row = logp[prefix_code(out, vocab)]
+    out.append(int(np.argmax(row)))
+    total += row[out[-1]]
+  return out + [0] * (length - len(out)), total
+
+
+def test_greedy_and_sampled_tokens_and_log_probs_by_hand():
+  """Greedy's tokens and summed log-probabilities against a NumPy greedy decode (rows that
+  end early add nothing after EOS); sampling's score is the model's log p of the drawn
+  tokens (before temperature); max_decode_length 1 is the first token alone."""
+  vocab, length = 4, 4
+  rng = np.random.default_rng(5)
+  table = rng.normal(size=(3, (vocab + 1) ** length, vocab)).astype(np.float32)
+  table[0, 0, 1] = 9.0  # example 0 ends at once, example 1 after two tokens
+  table[1, prefix_code([2], vocab), 1] = 9.0
+  table[1, 0, 2] = 9.0
+  table[2, :, 1] = -9.0  # example 2 never ends
+  first, state, t2l = table_model(table)
+  tokens, scores = decoding.greedy_search(first, state, t2l, max_decode_length=length)
+  logp = np.asarray(jax.nn.log_softmax(jnp.asarray(table)), np.float64)
+  for e in range(3):
+    want, want_lp = numpy_greedy(table, e, length)
+    assert list(np.asarray(tokens)[e]) == want, e
+    np.testing.assert_allclose(np.asarray(scores)[e], want_lp, rtol=1e-5, atol=1e-5)
+  assert list(np.asarray(tokens)[1]) == [2, 1, 0, 0]
+  one, one_lp = decoding.greedy_search(first, state, t2l, max_decode_length=1)
+  np.testing.assert_array_equal(np.asarray(one), np.asarray(tokens)[:, :1])
+  np.testing.assert_allclose(np.asarray(one_lp), [logp[e, 0, t] for e, t in enumerate(np.asarray(one)[:, 0])],
+                             rtol=1e-5, atol=1e-6)
+  sampled, sampled_lp = decoding.temperature_sample(
+      first, state, t2l, rng=jax.random.PRNGKey(1), max_decode_length=length,
+      config=decoding.SamplingConfig(temperature=2.0))
+  for e, seq in enumerate(np.asarray(sampled).tolist()):
+    n = seq.index(1) + 1 if 1 in seq else length
+    assert all(t == 0 for t in seq[n:])
+    want = sum(logp[e, prefix_code(seq[:i], vocab), seq[i]] for i in range(n))
+    np.testing.assert_allclose(np.asarray(sampled_lp)[e], want, rtol=1e-5, atol=1e-5)
+
+
+def test_search_arguments_are_checked():
+  first, state, t2l = table_model(np.zeros((1, 25, 4), np.float32))
+  for bad in (0, -1, 1.5, 2.0):
+    with pytest.raises(ValueError, match="beam_size must be a positive int"):
+      decoding.beam_search(first, state, t2l, beam_size=bad, max_decode_length=2)
+  with pytest.raises(ValueError, match="alpha >= 0"):
+    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5)
+  with pytest.raises(ValueError, match="unknown length_penalty 'gnmt'"):
+    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, length_penalty="gnmt")
+  # One beam, and HF's penalty with a negative alpha (it favours short sequences), are fine.
+  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=1, max_decode_length=2))(
+      first, state)
+  assert np.asarray(seqs).shape == (1, 1, 2)
+  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=2, max_decode_length=2,
+                                                      alpha=-0.5, length_penalty="hf"))(first, state)
+  assert np.asarray(seqs).shape == (1, 2, 2)
+  with pytest.raises(ValueError, match="top_k"):
+    decoding.SamplingConfig(top_k=-1)
+  with pytest.raises(ValueError, match="temperature must be finite"):
+    decoding.SamplingConfig(temperature=float("inf"))
+
+
+def test_gather_rows_indexes_every_leaf_with_rows():
+  state = {"a": jnp.arange(3), "b": jnp.arange(12).reshape(3, 2, 2), "step": jnp.int32(7)}
+  out = decoding.gather_rows(state, jnp.asarray([2, 2, 0, 1]))
+  np.testing.assert_array_equal(out["a"], [2, 2, 0, 1])
+  np.testing.assert_array_equal(out["b"], np.arange(12).reshape(3, 2, 2)[[2, 2, 0, 1]])
+  assert int(out["step"]) == 7
+
+
 def test_beam_search_t5_stops_early_and_hf_keeps_its_own_rules():
   """EOS is almost certain: T5's rule stops after one step, not after max_decode_length."""
   vocab, length = 4, 6
