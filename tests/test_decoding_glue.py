@@ -1,6 +1,7 @@
 """lm.decoding's model glue: DecodeConfig, prompt_batch, the cache gather, model_decoder,
 decode and make_decode_fn, against explicit expectations (the searches themselves:
 tests/test_decoding_search.py)."""
+import dataclasses
 import os
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 from lm import decoding
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "model"))
-from model_helpers import tiny  # noqa: E402
+from model_helpers import runtime_str, tiny  # noqa: E402
 
 
 def test_decode_config_defaults_and_checks():
@@ -39,6 +40,8 @@ def test_decode_config_defaults_and_checks():
              dict(method="beam", alpha=-0.5, length_penalty="hf"), dict(method="greedy", alpha=-0.5),
              dict(method="sample", alpha=-0.5)):
     assert decoding.DecodeConfig(**ok).alpha == ok["alpha"]
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    c.beam_size = 2  # a config is a value (jit closes over it)
   for bad in (dict(method="beam", alpha=-0.5), dict(method="beam", alpha=-1e-9),
               dict(alpha=float("inf")), dict(alpha=float("-inf")), dict(alpha=float("nan"))):
     with pytest.raises(ValueError, match="alpha must be finite"):
@@ -59,6 +62,80 @@ def test_prompt_batch_sizes():
   np.testing.assert_array_equal(exact["encoder_input_tokens"], same["encoder_input_tokens"])
   with pytest.raises(ValueError, match="a prompt needs 3 tokens .* input_length is 2"):
     decoding.prompt_batch([[5, 6], [7]], cfg, input_length=2)
+  # A mask type built at run time (a flag's value) is the same mask type.
+  prefix = decoding.prompt_batch([[5]], tiny(mask_type=runtime_str("prefix_lm")))
+  np.testing.assert_array_equal(prefix["decoder_causal_attention"], [[1, 1, 1]])
   # No prompts at all: rows of length 1 (the smallest the model reads), none of them.
   assert decoding.prompt_batch([], cfg)["encoder_input_tokens"].shape == (0, 1)
   assert decoding.prompt_batch([], tiny(mask_type="causal"))["decoder_input_tokens"].shape == (0, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# The model (a tiny causal decoder: the cheapest to compile).
+
+def causal_model(seed=0):
+  from lm.model.transformer import Transformer
+  from model_helpers import random_params
+  cfg = tiny(mask_type="causal", position_encoding="rope")
+  model = Transformer(cfg)
+  return cfg, model, random_params(model, {"decoder_input_tokens": np.zeros((1, 4), np.int32)}, seed)
+
+
+def test_model_decoder_wants_one_decoder_start_per_row():
+  from lm.model.transformer import Transformer
+  model = Transformer(tiny())
+  batch = decoding.prompt_batch([[5, 6], [7], [8]], tiny())
+  for shape in [(3, 2), (2, 1), (3,), (4, 1)]:
+    with pytest.raises(ValueError, match=r"decoder_input_tokens must be \[B, 1\] = \[3, 1\]"):
+      decoding.model_decoder(model, None, dict(batch, decoder_input_tokens=np.zeros(shape, np.int32)), 4)
+
+
+def test_beam_gather_of_a_scanned_cache_takes_rows_on_axis_1():
+  """With scan_layers the layer caches are [layers, N, ...]: beam search's gather takes the
+  rows on axis 1 (and keeps the cross-attention cache at one row per example)."""
+  import jax
+  import jax.numpy as jnp
+  from lm.model.transformer import Transformer
+  from model_helpers import random_params
+  cfg = tiny(num_decoder_layers=2, scan_layers=True)
+  model = Transformer(cfg)
+  params = random_params(model, {"encoder_input_tokens": np.ones((1, 4), np.int32),
+                                 "decoder_input_tokens": np.zeros((1, 4), np.int32)})
+  batch = decoding.prompt_batch([[5, 9, 3], [11], [4, 4]], cfg)
+  state = jax.jit(lambda p, b: decoding.model_decoder(model, p, b, 4)[1])(params, batch)
+  gather = decoding._cache_gather_fn(cfg)  # what model_decoder returns for this config
+  expanded = gather(state, jnp.repeat(jnp.arange(3), 2))
+  swapped = gather(expanded, jnp.asarray([1, 0, 3, 2, 5, 4]))
+  layers = state["cache"]["decoder"]["layers"]
+  key = np.asarray(layers["self_attention"]["cached_key"])
+  assert key.shape[:2] == (2, 3)
+  np.testing.assert_array_equal(expanded["cache"]["decoder"]["layers"]["self_attention"]["cached_key"],
+                                key[:, [0, 0, 1, 1, 2, 2]])
+  np.testing.assert_array_equal(swapped["cache"]["decoder"]["layers"]["self_attention"]["cached_key"],
+                                key[:, [0, 0, 1, 1, 2, 2]][:, [1, 0, 3, 2, 5, 4]])
+  np.testing.assert_array_equal(expanded["cache"]["decoder"]["cache_valid"],
+                                np.asarray(state["cache"]["decoder"]["cache_valid"])[[0, 0, 1, 1, 2, 2]])
+  shared = expanded["cache"]["decoder"]["layers"]["encoder_decoder_attention"]["cached_key"]
+  np.testing.assert_array_equal(shared, layers["encoder_decoder_attention"]["cached_key"])
+
+
+def test_decode_needs_an_rng_to_sample_and_samples_per_row():
+  import jax
+  cfg, model, params = causal_model()
+  batch = decoding.prompt_batch([[5, 9, 3], [11]], cfg)
+  with pytest.raises(ValueError, match="sampling needs an rng key"):
+    decoding.decode(model, params, batch, decoding.DecodeConfig(method="sample", max_decode_length=3))
+  # Sampling on a mesh equals sampling on one device, row by row (row ids follow the rows).
+  prompts = [[5, 9, 3], [11], [4, 4, 8], [7], [2, 3], [6], [12, 13], [9]]
+  batch = decoding.prompt_batch(prompts, cfg)
+  config = decoding.DecodeConfig(method="sample", max_decode_length=4,
+                                 sampling=decoding.SamplingConfig(temperature=3.0))
+  ids = np.arange(8)[::-1]
+  rng = jax.random.PRNGKey(0)
+  single = decoding.make_decode_fn(model, config)(params, batch, rng, ids)
+  from lm import partitioning
+  mesh = partitioning.make_mesh((4, 2, 1))
+  sharded = decoding.make_decode_fn(model, config, mesh=mesh)(params, batch, rng, ids)
+  assert len(sharded[0].sharding.device_set) == 8
+  np.testing.assert_array_equal(np.asarray(sharded[0]), np.asarray(single[0]))
+  np.testing.assert_allclose(np.asarray(sharded[1]), np.asarray(single[1]), rtol=1e-5)

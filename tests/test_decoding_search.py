@@ -102,20 +102,32 @@ def test_greedy_and_sampled_tokens_and_log_probs_by_hand():
   table[1, 0, 2] = 9.0
   table[2, :, 1] = -9.0  # example 2 never ends
   first, state, t2l = table_model(table)
-  tokens, scores = decoding.greedy_search(first, state, t2l, max_decode_length=length)
+  def run(search, m, **kw):  # one compile per call instead of many eager ops
+    return jax.jit(lambda f, s: search(f, s, t2l, max_decode_length=m, **kw))(first, state)
+
+  tokens, scores = run(decoding.greedy_search, length)
   logp = np.asarray(jax.nn.log_softmax(jnp.asarray(table)), np.float64)
   for e in range(3):
     want, want_lp = numpy_greedy(table, e, length)
     assert list(np.asarray(tokens)[e]) == want, e
     np.testing.assert_allclose(np.asarray(scores)[e], want_lp, rtol=1e-5, atol=1e-5)
   assert list(np.asarray(tokens)[1]) == [2, 1, 0, 0]
-  one, one_lp = decoding.greedy_search(first, state, t2l, max_decode_length=1)
+  one, one_lp = run(decoding.greedy_search, 1)
   np.testing.assert_array_equal(np.asarray(one), np.asarray(tokens)[:, :1])
   np.testing.assert_allclose(np.asarray(one_lp), [logp[e, 0, t] for e, t in enumerate(np.asarray(one)[:, 0])],
                              rtol=1e-5, atol=1e-6)
-  sampled, sampled_lp = decoding.temperature_sample(
-      first, state, t2l, rng=jax.random.PRNGKey(1), max_decode_length=length,
-      config=decoding.SamplingConfig(temperature=2.0))
+  # Temperature 0 is greedy; temperature 1 samples (64 draws from 4 tokens: not all the argmax).
+  zero = run(decoding.temperature_sample, length, rng=jax.random.PRNGKey(1),
+             config=decoding.SamplingConfig(temperature=0.0))
+  np.testing.assert_array_equal(np.asarray(zero[0]), np.asarray(tokens))
+  np.testing.assert_array_equal(np.asarray(zero[1]), np.asarray(scores))
+  flat = jnp.zeros((64, vocab))
+  drawn, _ = jax.jit(lambda f: decoding.temperature_sample(
+      f, {}, lambda t, s, i: (jnp.zeros((64, vocab)), s), rng=jax.random.PRNGKey(2),
+      max_decode_length=1))(flat)
+  assert len(set(np.asarray(drawn)[:, 0].tolist())) > 1
+  sampled, sampled_lp = run(decoding.temperature_sample, length, rng=jax.random.PRNGKey(1),
+                            config=decoding.SamplingConfig(temperature=2.0))
   for e, seq in enumerate(np.asarray(sampled).tolist()):
     n = seq.index(1) + 1 if 1 in seq else length
     assert all(t == 0 for t in seq[n:])
@@ -143,6 +155,54 @@ def test_search_arguments_are_checked():
     decoding.SamplingConfig(top_k=-1)
   with pytest.raises(ValueError, match="temperature must be finite"):
     decoding.SamplingConfig(temperature=float("inf"))
+  assert decoding.SamplingConfig() == decoding.SamplingConfig(temperature=1.0, top_k=0, top_p=1.0)
+  assert decoding.SamplingConfig(top_p=0.5).top_p == 0.5
+  with pytest.raises(ValueError, match="top_p"):
+    decoding.SamplingConfig(top_p=1.5)
+  # A length_penalty name built at run time (a flag's value) is the same name.
+  with pytest.raises(ValueError, match="alpha >= 0"):
+    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5,
+                         length_penalty="".join(["t", "5"]))
+
+
+def test_beam_search_an_unlikely_eos_still_finishes():
+  """Only extensions of the empty initial beams (log p about NEG_INF = -1e7) are invalid: an
+  EOS of log p -4e6 is a finished sequence, and beats the live beam at the end."""
+  first = jnp.asarray([[0.0, -4e6]])
+  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+      f, {}, lambda t, s, i: (jnp.zeros((1, 2)), s), beam_size=1, max_decode_length=1))(first)
+  np.testing.assert_array_equal(np.asarray(seqs), [[[1]]])
+  np.testing.assert_allclose(np.asarray(scores), [[-4e6]], rtol=1e-6)
+
+
+def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
+  """Transformers' rule: an EOS ranked below the best beam_size candidates of a step is
+  dropped. Step 0: 0 (.38), 2 (.3), 3 (.2), EOS (.12, rank 3 of 4): not finished; step 1 (the
+  last): the two best, [0, 0] (.19) and [0, 2] (.114), finish (alpha 0: scores are log p)."""
+  table = np.full((1, 25, 4), np.log(0.25), np.float32)
+  table[0, 0] = np.log([0.38, 0.12, 0.3, 0.2])
+  table[0, prefix_code([0], 4)] = np.log([0.5, 0.1, 0.3, 0.1])
+  first, state, t2l = table_model(table)
+  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+      f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0, length_penalty="hf"))(first, state)
+  np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0], [0, 2]])
+  np.testing.assert_allclose(np.asarray(scores)[0], np.log([0.19, 0.114]), rtol=1e-5)
+
+
+def test_beam_search_leaves_unfilled_finished_slots_empty():
+  """Three beams, two tokens (0 and EOS), two steps: only [EOS] and [0, EOS] can finish, so
+  the third slot is empty (score NEG_INF = -1e7, tokens 0), not an extension of one of the
+  dead initial beams (whose EOS scores, about -1e7 / 1.097, would beat it)."""
+  table = np.zeros((1, 9, 2), np.float32)
+  table[0, 0] = np.log([0.6, 0.4])
+  table[0, prefix_code([0], 2)] = np.log([0.7, 0.3])
+  first, state, t2l = table_model(table)
+  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+      f, s, t2l, beam_size=3, max_decode_length=2, alpha=0.6))(first, state)
+  np.testing.assert_array_equal(np.asarray(seqs)[0], [[1, 0], [0, 1], [0, 0]])
+  np.testing.assert_allclose(np.asarray(scores)[0, :2],
+                             [np.log(0.4), np.log(0.6 * 0.3) / (7 / 6) ** 0.6], rtol=1e-6)
+  assert np.asarray(scores)[0, 2] == np.float32(-1e7)
 
 
 def test_gather_rows_indexes_every_leaf_with_rows():
