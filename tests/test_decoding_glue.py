@@ -40,6 +40,9 @@ def test_decode_config_defaults_and_checks():
              dict(method="beam", alpha=-0.5, length_penalty="hf"), dict(method="greedy", alpha=-0.5),
              dict(method="sample", alpha=-0.5)):
     assert decoding.DecodeConfig(**ok).alpha == ok["alpha"]
+  # Names built at run time (a flag's value) are the same names.
+  with pytest.raises(ValueError, match="alpha must be finite"):
+    decoding.DecodeConfig(method=runtime_str("beam"), length_penalty=runtime_str("t5"), alpha=-0.5)
   with pytest.raises(dataclasses.FrozenInstanceError):
     c.beam_size = 2  # a config is a value (jit closes over it)
   for bad in (dict(method="beam", alpha=-0.5), dict(method="beam", alpha=-1e-9),
@@ -68,6 +71,52 @@ def test_prompt_batch_sizes():
   # No prompts at all: rows of length 1 (the smallest the model reads), none of them.
   assert decoding.prompt_batch([], cfg)["encoder_input_tokens"].shape == (0, 1)
   assert decoding.prompt_batch([], tiny(mask_type="causal"))["decoder_input_tokens"].shape == (0, 1)
+
+
+def test_decode_runs_the_configs_search_with_its_settings(monkeypatch):
+  """decode with stand-ins for model_decoder and the searches: each method (also named by a
+  string built at run time) calls its search with the config's settings; beam search's best
+  beam is returned."""
+  calls = []
+
+  def fake_decoder(model, params, batch, m):
+    calls.append(("model_decoder", model, params, batch, m))
+    return "first", "state", "t2l", "gather"
+
+  def fake(name, out):
+    def search(*args, **kw):
+      calls.append((name, args, kw))
+      return out
+    return search
+
+  seqs, scores = np.arange(12).reshape(2, 3, 2), np.arange(6.0).reshape(2, 3)
+  monkeypatch.setattr(decoding, "model_decoder", fake_decoder)
+  monkeypatch.setattr(decoding, "greedy_search", fake("greedy", ("g", "gs")))
+  monkeypatch.setattr(decoding, "temperature_sample", fake("sample", ("s", "ss")))
+  monkeypatch.setattr(decoding, "beam_search", fake("beam", (seqs, scores)))
+  searched = ("first", "state", "t2l")
+  sampling = decoding.SamplingConfig(temperature=0.5, top_k=3)
+  for method in ("greedy", "sample", "beam"):
+    for name in (method, runtime_str(method)):
+      calls.clear()
+      config = decoding.DecodeConfig(method=name, max_decode_length=5, sampling=sampling, beam_size=3,
+                                     alpha=0.2, length_penalty="hf", eos_ids=(1, 7))
+      out = decoding.decode("model", {"w": 1}, {"x": 2}, config, rng="key", row_ids="ids")
+      assert calls[0] == ("model_decoder", "model", {"w": 1}, {"x": 2}, 5)
+      assert len(calls) == 2 and calls[1][0] == method and calls[1][1] == searched, calls
+      kw = calls[1][2]
+      if method == "greedy":
+        assert out == ("g", "gs") and kw == dict(max_decode_length=5, eos_id=(1, 7))
+      elif method == "sample":
+        assert out == ("s", "ss") and kw == dict(rng="key", max_decode_length=5, config=sampling,
+                                                  row_ids="ids", eos_id=(1, 7))
+      else:
+        np.testing.assert_array_equal(out[0], seqs[:, 0])
+        np.testing.assert_array_equal(out[1], scores[:, 0])
+        assert kw == dict(beam_size=3, max_decode_length=5, alpha=0.2, length_penalty="hf",
+                          eos_id=(1, 7), gather_fn="gather")
+  with pytest.raises(ValueError, match="sampling needs an rng key"):
+    decoding.decode("model", {}, {}, decoding.DecodeConfig(method="sample"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -119,13 +168,10 @@ def test_beam_gather_of_a_scanned_cache_takes_rows_on_axis_1():
   np.testing.assert_array_equal(shared, layers["encoder_decoder_attention"]["cached_key"])
 
 
-def test_decode_needs_an_rng_to_sample_and_samples_per_row():
+def test_sampling_on_a_mesh_equals_one_device():
+  """make_decode_fn on a mesh places the batch and the row ids (each row's seed) row by row."""
   import jax
   cfg, model, params = causal_model()
-  batch = decoding.prompt_batch([[5, 9, 3], [11]], cfg)
-  with pytest.raises(ValueError, match="sampling needs an rng key"):
-    decoding.decode(model, params, batch, decoding.DecodeConfig(method="sample", max_decode_length=3))
-  # Sampling on a mesh equals sampling on one device, row by row (row ids follow the rows).
   prompts = [[5, 9, 3], [11], [4, 4, 8], [7], [2, 3], [6], [12, 13], [9]]
   batch = decoding.prompt_batch(prompts, cfg)
   config = decoding.DecodeConfig(method="sample", max_decode_length=4,

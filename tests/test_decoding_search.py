@@ -157,8 +157,9 @@ def test_search_arguments_are_checked():
     decoding.SamplingConfig(temperature=float("inf"))
   assert decoding.SamplingConfig() == decoding.SamplingConfig(temperature=1.0, top_k=0, top_p=1.0)
   assert decoding.SamplingConfig(top_p=0.5).top_p == 0.5
-  with pytest.raises(ValueError, match="top_p"):
-    decoding.SamplingConfig(top_p=1.5)
+  for bad in (1.5, -0.5):
+    with pytest.raises(ValueError, match="top_p"):
+      decoding.SamplingConfig(top_p=bad)
   # A length_penalty name built at run time (a flag's value) is the same name.
   with pytest.raises(ValueError, match="alpha >= 0"):
     decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5,
@@ -173,6 +174,12 @@ def test_beam_search_an_unlikely_eos_still_finishes():
       f, {}, lambda t, s, i: (jnp.zeros((1, 2)), s), beam_size=1, max_decode_length=1))(first)
   np.testing.assert_array_equal(np.asarray(seqs), [[[1]]])
   np.testing.assert_allclose(np.asarray(scores), [[-4e6]], rtol=1e-6)
+  # t5x's strict bound: a log p of exactly NEG_INF / 2 counts as a dead beam's extension.
+  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+      f, {}, lambda t, s, i: (jnp.zeros((1, 2)), s), beam_size=1, max_decode_length=1))(
+          jnp.asarray([[0.0, decoding.NEG_INF / 2]]))
+  np.testing.assert_array_equal(np.asarray(seqs), [[[0]]])
+  np.testing.assert_array_equal(np.asarray(scores), [[0.0]])
 
 
 def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
