@@ -177,6 +177,9 @@ def test_chance_levels_of_hand_written_examples(raw_of):
       "mini_cloze", "mini_phrase_order", "mini_unshuffle")]
   mini.chance_level("mini_fill", "train", "some/dir")
   assert calls[-1] == ("mini_fill", "train", "some/dir")
+  # Names built at run time (a flag's value) are equal to the literals, not the same objects.
+  for name in ("mini_cloze", "mini_phrase_order", "mini_unshuffle", "mini_fill"):
+    assert mini.chance_level("".join(name)) == mini.chance_level(name)
   with pytest.raises(ValueError, match=r"^unknown mini task 'mini_nope'; expected one of "
                                        r"\['mini_cloze', 'mini_completion'"):
     mini.chance_level("mini_nope")
