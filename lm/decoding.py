@@ -30,6 +30,7 @@ import numpy as np
 from lm import partitioning
 from lm.data.converters import T5_FRAMING, Framing
 from lm.keypaths import in_scanned_stack
+from lm.model.attention import ENCODER_CACHE_NAMES
 from lm.model.transformer import Transformer, TransformerConfig
 
 EOS_ID = 1
@@ -411,10 +412,10 @@ def prompt_batch(prompts: Sequence[Sequence[int]], config: TransformerConfig, *,
 
 def _shared_by_beams(path) -> bool:
   """True for the cache leaves that depend on the encoder input alone (cross-attention keys
-  and values, ``encoder_valid``): the same for every beam of an example, so beam search
-  keeps one copy per example (``lm.model.attention.cached_attention``)."""
-  names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
-  return "encoder_decoder_attention" in names or "encoder_valid" in names
+  and values, a merged attention's encoder cache, ``encoder_valid``): the same for every
+  beam of an example, so beam search keeps one copy per example (lm.model.attention)."""
+  names = {getattr(k, "key", getattr(k, "name", None)) for k in path}
+  return bool(names & {"encoder_decoder_attention", "encoder_valid", *ENCODER_CACHE_NAMES})
 
 
 def _cache_gather_fn(config: TransformerConfig):

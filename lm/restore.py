@@ -44,7 +44,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lm import checkpoint, cli, decoding, partitioning
 from lm import config as config_lib
-from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf_t5, hf_t5gemma
+from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf, hf_t5, hf_t5gemma
 from lm.checkpoint.signature import recorded_model
 from lm.data import features, packing
 from lm.data import tokenizer as tokenizer_lib
@@ -295,7 +295,7 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
     raise FileNotFoundError(f"{directory} has no {hf_t5.CONFIG_NAME}; pass a transformers "
                             "save_pretrained directory.")
   hf_config = hf_t5.read_json(os.path.join(directory, hf_t5.CONFIG_NAME))
-  gemma = hf_t5gemma.is_t5gemma(hf_config)
+  gemma = hf.is_gemma(hf_config)
   spm_file, kind = (HF_GEMMA_SPM_FILE, "Gemma") if gemma else (HF_SPM_FILE, "T5")
   spm_path = os.path.join(directory, spm_file)
   if not os.path.isfile(spm_path):
@@ -310,7 +310,7 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
       raise
     tokenizer = tokenizer_lib.load_tokenizer(spm_path, extra_ids=0)
   overrides = {"dtype": dtype} if dtype else {}
-  model_config, numpy_params = hf_t5gemma.checkpoint_to_lm(
+  model_config, numpy_params = hf.checkpoint_to_lm(
       hf_config, hf_t5.read_safetensors(directory), **overrides)
   framing = (decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
                               prompt_bos=tokenizer.bos_id, prompt_eos=False)

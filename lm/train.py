@@ -50,7 +50,7 @@ from lm import config as config_lib
 from lm import parts as parts_lib
 from lm import validate as validate_lib
 from lm import workdir as workdir_lib
-from lm.checkpoint import hf_t5, hf_t5gemma
+from lm.checkpoint import hf, hf_t5, hf_t5gemma
 from lm.data import converters, features
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
@@ -368,8 +368,8 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
   """Parameters to start a new run from (config.ckpt.init_from, e.g. fine-tuning).
 
   Args:
-    path: another run's `<workdir>/checkpoints` (or its workdir), or a Hugging Face T5 or
-      T5Gemma `save_pretrained` directory (config.json + model.safetensors).
+    path: another run's `<workdir>/checkpoints` (or its workdir), or a Hugging Face T5,
+      T5Gemma or T5Gemma 2 `save_pretrained` directory (config.json + model.safetensors).
     model_config: this run's model; an HF checkpoint must describe the same shapes.
     abstract_params: this run's params structure (ShapeDtypeStructs).
     shardings: NamedShardings for the params.
@@ -387,10 +387,10 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
   where = workdir_lib.as_path(path)
   if (where / hf_t5.CONFIG_NAME).exists() and not (where / "checkpoints").is_dir():
     raw = hf_t5.read_json(os.path.join(os.fspath(path), hf_t5.CONFIG_NAME))
-    hf_config, params = hf_t5gemma.checkpoint_to_lm(  # T5 or T5Gemma, by model_type
+    hf_config, params = hf.checkpoint_to_lm(  # T5, T5Gemma or T5Gemma 2, by model_type
         raw, hf_t5.read_safetensors(os.fspath(path)), scan_layers=model_config.scan_layers,
         dtype=model_config.dtype)
-    start = hf_t5gemma.decoder_start_id(raw) if hf_t5gemma.is_t5gemma(raw) else 0
+    start = hf_t5gemma.decoder_start_id(raw) if hf.is_gemma(raw) else 0
     if framing is not None and framing.decoder_start != start:
       names = [n for n, f in converters.FRAMINGS.items() if f.decoder_start == start]
       raise checkpoint.IncompatibleCheckpointError(

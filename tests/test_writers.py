@@ -179,3 +179,15 @@ def test_own_wandb_service_keeps_only_this_process_service():
   mine = {writers.WANDB_SERVICE_ENV: f"3-{os.getpid()}-tcp-localhost-4242"}
   writers.own_wandb_service(mine)
   assert mine == {writers.WANDB_SERVICE_ENV: f"3-{os.getpid()}-tcp-localhost-4242"}
+
+
+def test_no_model_or_config_field_looks_like_a_secret():
+  """config.json is written through filter_secrets: a TransformerConfig field named like a
+  credential (say `eoi_token_id`: its `token` segment) would vanish from it, and a restored
+  run would take the field's default instead of its value."""
+  import dataclasses
+
+  from lm.model.config import TransformerConfig
+  names = {f.name: 1 for f in dataclasses.fields(TransformerConfig)}
+  assert writers.filter_secrets({"model": names}) == {"model": names}
+  assert writers.filter_secrets({"model": {"eoi_token_id": 1}}) != {"model": {"eoi_token_id": 1}}

@@ -1,4 +1,4 @@
-"""Checkpoints: lm's own run checkpoints and the Hugging Face T5 format.
+"""Checkpoints: lm's own run checkpoints and the Hugging Face T5-family formats.
 
   manager.py    `CheckpointManager` (orbax step directories: train state, data-iterator
                 state, meta; verified restore with fallback).
@@ -9,6 +9,8 @@
                 `state_checksums`.
   hf_t5.py      Hugging Face T5 `save_pretrained` directories <-> lm params
                 (`from lm.checkpoint import hf_t5`; `python -m lm.checkpoint.hf_t5`).
+  hf_t5gemma.py T5Gemma directories <-> lm params; hf_t5gemma2.py T5Gemma 2's text model
+                -> lm params; hf.py which of the three a config.json holds.
 
 The names below are the package's API (``from lm import checkpoint;
 checkpoint.CheckpointManager(...)``).

@@ -231,7 +231,10 @@ def _check_exportable(config: TransformerConfig) -> None:
   wanted = {"mask_type": "encoder_decoder", "position_encoding": "rope",
             "norm_type": "gemma_rmsnorm", "norm_position": "sandwich",
             "mlp_activation": "gated_gelu", "scale_embeddings": True,
-            "shared_encoder_decoder": False}
+            "shared_encoder_decoder": False, "cross_attention_rope": None,
+            # T5Gemma 2's (which lm reads, hf_t5gemma2, and does not write)
+            "merged_attention": False, "qk_norm": False, "rope_local_max_wavelength": None,
+            "bidirectional_window": "symmetric", "eoi_id": None}
   problems = [f"{name}={getattr(config, name)!r} (T5Gemma has {value!r})"
               for name, value in wanted.items() if getattr(config, name) != value]
   if config.tie_embeddings and config.tied_logits_scale:
@@ -533,18 +536,6 @@ def load_hf_t5gemma(directory: str | os.PathLike, **overrides
   return hf_to_lm(hf_config, read_safetensors(directory), **overrides)
 
 
-def is_t5gemma(hf_config: Mapping[str, Any]) -> bool:
-  """Whether a parsed config.json is T5Gemma's (model_type "t5gemma"), else T5's."""
-  return hf_config.get("model_type") == "t5gemma"
-
-
-def checkpoint_to_lm(hf_config: Mapping[str, Any], tensors: Mapping[str, np.ndarray],
-                     **overrides) -> tuple[TransformerConfig, dict[str, Any]]:
-  """``hf_to_lm`` or ``lm.checkpoint.hf_t5.hf_to_lm``, by ``is_t5gemma(hf_config)``."""
-  convert = hf_to_lm if is_t5gemma(hf_config) else hf_t5.hf_to_lm
-  return convert(hf_config, tensors, **overrides)
-
-
 def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
                     params: Mapping[str, Any]) -> None:
   """Writes lm params as an HF T5Gemma ``save_pretrained`` directory (config.json +
@@ -559,5 +550,5 @@ def save_hf_t5gemma(directory: str | os.PathLike, config: TransformerConfig,
 
 
 __all__ = ["config_from_hf", "config_to_hf", "eos_ids", "hf_to_lm", "lm_to_hf", "load_hf_t5gemma",
-           "checkpoint_to_lm", "is_t5gemma", "decoder_start_id",
+           "decoder_start_id",
            "save_hf_t5gemma", "EMBED_NAMES", "HEAD_NAME"]

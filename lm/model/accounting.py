@@ -19,7 +19,10 @@ per example are:
                          + 4*Lt*Li*NH                             cross scores and values
     logits:              2*Lt*D*V
     An encoder of its own shape (``encoder_config``: T5Gemma 9B-2B) counts its layers with
-    its D, NH, KH, F; De is its width (D otherwise).
+    its D, NH, KH, F; De is its width (D otherwise). Merged attention (T5Gemma 2) has no
+    cross q and o: the decoder's own q and o serve both, so its cross term is
+    2*Li*2*D*KH + 4*Lt*Li*NH (the activation estimate below still counts a cross block:
+    an upper bound).
   decoder-only (prefix_lm / causal), L = Li + Lt (inputs and targets in one sequence):
     per layer:           2*L*(2*D*NH + 2*D*KH + M*D*F) + 4*L*L*NH
     logits:              2*L*D*V
@@ -144,7 +147,9 @@ def forward_flops(config: TransformerConfig, inputs_length: int, targets_length:
     enc = config.encoder_config()  # the encoder's own shape (9B-2B), else config
     encoder = config.num_encoder_layers * block(li, enc)
     # cross-attention: q, o on the decoder's Lt; k, v read the encoder's width on Li
-    cross = 2 * lt * 2 * d * nh + 2 * li * 2 * enc.emb_dim * kh + 4 * lt * li * nh
+    cross = 2 * li * 2 * enc.emb_dim * kh + 4 * lt * li * nh
+    if not config.merged_attention:  # the cross block's own q and o projections
+      cross += 2 * lt * 2 * d * nh
     decoder = config.num_decoder_layers * (block(lt) + cross)
     logits = 2 * lt * d * v
   else:

@@ -1,35 +1,32 @@
-"""Multi-head dot-product attention (self and cross) with a KV cache for decoding.
+"""Multi-head dot-product attention (self, cross, merged) with a KV cache for decoding.
 
-The attention layer consumes an additive bias (mask bias from masks.py plus any position
-bias) and never builds masks itself. As in T5 there is no 1/sqrt(head_dim) logit scaling:
-the query kernel's init is divided by sqrt(head_dim) instead (t5x ``layers.py``), unless
-``query_scale`` is set (Gemma 2: queries times query_pre_attn_scalar**-0.5, plain init).
-The softmax core's hand-written gradient and the flattened projections are in fast_grads.py.
+The layer adds a given bias (masks.py's mask, any position bias); it builds no masks. As in
+T5 there is no 1/sqrt(H) logit scaling (the query init is divided by sqrt(H), t5x
+``layers.py``) unless ``query_scale`` is set (Gemma 2: queries times s**-0.5). Grouped-query
+attention: query head n reads key/value head n // (N / K). Merged attention (T5Gemma 2's
+decoder: ``encoded`` given to a self-attention) projects the encoder's outputs by the same
+key/value kernels (keys normed, not rotated) and runs one softmax over [own; encoder keys].
+fast_grads.py has the softmax core's gradient; docs/model.md the narrative.
 
-Grouped-query attention: K key/value heads (K divides N), query head n reads key/value
-head n // (N / K); the key/value projections and the cache hold K heads, and the heads
-are repeated to N just before the attention core.
-
-Params of ``MultiHeadAttention`` (no biases), all init variance_scaling(1.0, "fan_in",
-"normal") over the contracted axes (query additionally / sqrt(H) without query_scale):
+Params of ``MultiHeadAttention`` (no biases; init variance_scaling(1.0, "fan_in", "normal")
+over the contracted axes, query also / sqrt(H) without query_scale):
   query:       float32[D, N, H]  ("embed", "heads", "kv")
   key, value:  float32[D, K, H]  ("embed", "heads", "kv"); ("embed", "kv_heads", "kv")
                when K < N (lm/partitioning.py replicates "kv_heads" by default)
   out:         float32[N, H, D]  ("heads", "kv", "embed")
+  query_norm, key_norm: {scale: float32[H] ("kv",)}  (``qk_norm`` only: Gemma 3, T5Gemma 2)
 
-Cache collection ("cache") when decoding, laid out [B, K, H, S] (keys and values alike):
-the layout both of a step's products read without a transpose, so a step never copies a
-cache (with [B, S, N, H], XLA:CPU transposed every layer's whole cache at every step).
+Cache collection ("cache"), laid out [B, K, H, S] so a step's two products read it without
+a transpose (with [B, S, N, H], XLA:CPU transposed every layer's cache at every step):
   self-attention:  cached_key, cached_value: dtype[B, K, H, max_length]; prefill writes
                    slots [0, P), each step writes the slots at ``cache_index``.
-  cross-attention: cached_key, cached_value: dtype[Bc, K, H, S_enc], written at prefill from
-                   the encoder output and read by every step. A step's queries may have
-                   R * Bc rows (beam search: rows c * R + r share cache row c), so the
-                   encoder's keys are never copied per beam.
+  cross-attention: cached_key, cached_value: dtype[Bc, K, H, S_enc], written at prefill;
+                   a step's queries may have R * Bc rows (beam search: rows c * R + r read
+                   row c), so the encoder's keys are never copied per beam. Merged
+                   attention keeps them as ``ENCODER_CACHE_NAMES`` beside its self cache.
 
-Which kernel computes ``softmax(Q K^T + bias) V`` (``TransformerConfig.attention_impl``:
-"xla", "cudnn", "pallas", "auto") is decided by one function, ``choose_kernel``, from the
-platform and the call; the kernels are in kernels.py and docs/speed.md has the rules.
+``choose_kernel`` alone decides which kernel computes ``softmax(Q K^T + bias) V``
+(``TransformerConfig.attention_impl``; kernels.py; docs/speed.md has the rules).
 
 Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim,
 K key/value heads, G = N / K query heads per key/value head.
@@ -47,7 +44,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from lm.model import fast_grads, kernels, position
 from lm.model.fast_grads import dense
-from lm.model.layers import param_with_axes
+from lm.model.layers import make_norm, param_with_axes
 
 CACHE_MODES = (None, "prefill", "step")
 REMAT_NAMES = ("query_proj", "key_proj", "value_proj", "attention_out", "out_proj")
@@ -56,6 +53,9 @@ q/k/v projections [B, L or S, N, H], the attention output [B, L, N, H] (the out
 projection's input) and the out projection [B, L, D]; remat policies save them by name
 (config.REMAT_POLICIES)."""
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "pallas")
+# A merged attention's cache of the encoder's keys and values: one row per example, shared
+# by its beams (lm.decoding).
+ENCODER_CACHE_NAMES = ("cached_encoder_key", "cached_encoder_value")
 # What choose_kernel returns: the XLA path (fast_grads.attend) or a fused kernel.
 KERNELS = ("xla", "cudnn", "pallas_flash", "pallas_splash")
 
@@ -314,6 +314,68 @@ def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32,
   return out.reshape(b, l, n, h)
 
 
+def _cache_scores(query, key, softcap):
+  """float32[B, N, L, S] scores of queries [B, L, N, H] against a cache [Bc, K, H, S] (query
+  rows c * R + r read cache row c; head n reads cache head n // (N / K))."""
+  b, l, n, h = query.shape
+  bc, kh, s = key.shape[0], key.shape[1], key.shape[-1]
+  q = query.reshape(bc, b // bc, l, kh, n // kh, h)
+  logits = jnp.einsum("CRLKGH,CKHS->CRKGLS", q, key, preferred_element_type=jnp.float32)
+  logits = logits.reshape(b, n, l, s)
+  return logits if softcap is None else softcap * jnp.tanh(logits / softcap)
+
+
+def _cache_values(probs, value, dtype):
+  """dtype[B, L, N, H]: weights [B, N, L, S] times a value cache [Bc, K, H, S]."""
+  b, n, l, s = probs.shape
+  bc, kh, h = value.shape[:3]
+  p = probs.reshape(bc, b // bc, kh, n // kh, l, s).astype(dtype)
+  out = jnp.einsum("CRKGLS,CKHS->CRLKGH", p, value.astype(dtype))
+  return out.reshape(b, l, n, h)
+
+
+def merged_cached_attention(query, own, encoder, *, dtype=jnp.float32,
+                            softcap: float | None = None):
+  """Merged attention at a decode step: one softmax over the decoder's own cache and the
+  encoder's (no dropout, no gradient).
+
+  Args:
+    query: [B, L, N, H].
+    own: (key, value, bias): the self-attention cache [B, K, H, M] and its float32 mask
+      bias broadcastable to [B, 1, L, M].
+    encoder: (key, value, bias): the encoder's cache [Bc, K, H, S] (B = R * Bc rows of
+      queries, R beams) and its bias [Bc or 1, 1, 1 or L, S].
+    dtype: dtype of the weights fed to the value einsums and of the result.
+    softcap: None, or c > 0: scores c * tanh(Q K^T / c) before the biases.
+  Returns:
+    dtype[B, L, N, H].
+  """
+  (k_own, v_own, b_own), (k_enc, v_enc, b_enc) = own, encoder
+  b = query.shape[0]
+  if b % k_enc.shape[0] or k_own.shape[0] != b:
+    raise ValueError(f"merged attention needs {b} own cache rows and a divisor of {b} encoder "
+                     f"cache rows, got {k_own.shape} and {k_enc.shape}")
+  b_enc, m = jnp.asarray(b_enc, jnp.float32), k_own.shape[-1]
+  if b_enc.shape[0] not in (1, b):
+    b_enc = jnp.repeat(b_enc, b // b_enc.shape[0], axis=0)  # row c * R + r <- c
+  logits = jnp.concatenate([_cache_scores(query, k_own, softcap) + b_own,
+                            _cache_scores(query, k_enc, softcap) + b_enc], axis=-1)
+  probs = jax.nn.softmax(logits, axis=-1)
+  return (_cache_values(probs[..., :m], v_own, dtype)
+          + _cache_values(probs[..., m:], v_enc, dtype))
+
+
+def _merged_bias(own_bias, encoder_bias):
+  """float32[B, 1, L, L + S]: a self-attention mask bias [B or 1, 1, L, L] beside the
+  encoder's [B, 1, L, S]."""
+  own_bias, encoder_bias = (jnp.asarray(x, jnp.float32) for x in (own_bias, encoder_bias))
+  b = max(own_bias.shape[0], encoder_bias.shape[0])
+  l = own_bias.shape[2]
+  return jnp.concatenate([jnp.broadcast_to(own_bias, (b, 1, l, own_bias.shape[3])),
+                          jnp.broadcast_to(encoder_bias, (b, 1, l, encoder_bias.shape[3]))],
+                         axis=-1)
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head attention with optional RoPE and KV cache (see module docstring).
 
@@ -330,6 +392,9 @@ class MultiHeadAttention(nn.Module):
     softcap: None or the attention-logit cap c (scores c * tanh(q.k / c)).
     kv_features: the width of ``inputs_kv`` when it is not the queries' (cross-attention
       from an encoder of another width, T5Gemma 9B-2B); None: the queries' D.
+    qk_norm: None, or the norm type (layers.NORM_TYPES) that normalises queries and keys
+      over H after their projections (params ``query_norm``, ``key_norm``).
+    rope_max_wavelength: the RoPE base (``use_rope``).
   """
   num_heads: int
   head_dim: int
@@ -342,6 +407,8 @@ class MultiHeadAttention(nn.Module):
   query_scale: float | None = None
   softcap: float | None = None
   kv_features: int | None = None
+  qk_norm: str | None = None
+  rope_max_wavelength: float = 10_000.0
 
   @property
   def kv_heads(self) -> int:
@@ -352,8 +419,9 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, inputs_q, inputs_kv, bias, *, mask: AttentionMask | None = None,
                q_positions=None, kv_positions=None,
                deterministic: bool = True, cache_mode: str | None = None,
-               cache_index=None, max_length: int | None = None):
-    """Attends ``inputs_q`` to ``inputs_kv``.
+               cache_index=None, max_length: int | None = None, encoded=None,
+               encoder_mask: AttentionMask | None = None):
+    """Attends ``inputs_q`` to ``inputs_kv`` (and, merged, to ``encoded``).
 
     Args:
       inputs_q: dtype[B, L, D].
@@ -368,6 +436,10 @@ class MultiHeadAttention(nn.Module):
         over the new ones) or "step" (append to / read from the cache, attend over it).
       cache_index: int32[] first slot to write at a self-attention "step".
       max_length: cache length for a self-attention "prefill".
+      encoded: dtype[B, S_enc, D] encoder outputs for merged attention (a "self" kind
+        only; unused at a "step", which reads their keys from the cache), else None.
+      encoder_mask: with ``encoded``, the AttentionMask over the encoder keys ([B, 1, L,
+        S_enc] bias; [Bc, 1, 1, S_enc] at a step).
     Returns:
       dtype[B, L, D].
     """
@@ -388,35 +460,75 @@ class MultiHeadAttention(nn.Module):
 
     dkv = d if self.kv_features is None else self.kv_features
 
+    kernels: dict = {}
+
     def project(name, x, init, heads=n, axis="heads", width=d):
-      kernel = param_with_axes(self, name, init, (width, heads, h), ("embed", axis, "kv"))
+      if name not in kernels:  # merged attention projects two inputs by one kernel
+        kernels[name] = param_with_axes(self, name, init, (width, heads, h), ("embed", axis, "kv"))
+      kernel = kernels[name]
       y = dense(jnp.asarray(x, self.dtype), kernel.astype(self.dtype))  # [B, L, N or K, H]
       y = checkpoint_name(y, f"{name}_proj")
       return nn.with_logical_constraint(y, ("batch", "length", axis, "kv"))
 
+    merged = encoder_mask is not None
+    if merged and self.kind != "self":
+      raise ValueError("merged attention (encoder_mask) is a decoder's self-attention")
+    norms = {} if self.qk_norm is None else {
+        name: make_norm(self.qk_norm, self.dtype, f"{name}_norm", axes=("kv",))
+        for name in ("query", "key")}
+
+    def rope(x, positions):
+      if not self.use_rope:
+        return x
+      return position.apply_rope(x, positions, self.rope_max_wavelength)
+
     query = project("query", inputs_q, query_init if self.query_scale is None else kernel_init)
+    if norms:
+      query = norms["query"](query)
     if self.query_scale is not None:
       query = query * jnp.asarray(self.query_scale ** -0.5, query.dtype)
-    if self.use_rope:
-      query = position.apply_rope(query, q_positions)
+    query = rope(query, q_positions)
 
     cross_step = self.kind == "cross" and cache_mode == "step"
     if not cross_step:
       key = project("key", inputs_kv, kernel_init, kh, kv_axis, dkv)
       value = project("value", inputs_kv, kernel_init, kh, kv_axis, dkv)
-      if self.use_rope:
-        key = position.apply_rope(key, kv_positions)
+      key = rope(norms["key"](key) if norms else key, kv_positions)
     else:
       # Declare the kernels so the param tree does not depend on the mode.
       param_with_axes(self, "key", kernel_init, (dkv, kh, h), ("embed", kv_axis, "kv"))
       param_with_axes(self, "value", kernel_init, (dkv, kh, h), ("embed", kv_axis, "kv"))
 
+    if merged and cache_mode != "step":  # the encoder's keys: same kernels, normed, no RoPE
+      enc_key = project("key", encoded, kernel_init, kh, kv_axis, dkv)
+      enc_key = norms["key"](enc_key) if norms else enc_key
+      enc_value = project("value", encoded, kernel_init, kh, kv_axis, dkv)
+
     if cache_mode is not None:
       key, value = self._update_cache(key if not cross_step else None,
                                       value if not cross_step else None,
                                       cache_mode, cache_index, max_length, inputs_q.shape[0])
+      if merged:
+        enc_key, enc_value = self._encoder_cache(
+            *((enc_key, enc_value) if cache_mode == "prefill" else (None, None)))
 
-    if cache_mode == "step":
+    if merged and cache_mode == "step":
+      out = merged_cached_attention(
+          query, (key, value, sum(_as_biases(bias), jnp.asarray(mask.bias, jnp.float32))),
+          (enc_key, enc_value, encoder_mask.bias), dtype=self.dtype, softcap=self.softcap)
+    elif merged:
+      dropout_rng = None
+      if not deterministic and self.dropout_rate > 0.0:
+        dropout_rng = self.make_rng("dropout")
+      merged_mask = AttentionMask(bias=_merged_bias(mask.bias, encoder_mask.bias),
+                                  name=mask.name.replace("self-attention", "merged attention"))
+      out = dot_product_attention(
+          query, jnp.concatenate([key, enc_key], axis=1),
+          jnp.concatenate([value, enc_value], axis=1), bias, mask=merged_mask,
+          impl=self.attention_impl, cache=cache_mode is not None,
+          dropout_rate=self.dropout_rate, dropout_rng=dropout_rng, deterministic=deterministic,
+          dtype=self.dtype, softcap=self.softcap)
+    elif cache_mode == "step":
       mask_bias = () if mask is None else (mask.bias,)
       out = cached_attention(query, key, value, mask_bias + _as_biases(bias), dtype=self.dtype,
                              softcap=self.softcap)
@@ -434,6 +546,17 @@ class MultiHeadAttention(nn.Module):
     out_kernel = param_with_axes(self, "out", out_init, (n, h, d), ("heads", "kv", "embed"))
     y = checkpoint_name(dense(out, out_kernel.astype(self.dtype), num_contract=2), "out_proj")
     return nn.with_logical_constraint(y, ("batch", "length", "embed"))  # [B, L, D]
+
+  def _encoder_cache(self, key, value):
+    """Merged attention: writes the encoder's keys/values [Bc, S, K, H] at prefill (and
+    returns them); at a step (None, None) returns the cache [Bc, K, H, S]."""
+    if key is not None:
+      for name, x in zip(ENCODER_CACHE_NAMES, (key, value)):
+        self.put_variable("cache", name, jnp.transpose(x, (0, 2, 3, 1)).astype(self.dtype))
+      return key, value
+    if not self.has_variable("cache", ENCODER_CACHE_NAMES[0]):
+      raise ValueError("merged-attention step without a cache: run Transformer.prefill first")
+    return tuple(self.variable("cache", name).value for name in ENCODER_CACHE_NAMES)
 
   def _update_cache(self, key, value, cache_mode, cache_index, max_length, batch):
     """Writes new keys/values into the cache; returns the keys/values to attend over.

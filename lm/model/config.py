@@ -56,11 +56,14 @@ ADDED_FIELDS = {"num_kv_heads": None, "query_pre_attn_scalar": None,
                 "scale_embeddings": False, "sliding_window": None, "layer_pattern": None,
                 "cross_attention_rope": None, "separate_encoder_embedding": False,
                 "encoder_emb_dim": None, "encoder_num_heads": None, "encoder_num_kv_heads": None,
-                "encoder_head_dim": None, "encoder_mlp_dim": None}
+                "encoder_head_dim": None, "encoder_mlp_dim": None, "qk_norm": False,
+                "rope_local_max_wavelength": None, "merged_attention": False,
+                "bidirectional_window": "symmetric", "eoi_id": None}
 # The shape fields an encoder may have of its own (encoder_<name>; T5Gemma 9B-2B).
 ENCODER_SHAPE_FIELDS = ("emb_dim", "num_heads", "num_kv_heads", "head_dim", "mlp_dim")
 CROSS_ATTENTION_ROPE = (None, "restart", "continue")
 LAYER_KINDS = {"L": "local", "G": "global"}  # layer_pattern's letters
+BIDIRECTIONAL_WINDOWS = ("symmetric", "centred")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,6 +138,24 @@ class TransformerConfig:
       (T5Gemma 9B-2B: a 3584-wide encoder, a 2304-wide decoder whose cross-attention
       projects keys and values from 3584); None: the decoder's (``encoder_config``). A
       wider or narrower encoder needs separate_encoder_embedding.
+    qk_norm: queries and keys are normalised over the head dim (norm_type; params
+      ``query_norm``/``key_norm`` scale [H]) right after their projections, before RoPE
+      and the query scale (Gemma 3, T5Gemma 2). False (T5): no such norm.
+    rope_local_max_wavelength: the RoPE base of the local layers (layer_pattern "L"); the
+      global layers keep rope_max_wavelength (Gemma 3, T5Gemma 2: 10k local, 1M global).
+      None: every layer uses rope_max_wavelength.
+    merged_attention: the decoder of an encoder-decoder has one attention per layer, over
+      its own keys and the encoder's outputs together (T5Gemma 2): the same key and value
+      kernels project both, the encoder's keys get no RoPE, one softmax runs over
+      [decoder keys; encoder keys] (the decoder part causal, windowed in local layers, the
+      encoder part its padding mask), and the layer has no cross-attention sub-block.
+      False (T5): separate self- and cross-attention.
+    bidirectional_window: which keys a local layer of the encoder sees: "symmetric" (T5Gemma,
+      |i - j| < W: 2W - 1 keys) or "centred" (T5Gemma 2: W keys, j - i from -((W - 1) // 2)
+      to W // 2). Causal local layers see i - j < W either way.
+    eoi_id: a token whose input embedding is a parameter of its own,
+      ``token_embedder/eoi_embedding`` [D], used unscaled (T5Gemma 2's end-of-image token);
+      None: no such token.
   """
   vocab_size: int = 32128
   emb_dim: int = 512
@@ -175,6 +196,11 @@ class TransformerConfig:
   encoder_num_kv_heads: int | None = None
   encoder_head_dim: int | None = None
   encoder_mlp_dim: int | None = None
+  qk_norm: bool = False
+  rope_local_max_wavelength: float | None = None
+  merged_attention: bool = False
+  bidirectional_window: str = "symmetric"
+  eoi_id: int | None = None
 
   def __post_init__(self):
     def check(ok, msg):
@@ -234,6 +260,30 @@ class TransformerConfig:
     check(not (self.scan_layers and pattern is not None and len(set(pattern)) > 1),
           f"layer_pattern {pattern!r} mixes local and global layers: set scan_layers=False "
           f"(a scanned stack runs one layer body)")
+    check(isinstance(self.qk_norm, bool), f"qk_norm must be a bool, got {self.qk_norm!r}")
+    local = self.rope_local_max_wavelength
+    check(local is None or (isinstance(local, (int, float)) and not isinstance(local, bool)
+                            and 0 < local < math.inf and self.position_encoding == "rope"
+                            and has_local),
+          f"rope_local_max_wavelength must be None or a positive number, with "
+          f"position_encoding='rope' and local layers (layer_pattern with 'L'), got {local!r}")
+    check(isinstance(self.merged_attention, bool),
+          f"merged_attention must be a bool, got {self.merged_attention!r}")
+    check(not self.merged_attention or (
+        self.mask_type == "encoder_decoder" and not self.shared_encoder_decoder
+        and self.position_encoding not in ("t5_relative", "alibi")
+        and self.cross_attention_rope is None
+        and self.encoder_emb_dim in (None, self.emb_dim)),
+          "merged_attention=True needs mask_type='encoder_decoder' with its own encoder of the "
+          "decoder's width, no position bias (not t5_relative or alibi) and "
+          "cross_attention_rope=None (the encoder's keys get no position)")
+    check(self.bidirectional_window in BIDIRECTIONAL_WINDOWS,
+          f"unknown bidirectional_window {self.bidirectional_window!r}; expected one of "
+          f"{BIDIRECTIONAL_WINDOWS}")
+    eoi = self.eoi_id
+    check(eoi is None or (isinstance(eoi, int) and not isinstance(eoi, bool)
+                          and 0 < eoi < self.vocab_size),
+          f"eoi_id must be None or an id in [1, vocab_size={self.vocab_size}), got {eoi!r}")
     check(self.mask_type in MASK_TYPES, f"unknown mask_type {self.mask_type!r}; expected one of {MASK_TYPES}")
     check(self.mlp_activation in MLP_ACTIVATIONS,
           f"unknown mlp_activation {self.mlp_activation!r}; expected one of {MLP_ACTIVATIONS}")
@@ -290,6 +340,12 @@ class TransformerConfig:
       return self
     return dataclasses.replace(self, **own, **{"encoder_" + f: None for f in ENCODER_SHAPE_FIELDS})
 
+  def rope_wavelength(self, kind: str) -> float:
+    """The RoPE base of a layer of ``kind`` ("local" or "global")."""
+    if kind == "local" and self.rope_local_max_wavelength is not None:
+      return float(self.rope_local_max_wavelength)
+    return float(self.rope_max_wavelength)
+
   def layer_kind(self, index: int) -> str:
     """"local" or "global": the kind of layer `index` of a stack (layer_pattern)."""
     return "global" if self.layer_pattern is None else LAYER_KINDS[
@@ -319,4 +375,5 @@ class TransformerConfig:
 
 __all__ = ["TransformerConfig", "MASK_TYPES", "NORM_POSITIONS", "DTYPES", "REMAT_POLICIES",
            "ATTENTION_IMPLS", "EXECUTION_FIELDS", "ADDED_FIELDS",
-           "LAYER_KINDS", "CROSS_ATTENTION_ROPE", "ENCODER_SHAPE_FIELDS"]
+           "LAYER_KINDS", "CROSS_ATTENTION_ROPE", "ENCODER_SHAPE_FIELDS",
+           "BIDIRECTIONAL_WINDOWS"]

@@ -52,6 +52,7 @@ class RMSNorm(nn.Module):
   epsilon: float = 1e-6
   dtype: Any = jnp.float32
   scale_plus_one: bool = False
+  axes: tuple = ("embed",)
 
   @nn.compact
   def __call__(self, x):
@@ -60,7 +61,7 @@ class RMSNorm(nn.Module):
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     y = x32 * jax.lax.rsqrt(var + self.epsilon)
     init = nn.initializers.zeros if self.scale_plus_one else nn.initializers.ones
-    scale = param_with_axes(self, "scale", init, (x.shape[-1],), ("embed",))
+    scale = param_with_axes(self, "scale", init, (x.shape[-1],), self.axes)
     return (y * (1.0 + scale if self.scale_plus_one else scale)).astype(self.dtype)
 
 
@@ -68,6 +69,7 @@ class LayerNorm(nn.Module):
   """Standard LayerNorm in float32 with ``scale`` (init 1) and ``bias`` (init 0), ("embed",)."""
   epsilon: float = 1e-5
   dtype: Any = jnp.float32
+  axes: tuple = ("embed",)
 
   @nn.compact
   def __call__(self, x):
@@ -77,18 +79,21 @@ class LayerNorm(nn.Module):
     var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
     y = (x32 - mean) * jax.lax.rsqrt(var + self.epsilon)
     d = x.shape[-1]
-    scale = param_with_axes(self, "scale", nn.initializers.ones, (d,), ("embed",))
-    bias = param_with_axes(self, "bias", nn.initializers.zeros, (d,), ("embed",))
+    scale = param_with_axes(self, "scale", nn.initializers.ones, (d,), self.axes)
+    bias = param_with_axes(self, "bias", nn.initializers.zeros, (d,), self.axes)
     return (y * scale + bias).astype(self.dtype)
 
 
-def make_norm(norm_type: str, dtype, name: str, epsilon: float | None = None) -> nn.Module:
-  """RMSNorm (eps 1e-6), Gemma's RMSNorm (``1 + scale``, eps 1e-6) or LayerNorm (eps 1e-5)."""
+def make_norm(norm_type: str, dtype, name: str, epsilon: float | None = None,
+              axes: tuple = ("embed",)) -> nn.Module:
+  """RMSNorm (eps 1e-6), Gemma's RMSNorm (``1 + scale``, eps 1e-6) or LayerNorm (eps 1e-5)
+  over the last axis, whose logical name is ``axes`` (("kv",) for the per-head q/k norms)."""
   if norm_type in ("rmsnorm", "gemma_rmsnorm"):
     return RMSNorm(epsilon=1e-6 if epsilon is None else epsilon, dtype=dtype, name=name,
-                   scale_plus_one=norm_type == "gemma_rmsnorm")
+                   scale_plus_one=norm_type == "gemma_rmsnorm", axes=axes)
   if norm_type == "layernorm":
-    return LayerNorm(epsilon=1e-5 if epsilon is None else epsilon, dtype=dtype, name=name)
+    return LayerNorm(epsilon=1e-5 if epsilon is None else epsilon, dtype=dtype, name=name,
+                     axes=axes)
   raise ValueError(f"unknown norm_type {norm_type!r}; expected one of {NORM_TYPES}")
 
 
@@ -96,26 +101,38 @@ class Embed(nn.Module):
   """Token embedding ``embedding`` float32[V, D] ("vocab", "embed"), init normal(stddev).
 
   ``__call__`` gathers rows (no sqrt(D) scaling, as T5; times sqrt(D) in ``dtype`` with
-  ``scale_by_sqrt_dim``, as Gemma); ``attend`` gives tied logits (never scaled).
+  ``scale_by_sqrt_dim``, as Gemma); ``attend`` gives tied logits (never scaled). With
+  ``eoi_id`` that token's input embedding is the param ``eoi_embedding`` float32[D]
+  ("embed",), init 0, unscaled (T5Gemma 2); ``attend`` still reads the table's row.
   """
   vocab_size: int
   emb_dim: int
   stddev: float = 1.0
   dtype: Any = jnp.float32
   scale_by_sqrt_dim: bool = False
+  eoi_id: int | None = None
 
   def setup(self):
     self.embedding = self.param(
         "embedding",
         nn.with_logical_partitioning(nn.initializers.normal(self.stddev), ("vocab", "embed")),
         (self.vocab_size, self.emb_dim), jnp.float32)
+    if self.eoi_id is not None:
+      self.eoi_embedding = self.param(
+          "eoi_embedding", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+          (self.emb_dim,), jnp.float32)
 
   def __call__(self, tokens):
     """int32[B, L] -> dtype[B, L, D]."""
     if not jnp.issubdtype(tokens.dtype, jnp.integer):
       raise ValueError(f"token ids must be integers, got {tokens.dtype}")
     x = jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
-    return x * jnp.asarray(self.emb_dim ** 0.5, self.dtype) if self.scale_by_sqrt_dim else x
+    if self.scale_by_sqrt_dim:
+      x = x * jnp.asarray(self.emb_dim ** 0.5, self.dtype)
+    if self.eoi_id is not None:
+      x = jnp.where((tokens == self.eoi_id)[..., None],
+                    jnp.asarray(self.eoi_embedding, self.dtype), x)
+    return x
 
   def attend(self, x):
     """Tied logits ``x @ E^T``: dtype[B, L, D] -> float32[B, L, V]."""

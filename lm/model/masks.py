@@ -170,8 +170,9 @@ def make_cross_attention_mask(decoder_segment_ids, encoder_segment_ids):
           & make_segment_mask(decoder_segment_ids, encoder_segment_ids))
 
 
-def window_mask(query_positions, key_positions, window: int):
-  """A local layer's sliding window: query position i sees key position j iff |i - j| < W.
+def window_mask(query_positions, key_positions, window: int, centred: bool = False):
+  """A local layer's sliding window: query position i sees key position j iff |i - j| < W;
+  ``centred`` (T5Gemma 2's encoder): W keys, iff -((W - 1) // 2) <= j - i <= W // 2.
 
   Combined with the stack's own mask (``&``): bidirectional in an encoder, i - j < W in a
   causal decoder. Positions restart in each packed segment, and pairs across segments are
@@ -181,11 +182,14 @@ def window_mask(query_positions, key_positions, window: int):
     query_positions: int[B or 1, L].
     key_positions: int[B or 1, S].
     window: W > 0.
+    centred: the W-key window (bidirectional stacks only).
   Returns:
     bool[B or 1, 1, L, S].
   """
   q = jnp.asarray(query_positions)[:, None, :, None]
   k = jnp.asarray(key_positions)[:, None, None, :]
+  if centred:
+    return (k - q >= -((window - 1) // 2)) & (k - q <= window // 2)
   return jnp.abs(q - k) < window
 
 

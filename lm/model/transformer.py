@@ -46,6 +46,7 @@ class TransformerLayer(nn.Module):
       or the decoder's params running the encoder pass of a shared model).
     cache_mode: None, "prefill" or "step" (``Stack``).
     max_length: cache length for "prefill".
+    local: a local layer (``config.layer_kind``): its RoPE base (``config.rope_wavelength``).
   """
   config: TransformerConfig
   has_cross_attention: bool = False
@@ -53,6 +54,7 @@ class TransformerLayer(nn.Module):
   encoder_pass: bool = False
   cache_mode: str | None = None
   max_length: int | None = None
+  local: bool = False
 
   @nn.compact
   def __call__(self, x, self_mask, self_bias, encoded, cross_mask, rope_positions, cache_index,
@@ -96,15 +98,21 @@ class TransformerLayer(nn.Module):
                                 num_kv_heads=cfg.num_kv_heads,
                                 query_scale=cfg.query_pre_attn_scalar,
                                 softcap=cfg.attn_logit_softcapping, kv_features=kv_features,
+                                qk_norm=cfg.norm_type if cfg.qk_norm else None,
+                                rope_max_wavelength=cfg.rope_wavelength(
+                                    "local" if self.local else "global"),
                                 name=name)
 
+    # T5Gemma 2: the decoder's one attention also reads the encoder (no cross sub-block).
+    merged = cfg.merged_attention and self.has_cross_attention and not self.encoder_pass
     self_attention = attention("self_attention", "self", cfg.position_encoding == "rope")
     self_mode = None if self.encoder_pass else self.cache_mode
     x = sublayer(x, "pre_self_attention_layer_norm", lambda h: self_attention(
         h, h, self_bias, mask=self_mask, q_positions=rope_positions, kv_positions=rope_positions,
         deterministic=deterministic, cache_mode=self_mode, cache_index=cache_index,
-        max_length=self.max_length))
-    if self.has_cross_attention and not self.encoder_pass:
+        max_length=self.max_length, encoded=encoded if merged else None,
+        encoder_mask=cross_mask if merged else None))
+    if self.has_cross_attention and not self.encoder_pass and not merged:
       cross = attention("encoder_decoder_attention", "cross", cfg.cross_attention_rope is not None,
                         cfg.encoder_emb_dim)  # None: the encoder is as wide as the decoder
       x = sublayer(x, "pre_cross_attention_layer_norm", lambda h: cross(
@@ -181,7 +189,8 @@ class Stack(nn.Module):
           packed=self.packed, name=f"{name} cross-attention")
     local_mask = None
     if cfg.sliding_window is not None:  # the local layers' self-attention (layer_pattern)
-      near = masks_lib.window_mask(q_positions, k_positions, cfg.sliding_window)
+      near = masks_lib.window_mask(q_positions, k_positions, cfg.sliding_window,
+                                   centred=encoder_pass and cfg.bidirectional_window == "centred")
       local_mask = self_mask.replace(bias=masks_lib.mask_to_bias(bool_mask & near),
                                      window=cfg.sliding_window, name=f"{name} local self-attention")
 
@@ -367,13 +376,16 @@ class Stack(nn.Module):
                         split_rngs={"params": True, "dropout": True},
                         in_axes=(nn.broadcast,) * len(args), length=self.num_layers,
                         metadata_params={nn.PARTITION_NAME: "layers"})
-      if cfg.layer_kind(0) == "local":  # a scanned pattern is uniform (config check)
+      local = cfg.layer_kind(0) == "local"  # a scanned pattern is uniform (config check)
+      if local:
         args = (local_mask,) + tuple(args[1:])
-      x, _ = scanned(cfg, self.has_cross_attention, **mode, name="layers")(x, *args)
+      x, _ = scanned(cfg, self.has_cross_attention, **mode, local=local, name="layers")(x, *args)
     else:
       for i in range(self.num_layers):
-        layer_args = args if cfg.layer_kind(i) == "global" else (local_mask,) + tuple(args[1:])
-        x, _ = layer_cls(cfg, self.has_cross_attention, **mode, name=f"layers_{i}")(x, *layer_args)
+        local = cfg.layer_kind(i) == "local"
+        layer_args = (local_mask,) + tuple(args[1:]) if local else args
+        x, _ = layer_cls(cfg, self.has_cross_attention, **mode, local=local,
+                         name=f"layers_{i}")(x, *layer_args)
     return x
 
 
@@ -415,12 +427,12 @@ class Transformer(nn.Module):
     cfg = self.config
     self.token_embedder = Embed(cfg.vocab_size, cfg.emb_dim, stddev=cfg.embedding_init_stddev,
                                 dtype=cfg.activation_dtype, name="token_embedder",
-                                scale_by_sqrt_dim=cfg.scale_embeddings)
+                                scale_by_sqrt_dim=cfg.scale_embeddings, eoi_id=cfg.eoi_id)
     if cfg.separate_encoder_embedding:
       self.encoder_token_embedder = Embed(
           cfg.vocab_size, cfg.encoder_config().emb_dim, stddev=cfg.embedding_init_stddev,
           dtype=cfg.activation_dtype, name="encoder_token_embedder",
-          scale_by_sqrt_dim=cfg.scale_embeddings)
+          scale_by_sqrt_dim=cfg.scale_embeddings, eoi_id=cfg.eoi_id)
     self.decoder = Stack(cfg, cfg.num_decoder_layers, has_cross_attention=cfg.is_encoder_decoder,
                          packed=self.packed_rows, name="decoder")
     if cfg.is_encoder_decoder and not cfg.shared_encoder_decoder:

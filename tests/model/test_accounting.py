@@ -361,3 +361,29 @@ def test_forward_flops_of_an_encoder_of_its_own_shape_hand_derived():
                                                  "logits": 160, "total": 3016}
   balanced = cfg.encoder_config().replace(emb_dim=4, num_heads=2, num_kv_heads=1, mlp_dim=6)
   assert accounting.forward_flops(balanced, 3, 2)["encoder"] != 1944
+
+
+def test_forward_flops_of_merged_attention_hand_derived_and_against_xla():
+  """Merged attention (T5Gemma 2) drops the cross block's q and o: from test_flops_hand_
+  derived's decoder layer 14848, less 2*6*2*8*8 = 1536 -> 13312 per layer, x3 = 39936;
+  and XLA's count of the compiled forward pass agrees with the formula."""
+  cfg = TransformerConfig(vocab_size=100, emb_dim=8, num_heads=2, head_dim=4, mlp_dim=16,
+                          num_encoder_layers=2, num_decoder_layers=3, position_encoding="rope",
+                          merged_attention=True)
+  assert accounting.forward_flops(cfg, 10, 6) == {"encoder": 32000, "decoder": 39936,
+                                                  "logits": 9600, "total": 81536}
+  wide = TransformerConfig(vocab_size=512, emb_dim=256, num_heads=4, head_dim=64, mlp_dim=1024,
+                           num_encoder_layers=1, num_decoder_layers=2, dtype="float32",
+                           position_encoding="rope", merged_attention=True)
+  li, lt, b = 32, 16, 2
+  batch = {"encoder_input_tokens": jnp.ones((b, li), jnp.int32),
+           "decoder_input_tokens": jnp.ones((b, lt), jnp.int32)}
+  model = Transformer(wide)
+  params = jax.eval_shape(model.init, jax.random.PRNGKey(0), batch)["params"]
+  cost = jax.jit(lambda p: model.apply({"params": p}, batch)).lower(params).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  want = accounting.forward_flops(wide, li, lt)["total"] * b
+  assert abs(cost["flops"] - want) / want < 0.1, (cost["flops"], want)
+  groups = accounting.param_breakdown(wide, depth=3)
+  assert "decoder/layers/self_attention" in groups  # (counted in the scanned layout)
+  assert not any("cross" in g or "encoder_decoder" in g for g in groups), groups

@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from lm.model import masks
-from lm.model.attention import MultiHeadAttention, cached_attention, dot_product_attention
+from lm.model.attention import (MultiHeadAttention, cached_attention, dot_product_attention,
+                                merged_cached_attention)
 from lm.model.layers import broadcast_dropout
 from model_helpers import runtime_str
 
@@ -210,6 +211,33 @@ def test_cached_attention_matches_numpy(rows_per_cache_row, N):  # pylint: disab
   assert np.all(np.isfinite(np.asarray(got)))
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
+
+@pytest.mark.parametrize("beams,kv_heads,softcap", [(1, 4, None), (3, 2, None), (2, 1, 1.5)])
+def test_merged_cached_attention_matches_numpy(beams, kv_heads, softcap):
+  """A merged-attention decode step: one softmax over a self cache [B, K, H, M] (its own
+  mask) and an encoder cache [Bc, K, H, S] whose rows are shared by R beams (query row
+  c * R + r reads encoder row c), as one attention over the concatenated keys."""
+  n, m, r = 4, 3, beams
+  rng = np.random.default_rng(6)
+  q = rng.normal(size=(B * r, 1, n, H))
+  k_own, v_own = rng.normal(size=(2, B * r, m, kv_heads, H))
+  k_enc, v_enc = rng.normal(size=(2, B, S, kv_heads, H))
+  own_valid = rng.random((B * r, 1, 1, m)) < 0.7
+  own_valid[..., 0] = True
+  enc_valid = np.array([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]], bool)
+  layout = lambda x: jnp.asarray(np.transpose(x, (0, 2, 3, 1)), jnp.float32)  # [B, K, H, S]
+  got = merged_cached_attention(
+      jnp.asarray(q, jnp.float32),
+      (layout(k_own), layout(v_own), masks.mask_to_bias(jnp.asarray(own_valid))),
+      (layout(k_enc), layout(v_enc), masks.mask_to_bias(jnp.asarray(enc_valid)[:, None, None])),
+      softcap=softcap)
+  rows = np.repeat(np.arange(B), r)
+  keys = np.concatenate([k_own, k_enc[rows]], axis=1)
+  values = np.concatenate([v_own, v_enc[rows]], axis=1)
+  mask = np.concatenate([own_valid, enc_valid[rows][:, None, None]], axis=-1)
+  want = naive_attention(q, keys, values, mask, softcap)
+  assert got.shape == (B * r, 1, n, H)
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kv_heads,softcap", [(2, None), (1, None), (4, 1.5), (2, 1.5)])

@@ -68,9 +68,17 @@ def check_cached_equals_full(cfg, lt=6, prefix=1, ragged=False):
     # RedLLM: RoPE in cross-attention with the decoder's positions after the encoder's
     # (the prefill keeps each row's offset; the cache holds the rotated encoder keys).
     (tiny(position_encoding="rope", cross_attention_rope="continue"), 2),
+    # T5Gemma 2: merged attention (the step's one softmax spans the self cache and the
+    # encoder cache), q/k norms, per-kind RoPE bases, the centred encoder window, GQA.
+    (tiny(position_encoding="rope", merged_attention=True, qk_norm=True, num_heads=4,
+          num_kv_heads=2, norm_type="gemma_rmsnorm", norm_position="sandwich",
+          query_pre_attn_scalar=8.0, attn_logit_softcapping=2.0, sliding_window=2,
+          layer_pattern="LG", bidirectional_window="centred", rope_max_wavelength=30.0,
+          rope_local_max_wavelength=4.0, eoi_id=3), 2),
 ], ids=["enc_dec-relative", "prefix_lm-rope", "causal-relative", "causal-alibi",
         "prefix_lm-relative", "causal-learned", "enc_dec-gqa-scale-softcaps-sandwich-window",
-        "prefix_lm-rope-mqa-softcaps-window", "enc_dec-rope-cross-continue"])
+        "prefix_lm-rope-mqa-softcaps-window", "enc_dec-rope-cross-continue",
+        "enc_dec-merged-qknorm-rope-bases-window"])
 def test_cached_decoding_equals_full_forward(cfg, prefix):
   check_cached_equals_full(cfg, prefix=prefix)
 

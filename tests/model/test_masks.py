@@ -189,3 +189,18 @@ def test_relative_position_bias_value_and_gradient(batch_positions):
   np.testing.assert_array_equal(bias, want_fn(table))
   d_bias = jnp.asarray(rng.normal(size=bias.shape), jnp.float32)
   np.testing.assert_allclose(vjp(d_bias)[0], jax.vjp(want_fn, table)[1](d_bias)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 4, 5])
+def test_centred_window_holds_w_keys_around_the_query(window):
+  """T5Gemma 2's encoder window: W keys, key - query from -((W - 1) // 2) to W // 2 (one
+  more on the right when W is even), written out by hand for W = 4."""
+  pos = np.arange(9)[None]
+  got = np.asarray(masks.window_mask(pos, pos, window, centred=True))[0, 0]
+  offsets = {k - q for q in range(9) for k in range(9) if got[q, k]}
+  assert offsets == set(range(-((window - 1) // 2), window // 2 + 1))
+  assert got[4].sum() == window  # an interior query sees exactly W keys
+  if window == 4:
+    assert offsets == {-1, 0, 1, 2}
+  assert np.array_equal(np.asarray(masks.window_mask(pos, pos, window))[0, 0],
+                        np.abs(pos[0][:, None] - pos[0][None]) < window)

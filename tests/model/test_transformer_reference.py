@@ -11,7 +11,11 @@ logits y E^T / sqrt(D) (T5.1.0) or an untied kernel. Gemma 2 / T5Gemma's knobs:
 grouped-query attention (query head n reads key/value head n // (N / K)), queries times
 query_pre_attn_scalar**-0.5, attention scores c * tanh(q.k / c) before the mask and
 position biases, final logits c * tanh(logits / c), RMSNorm times (1 + scale), embeddings
-times sqrt(D) (tied logits unscaled).
+times sqrt(D) (tied logits unscaled). Gemma 3 / T5Gemma 2's: queries and keys
+normalised over the head dim before RoPE and the scale, a RoPE base per layer kind,
+merged decoder attention (one softmax over the decoder's own keys and the encoder's
+outputs projected by the same kernels, the latter normed and not rotated), the encoder's
+centred window of W keys, and a token whose input embedding is its own vector.
 
 Every parameter is random (norm scales and biases too), so a variant that ignores a
 parameter, swaps an order or drops a term changes the logits.
@@ -87,17 +91,28 @@ def _rope(x, pos, base=10_000.0):
                          x2 * np.cos(ang) + x1 * np.sin(ang)], -1)
 
 
-def _attention(cfg, p, xq, xkv, bias, rope_pos=None, kv_rope_pos=None):
+def _attention(cfg, p, xq, xkv, bias, rope_pos=None, kv_rope_pos=None, base=10_000.0,
+               encoded=None, encoder_bias=None):
   """One example: xq [L, D], xkv [S, D], bias [N, L, S] (mask included); RoPE at rope_pos
-  (queries) and kv_rope_pos (keys; default rope_pos)."""
+  (queries) and kv_rope_pos (keys; default rope_pos) with this base. Merged attention:
+  encoded [Se, D] also projected to keys (normed, not rotated) and values, appended after
+  the S own keys, with encoder_bias [N, L, Se]."""
+  norm = _gemma_rms_norm if cfg.norm_type == "gemma_rmsnorm" else _rms_norm
   q = np.einsum("ld,dnh->lnh", xq, p["query"])
-  if cfg.query_pre_attn_scalar is not None:
-    q = q / math.sqrt(cfg.query_pre_attn_scalar)
   k = np.einsum("sd,dkh->skh", xkv, p["key"])  # K key/value heads
   v = np.einsum("sd,dkh->skh", xkv, p["value"])
+  if cfg.qk_norm:  # over H, before the scale and RoPE
+    q, k = norm(q, p["query_norm"]), norm(k, p["key_norm"])
+  if cfg.query_pre_attn_scalar is not None:
+    q = q / math.sqrt(cfg.query_pre_attn_scalar)
   if rope_pos is not None:
-    q = _rope(q, rope_pos)
-    k = _rope(k, rope_pos if kv_rope_pos is None else kv_rope_pos)
+    q = _rope(q, rope_pos, base)
+    k = _rope(k, rope_pos if kv_rope_pos is None else kv_rope_pos, base)
+  if encoded is not None:
+    ek = np.einsum("sd,dkh->skh", encoded, p["key"])
+    k = np.concatenate([k, norm(ek, p["key_norm"]) if cfg.qk_norm else ek])
+    v = np.concatenate([v, np.einsum("sd,dkh->skh", encoded, p["value"])])
+    bias = np.concatenate([bias, encoder_bias], -1)
   group = [n * k.shape[1] // N for n in range(N)]  # the key/value head of each query head
   k, v = k[:, group], v[:, group]
   scores = np.einsum("lnh,snh->nls", q, k)
@@ -151,22 +166,31 @@ def _stack(cfg, p, x, mask, *, encoder, encoded=None, cross_mask=None):
 
   n_layers = cfg.num_encoder_layers if encoder else cfg.num_decoder_layers
   pattern = cfg.layer_pattern or "G"
-  local_bias = np.where(np.abs(pos[:, None] - pos[None, :]) < (cfg.sliding_window or 0),
-                        bias, NEG)
+  w = cfg.sliding_window or 0
+  offset = pos[None, :] - pos[:, None]  # key - query
+  near = np.abs(offset) < w
+  if encoder and cfg.bidirectional_window == "centred":  # W keys around the query
+    near = (offset >= -((w - 1) // 2)) & (offset <= w // 2)
+  local_bias = np.where(near, bias, NEG)
+  merged = encoded is not None and cfg.merged_attention
+  cb = None if encoded is None else np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
   for i in range(n_layers):
     lp = p[f"layers_{i}"]
-    self_bias = local_bias if pattern[i % len(pattern)] == "L" else bias
+    local = pattern[i % len(pattern)] == "L"
+    self_bias = local_bias if local else bias
+    base = (cfg.rope_local_max_wavelength if local and cfg.rope_local_max_wavelength
+            else cfg.rope_max_wavelength)
     x = sub(x, lp, "pre_self_attention_layer_norm",
-            lambda h: _attention(cfg, lp["self_attention"], h, h, self_bias, rope_pos))
-    if encoded is not None:
-      cb = np.where(cross_mask, 0.0, NEG)[None].repeat(N, 0)
+            lambda h: _attention(cfg, lp["self_attention"], h, h, self_bias, rope_pos, base=base,
+                                 encoded=encoded if merged else None, encoder_bias=cb))
+    if encoded is not None and not merged:
       cross_q = cross_k = None
       if cfg.cross_attention_rope is not None:  # encoder keys at 0.., queries at 0.. or S_valid..
         cross_k = np.arange(encoded.shape[0])
         cross_q = pos + (cross_mask[0].sum() if cfg.cross_attention_rope == "continue" else 0)
       x = sub(x, lp, "pre_cross_attention_layer_norm",
               lambda h: _attention(cfg, lp["encoder_decoder_attention"], h, encoded, cb,
-                                   cross_q, cross_k))
+                                   cross_q, cross_k, base=base))
     x = sub(x, lp, "pre_mlp_layer_norm", lambda h: _mlp(lp["mlp"], h, cfg.mlp_activation))
   if pre:
     x = norm(x, p["final_norm"])
@@ -178,6 +202,9 @@ def reference_logits(cfg, params, batch):
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
   emb = p["token_embedder"]["embedding"]
   inputs = emb * math.sqrt(D) if cfg.scale_embeddings else emb  # tied logits use emb
+  if cfg.eoi_id is not None:  # its own vector, unscaled
+    inputs = inputs.copy()
+    inputs[cfg.eoi_id] = p["token_embedder"]["eoi_embedding"]
   out = []
   for b in range(batch["decoder_input_tokens"].shape[0]):
     dec = batch["decoder_input_tokens"][b]
@@ -241,11 +268,28 @@ VARIANTS = {
     # encoder tokens, row 0 seven: per-row offsets).
     "cross_rope_continue_enc_dec": dict(position_encoding="rope", cross_attention_rope="continue"),
     "cross_rope_restart_enc_dec": dict(position_encoding="rope", cross_attention_rope="restart"),
+    # RoPE bases small enough to bite on 9 tokens: global 30, local 4.
+    "rope_bases_local_global_causal": dict(mask_type="causal", num_encoder_layers=0,
+                                           position_encoding="rope", sliding_window=3,
+                                           layer_pattern="LG", rope_max_wavelength=30.0,
+                                           rope_local_max_wavelength=4.0),
+    # T5Gemma 2: merged decoder attention, q/k norms, the centred encoder window (W = 4:
+    # one key more on the right), per-kind RoPE bases, an end-of-image token (id 5).
+    "t5gemma2_merged_enc_dec": dict(merged_attention=True, qk_norm=True,
+                                    norm_type="gemma_rmsnorm", norm_position="sandwich",
+                                    position_encoding="rope", num_kv_heads=2,
+                                    query_pre_attn_scalar=3.0, sliding_window=4,
+                                    layer_pattern="LG", bidirectional_window="centred",
+                                    rope_max_wavelength=30.0, rope_local_max_wavelength=4.0,
+                                    scale_embeddings=True, eoi_id=5),
 }
 KNOBS = ("num_kv_heads", "query_pre_attn_scalar", "attn_logit_softcapping",
          "final_logit_softcapping", "scale_embeddings", "norm_type", "norm_position",
-         "sliding_window", "cross_attention_rope")
-T5_DEFAULTS = {**ADDED_FIELDS, "norm_type": "rmsnorm", "norm_position": "pre"}
+         "sliding_window", "cross_attention_rope", "qk_norm", "rope_max_wavelength",
+         "rope_local_max_wavelength", "merged_attention", "bidirectional_window",
+         "eoi_id")
+T5_DEFAULTS = {**ADDED_FIELDS, "norm_type": "rmsnorm", "norm_position": "pre",
+               "rope_max_wavelength": 10_000.0}
 
 
 def _config(**kw):
@@ -263,6 +307,10 @@ def _batch(cfg, b=2, li=7, lt=9, seed=0):
     enc = rng.integers(1, V, (b, li)).astype(np.int32)
     enc[1, 4:] = 0  # padding in the encoder input: masked as keys everywhere
     batch["encoder_input_tokens"] = enc
+  if cfg.eoi_id is not None:  # in both stacks' inputs
+    for key in ("encoder_input_tokens", "decoder_input_tokens"):
+      if key in batch:
+        batch[key][:, 1] = cfg.eoi_id
   if cfg.mask_type == "prefix_lm":
     batch["decoder_causal_attention"] = np.array([[1] * 4 + [0] * (lt - 4),
                                                   [1] * 2 + [0] * (lt - 2)], np.int32)
@@ -311,7 +359,8 @@ def test_logits_match_numpy_forward(name):
                                   "gemma_norm_scaled_embeddings_tied",
                                   "sandwich_gemma_norm_gqa_enc_dec",
                                   "sliding_local_global_enc_dec", "sliding_local_prefix_lm",
-                                  "cross_rope_continue_enc_dec", "cross_rope_restart_enc_dec"])
+                                  "cross_rope_continue_enc_dec", "cross_rope_restart_enc_dec",
+                                  "rope_bases_local_global_causal", "t5gemma2_merged_enc_dec"])
 def test_knob_variants_differ_from_t5(name):
   """Each knob of a knob variant changes the reference's logits (so the match above tests
   it): the same params with one knob back at T5's default. For GQA, which head reads
@@ -326,8 +375,16 @@ def test_knob_variants_differ_from_t5(name):
     if getattr(cfg, knob) == default or (knob == "num_kv_heads" and cfg.num_kv_heads == 1):
       continue  # (one key/value head: every grouping is the same)
     # (a window without local layers is refused: the two knobs go back together)
-    back = dict(sliding_window=None, layer_pattern=None) if knob == "sliding_window" else {
-        knob: default}
+    back = {knob: default}
+    if knob == "sliding_window":
+      back.update(layer_pattern=None, rope_local_max_wavelength=None,
+                  bidirectional_window="symmetric")
+    if knob == "merged_attention":  # the same kernels as a separate cross-attention
+      params = dict(params, decoder={
+          name: dict(layer, encoder_decoder_attention=layer["self_attention"],
+                     pre_cross_attention_layer_norm=layer["pre_self_attention_layer_norm"],
+                     post_cross_attention_layer_norm=layer["post_self_attention_layer_norm"])
+          if name.startswith("layers_") else layer for name, layer in params["decoder"].items()})
     other, p = cfg.replace(**back), params
     if knob == "num_kv_heads":
       group = [n % cfg.num_kv_heads for n in range(N)]

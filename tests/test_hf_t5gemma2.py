@@ -1,0 +1,211 @@
+"""Tests of lm.checkpoint.hf_t5gemma2: T5Gemma 2's text model against a transformers golden
+(tests/testdata/make_t5gemma2_golden.py wrote it; no torch needed here)."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from lm import decoding
+from lm.data import converters
+from lm.checkpoint import hf, hf_t5gemma2
+from lm.checkpoint.hf_t5 import HFConversionError
+from lm.model.transformer import Transformer
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "testdata", "hf_t5gemma2")
+TINY = os.path.join(GOLDEN, "tiny")
+# The Gemma-layout 64-piece tokenizer of the T5Gemma golden (ids 0-3: pad, eos, bos, unk).
+GEMMA_TOKENIZER = os.path.join(os.path.dirname(__file__), "testdata", "hf_t5gemma", "tiny",
+                               "tokenizer.model")
+RTOL = 2e-5  # of the largest |logit| (the script measured 9.3e-6 on logits up to 1.8)
+
+
+@pytest.fixture(scope="module")
+def golden():
+  return dict(np.load(os.path.join(GOLDEN, "golden.npz")))
+
+
+@pytest.fixture(scope="module")
+def loaded():
+  return hf_t5gemma2.load_hf_t5gemma2(TINY)
+
+
+def _hf_config():
+  with open(os.path.join(TINY, "config.json")) as f:
+    return json.load(f)
+
+
+def _write(directory, hf_config, tensors=None):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(hf_config, f)
+  save_file(tensors if tensors is not None else load_file(os.path.join(TINY, "model.safetensors")),
+            os.path.join(directory, "model.safetensors"))
+
+
+def test_config_maps_every_t5gemma2_knob(loaded):
+  config, params = loaded
+  assert (config.num_heads, config.num_kv_heads, config.head_dim, config.emb_dim) == (4, 2, 8, 16)
+  assert (config.num_encoder_layers, config.num_decoder_layers) == (3, 2)
+  assert (config.layer_pattern, config.sliding_window) == ("LG", 4)
+  assert (config.rope_max_wavelength, config.rope_local_max_wavelength) == (100.0, 10.0)
+  assert config.merged_attention and config.qk_norm and config.eoi_id == 61
+  assert config.bidirectional_window == "centred" and config.query_pre_attn_scalar == 6.0
+  assert config.tie_embeddings and not config.tied_logits_scale and config.scale_embeddings
+  assert not config.separate_encoder_embedding
+  assert "encoder_decoder_attention" not in params["decoder"]["layers_0"]
+  assert params["decoder"]["layers_0"]["self_attention"]["key_norm"]["scale"].shape == (8,)
+  assert hf.family(_hf_config()) == "t5gemma2" and hf.is_gemma(_hf_config())
+
+
+def test_omitted_fields_take_transformers_defaults():
+  """No layer_types: HF's five sliding layers, then a full one; no rope_parameters: bases
+  10k (sliding) and 1M (full); no eoi_token_index: 256000."""
+  config = _hf_config()
+  for text in (config["encoder"]["text_config"], config["decoder"]):
+    for name in ("layer_types", "rope_parameters", "vocab_size"):
+      del text[name]
+    text["num_hidden_layers"] = 12
+  del config["eoi_token_index"], config["encoder"]["eoi_token_index"]
+  got = hf_t5gemma2.config_from_hf(config)
+  assert (got.layer_pattern, got.vocab_size, got.eoi_id) == ("LLLLLG", 262_208, 256_000)
+  assert (got.rope_local_max_wavelength, got.rope_max_wavelength) == (10_000.0, 1_000_000.0)
+
+
+def test_logits_match_transformers(loaded, golden):
+  config, params = loaded
+  got = np.asarray(jax.jit(Transformer(config).apply)({"params": params}, {
+      "encoder_input_tokens": golden["encoder_input_tokens"],
+      "decoder_input_tokens": golden["decoder_input_tokens"]}))
+  scale = np.abs(golden["logits"]).max()
+  np.testing.assert_allclose(got, golden["logits"], rtol=0, atol=RTOL * scale)
+
+
+@pytest.mark.parametrize("method", ["greedy", "beam"])
+def test_decoding_matches_transformers_generate(loaded, golden, method):
+  """The KV cache of merged attention (the step's softmax over the self cache and the
+  encoder cache, which 2 beams share) reproduces transformers' generate."""
+  config, params = loaded
+  enc = golden["encoder_input_tokens"]
+  extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
+  cfg = decoding.DecodeConfig(method=method, max_decode_length=8, **extra)
+  batch = {"encoder_input_tokens": enc, "decoder_input_tokens": np.full((2, 1), 2, np.int32)}
+  got = decoding.make_decode_fn(Transformer(config), cfg)(
+      params, batch, jax.random.PRNGKey(0), np.arange(2))[0]
+  np.testing.assert_array_equal(np.asarray(got), golden[f"{method}_tokens"])
+
+
+def test_vision_tensors_are_left_and_text_model_names_are_read(loaded, tmp_path):
+  """The checkpoint's SigLIP tower and projector are not read; the in-memory names
+  (model.encoder.text_model.*) load as the saved ones (model.encoder.*) do."""
+  config, params = loaded
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  assert any(k.startswith("model.encoder.vision_tower.") for k in tensors)
+  renamed = {k.replace("model.encoder.", "model.encoder.text_model.", 1)
+             if not k.startswith(("model.encoder.vision", "model.encoder.multi")) else k: v
+             for k, v in tensors.items()}
+  _write(tmp_path, _hf_config(), renamed)
+  again, again_params = hf_t5gemma2.load_hf_t5gemma2(tmp_path)
+  assert again == config
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again_params)):
+    np.testing.assert_array_equal(a, b)
+
+
+def _text(c):
+  return c["encoder"]["text_config"]
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda c: [s["rope_parameters"]["full_attention"].update(rope_type="linear", factor=8.0)
+                for s in (_text(c), c["decoder"])], "rope_type='linear'"),
+    (lambda c: c["decoder"]["rope_parameters"]["sliding_attention"].update(rope_theta=5.0),
+     "decoder.rope_parameters"),
+    (lambda c: [s.update(attention_bias=True) for s in (_text(c), c["decoder"])],
+     "attention_bias"),
+    (lambda c: c["decoder"].update(sliding_window=8), "sliding_window"),
+    (lambda c: c.update(eoi_token_index=64), "eoi_token_index=64"),
+    (lambda c: c["decoder"].update(hidden_size=32), "hidden_size"),
+    (lambda c: c.update(model_type="t5gemma"), "model_type"),
+])
+def test_unsupported_fields_are_named(tmp_path, edit, field):
+  config = _hf_config()
+  edit(config)
+  _write(tmp_path, config)
+  with pytest.raises(HFConversionError) as info:
+    hf_t5gemma2.load_hf_t5gemma2(tmp_path)
+  assert field in str(info.value), str(info.value)
+
+
+def test_untied_or_missing_tables_are_named(tmp_path):
+  tensors = load_file(os.path.join(TINY, "model.safetensors"))
+  table = tensors["model.encoder.embed_tokens.weight"]
+  _write(tmp_path / "untied", _hf_config(), dict(tensors, **{
+      "model.decoder.embed_tokens.weight": table + 1.0}))
+  with pytest.raises(HFConversionError, match="model.decoder.embed_tokens.weight differs"):
+    hf_t5gemma2.load_hf_t5gemma2(tmp_path / "untied")
+  _write(tmp_path / "tied", _hf_config(), dict(tensors, **{
+      "model.decoder.embed_tokens.weight": table, "lm_head.out_proj.weight": table}))
+  hf_t5gemma2.load_hf_t5gemma2(tmp_path / "tied")  # explicit but equal copies are fine
+  del tensors["model.encoder.embed_tokens.eoi_embedding"]
+  _write(tmp_path / "no_eoi", _hf_config(), tensors)
+  with pytest.raises(HFConversionError, match="missing tensor.*eoi_embedding"):
+    hf_t5gemma2.load_hf_t5gemma2(tmp_path / "no_eoi")
+
+
+@pytest.fixture(scope="module")
+def with_tokenizer(tmp_path_factory):
+  """The tiny checkpoint with the Gemma-layout tokenizer beside it, as lm.restore needs."""
+  directory = tmp_path_factory.mktemp("t5gemma2")
+  for name in os.listdir(TINY):
+    shutil.copy(os.path.join(TINY, name), directory)
+  shutil.copy(GEMMA_TOKENIZER, directory)
+  return str(directory)
+
+
+@pytest.mark.slow
+def test_load_hf_and_lm_decode_read_a_t5gemma2_directory(with_tokenizer, tmp_path):
+  """lm.restore.load_hf frames prompts as Gemma does and starts the decoder from <bos> 2;
+  python -m lm.decode --hf=DIR writes what lm's decoding of those framed prompts gives."""
+  from lm import decode, restore
+  r = restore.load_hf(with_tokenizer)
+  assert r.framing == decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  assert r.model_config.merged_attention and r.eos_ids == (1,)
+  texts = ["a cat sat", "the dog"]
+  prompts = tmp_path / "prompts.txt"
+  prompts.write_text("\n".join(texts) + "\n")
+  out = tmp_path / "out.jsonl"
+  assert decode.main([f"--hf={with_tokenizer}", f"--input={prompts}", f"--output={out}",
+                      "--max_decode_length=6"]) == 0
+  batch = decoding.prompt_batch(r.tokenizer.encode_batch(texts), r.model_config,
+                                framing=r.framing)
+  assert batch["decoder_input_tokens"].tolist() == [[2], [2]]
+  tokens = decoding.make_decode_fn(r.model, decoding.DecodeConfig(max_decode_length=6))(
+      r.params, batch, jax.random.PRNGKey(0), np.arange(2))[0]
+  want = [r.tokenizer.decode([int(t) for t in row]) for row in np.asarray(tokens)]
+  assert [json.loads(line)["output"] for line in out.read_text().splitlines()] == want
+
+
+def test_ckpt_init_from_reads_a_t5gemma2_directory(loaded):
+  import flax.linen as nn
+
+  from lm import train
+
+  config, params = loaded
+  batch = {"encoder_input_tokens": np.ones((1, 4), np.int32),
+           "decoder_input_tokens": np.ones((1, 4), np.int32)}
+  abstract = jax.eval_shape(lambda: nn.unbox(
+      Transformer(config).init(jax.random.key(0), batch)["params"]))
+  got = train.init_params_from(TINY, config, abstract, None,
+                               framing=converters.framing_named("t5gemma"))
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_t5gemma_export_refuses_t5gemma2_configs(loaded):
+  from lm.checkpoint import hf_t5gemma
+  config, params = loaded
+  with pytest.raises(HFConversionError, match="merged_attention=True"):
+    hf_t5gemma.lm_to_hf(config, params)
