@@ -272,12 +272,13 @@ def test_middle_orders():
 
 
 def test_phrase_order_shows_the_middle_pieces_of_units_of_7_words_reordered():
-  docs = [[["a b c d e f", "a b c d e f g", "x y y y y y z", "p q b c b c r"],
+  docs = [[["a b c d e f", "x y y y y y z", "a b c d e f g", "p q b c b c r"],
            ["one two three four five six seven eight"]]]
   rng = ScriptedRng(("integers", 5, 3), ("integers", 5, 0))
   assert mb.build_phrase_order(docs, rng) == [
       ({"shuffled": ["a b", "f", "c d", "e", "g"], "answer": "a b c d e f g"},),
-      # Left out: "x y y y y y z" and "p q b c b c r" (reordered, a line repeats).
+      # Left out, and the run goes on after them: "x y y y y y z" and "p q b c b c r"
+      # (reordered, a line repeats).
       ({"shuffled": ["one two", "three four", "seven", "five six", "eight"],
         "answer": "one two three four five six seven eight"},)]
   rng.done()
