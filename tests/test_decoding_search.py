@@ -182,6 +182,21 @@ def test_beam_search_an_unlikely_eos_still_finishes():
   np.testing.assert_array_equal(np.asarray(scores), [[0.0]])
 
 
+def test_t5_beam_search_stops_only_when_no_live_beam_can_win():
+  """T5's stopping bound: a live beam's best final score is its log p / penalty(M) (alpha
+  2: (8/6)^2 at M = 3). After step 0 the finished [EOS] scores log .45 = -.80 and the live
+  [0] at most log .55 / 1.78 = -.34, so the search goes on and finds [0, EOS]:
+  log(.55 * .99) / (7/6)^2 = -.45."""
+  table = np.zeros((1, 27, 2), np.float32)
+  table[0, 0] = np.log([0.55, 0.45])
+  table[0, prefix_code([0], 2)] = np.log([0.01, 0.99])
+  first, state, t2l = table_model(table)
+  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+      f, s, t2l, beam_size=1, max_decode_length=3, alpha=2.0))(first, state)
+  np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 1, 0]])
+  np.testing.assert_allclose(np.asarray(scores)[0], [np.log(0.55 * 0.99) / (7 / 6) ** 2], rtol=1e-5)
+
+
 def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
   """Transformers' rule: an EOS ranked below the best beam_size candidates of a step is
   dropped. Step 0: 0 (.38), 2 (.3), 3 (.2), EOS (.12, rank 3 of 4): not finished; step 1 (the
