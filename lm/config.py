@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,8 +44,10 @@ from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 from lm.data.tokenizer import padded_vocab_size
 from lm.downstream import finetune, finetune_data
 from lm.model import presets
-from lm.model.config import ADDED_FIELDS, ENCODER_SHAPE_FIELDS, EXECUTION_FIELDS
+from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
+
+_FIELD_TYPES = typing.get_type_hints(TransformerConfig)  # field name -> its type
 
 
 # A run's resolved config in its workdir (written by lm/train.py, read by `load_config_json`).
@@ -207,11 +210,8 @@ def model_section(family: str, size: str, architecture: str,
     if field.name in DERIVED_MODEL_FIELDS:
       continue
     value = resolved[field.name]
-    if value is None:
-      kind = {"head_dim": int, "max_length": int, "num_kv_heads": int,
-              "query_pre_attn_scalar": float, "attn_logit_softcapping": float,
-              "final_logit_softcapping": float, "sliding_window": int,
-              **{f"encoder_{f}": int for f in ENCODER_SHAPE_FIELDS}}.get(field.name, str)
+    if value is None:  # the field's own type (X of `X | None`), so an override parses as X
+      kind = next(t for t in typing.get_args(_FIELD_TYPES[field.name]) if t is not type(None))
       model[field.name] = config_dict.placeholder(kind)
     else:
       model[field.name] = value

@@ -343,3 +343,24 @@ def test_ul2_mode_tokens_switch():
   validate(config)
   with pytest.raises(ValueError, match="mode_tokens applies to objective=ul2 only"):
     config_lib.derive(t5.get_config("objective=span_corruption,mode_tokens=text"))
+
+
+def test_every_unset_model_field_takes_its_own_type_from_the_command_line():
+  """config.model's None fields are placeholders of the TransformerConfig field's type, so
+  that lm.main's `--config.model.eoi_id=5` (absl parses by the placeholder) is the int 5: a
+  str placeholder gave '5', which the model refuses."""
+  import dataclasses
+  import typing
+
+  from lm.model.config import TransformerConfig
+  model = t5.get_config("runlocal").model
+  hints = typing.get_type_hints(TransformerConfig)
+  unset = [f.name for f in dataclasses.fields(TransformerConfig)
+           if f.name in model and model[f.name] is None]
+  assert {"eoi_id", "rope_local_max_wavelength", "num_kv_heads", "layer_pattern"} <= set(unset)
+  for name in unset:
+    want = next(t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
+    assert model.get_type(name) is want, name
+  model.eoi_id, model.rope_local_max_wavelength = 5, 100.0
+  with pytest.raises(TypeError):
+    model.eoi_id = "5"
