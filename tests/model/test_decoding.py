@@ -88,7 +88,9 @@ def test_cached_decoding_equals_full_forward(cfg, prefix):
     (tiny(position_encoding="rope", scan_layers=True), 2),
     (tiny(shared_encoder_decoder=True, num_encoder_layers=2, scan_layers=True), 1),
     (tiny(mask_type="prefix_lm", position_encoding="alibi", scan_layers=True, remat_policy="full"), 3),
-], ids=["enc_dec-rope-scan", "shared-scan", "prefix_lm-alibi-scan-remat"])
+    (tiny(position_encoding="rope", merged_attention=True, qk_norm=True, scan_layers=True,
+          remat_policy="minimal"), 2),
+], ids=["enc_dec-rope-scan", "shared-scan", "prefix_lm-alibi-scan-remat", "merged-scan-remat"])
 def test_cached_decoding_equals_full_forward_more(cfg, prefix):
   check_cached_equals_full(cfg, prefix=prefix)
 
