@@ -215,9 +215,10 @@ def test_a_split_without_examples_is_refused(monkeypatch):
   with pytest.raises(ValueError, match=r"^task 'mini_fill': 'some/dir' gives no train example; "
                                        r"point data_dir at more held-out text\.$"):
     raw_tuple("mini_fill", "train", "some/dir")
-  with pytest.raises(ValueError, match=r"^task 'mini_fill': the embedded corpus's held-out "
-                                       r"split gives no validation example"):
-    raw_tuple("mini_fill", "validation", None)
+  for split in ("validation", "".join("validation")):  # a split name built at run time too
+    with pytest.raises(ValueError, match=r"^task 'mini_fill': the embedded corpus's held-out "
+                                         r"split gives no validation example"):
+      raw_tuple("mini_fill", split, None)
   with pytest.raises(ValueError, match=r"^task 'mini_fill': the embedded corpus's pre-training "
                                        r"split gives no train example"):
     raw_tuple("mini_fill", "train", None)
