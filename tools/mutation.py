@@ -98,8 +98,9 @@ MODULE_TESTS: dict[str, list[str]] = {
                            "tests/data/test_pipeline.py"],
     "lm/data/stages.py": ["tests/data/test_pipeline.py", "tests/data/test_pipeline_reference.py"],
     # The searches on constructed score tables come first in the file (most mutants die
-    # there); the model tests (prompt_batch, the cache glue, decode) after them.
-    "lm/decoding.py": ["tests/test_decoding_search.py"],
+    # there); the model tests (prompt_batch, the cache glue, decode) after them; then the
+    # glue's own tests (configs, prompt_batch and decode's dispatch first, the model last).
+    "lm/decoding.py": ["tests/test_decoding_search.py", "tests/test_decoding_glue.py"],
     "lm/score.py": ["tests/test_score.py"],
     "lm/plan.py": ["tests/test_plan.py"],
     "lm/train.py": ["tests/test_train_helpers.py", "tests/test_parts.py",
