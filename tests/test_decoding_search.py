@@ -195,6 +195,19 @@ def test_t5_beam_search_stops_only_when_no_live_beam_can_win():
       f, s, t2l, beam_size=1, max_decode_length=3, alpha=2.0))(first, state)
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 1, 0]])
   np.testing.assert_allclose(np.asarray(scores)[0], [np.log(0.55 * 0.99) / (7 / 6) ** 2], rtol=1e-5)
+  # A live beam far behind (log p -13.8 after two uniform steps over 1000 tokens, against the
+  # finished [0, EOS] at -6.9 / (7/6)^2 = -5.07) can still win: -13.8 / penalty(7) = -3.45.
+  v, m = 1000, 7
+  by_position = np.zeros((m, v), np.float32)
+  by_position[[0, 3, 4, 5], 0] = 30.0  # token 0, almost surely
+  by_position[6, 1] = 30.0  # then EOS
+  logp = np.asarray(jax.nn.log_softmax(jnp.asarray(by_position)), np.float64)
+  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+      f, {}, lambda t, s, i: (jnp.asarray(by_position)[i + 1][None], s), beam_size=1,
+      max_decode_length=m, alpha=2.0))(jnp.asarray(by_position[:1]))
+  np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0, 0, 0, 0, 0, 1]])
+  want = (logp[:6, 0].sum() + logp[6, 1]) / ((5 + m) / 6) ** 2
+  np.testing.assert_allclose(np.asarray(scores)[0], [want], rtol=1e-5)
 
 
 def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
@@ -206,7 +219,8 @@ def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
   table[0, prefix_code([0], 4)] = np.log([0.5, 0.1, 0.3, 0.1])
   first, state, t2l = table_model(table)
   seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
-      f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0, length_penalty="hf"))(first, state)
+      f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0,
+      length_penalty="".join(["h", "f"])))(first, state)  # a name built at run time
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0], [0, 2]])
   np.testing.assert_allclose(np.asarray(scores)[0], np.log([0.19, 0.114]), rtol=1e-5)
 
@@ -220,7 +234,7 @@ def test_beam_search_leaves_unfilled_finished_slots_empty():
   table[0, prefix_code([0], 2)] = np.log([0.7, 0.3])
   first, state, t2l = table_model(table)
   seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
-      f, s, t2l, beam_size=3, max_decode_length=2, alpha=0.6))(first, state)
+      f, s, t2l, beam_size=3, max_decode_length=2))(first, state)  # alpha 0.6 by default
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[1, 0], [0, 1], [0, 0]])
   np.testing.assert_allclose(np.asarray(scores)[0, :2],
                              [np.log(0.4), np.log(0.6 * 0.3) / (7 / 6) ** 0.6], rtol=1e-6)
