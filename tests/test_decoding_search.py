@@ -148,9 +148,9 @@ def test_search_arguments_are_checked():
   seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=1, max_decode_length=2))(
       first, state)
   assert np.asarray(seqs).shape == (1, 1, 2)
-  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=2, max_decode_length=2,
+  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=3, max_decode_length=2,
                                                       alpha=-0.5, length_penalty="hf"))(first, state)
-  assert np.asarray(seqs).shape == (1, 2, 2)
+  assert np.asarray(seqs).shape == (1, 3, 2)
   with pytest.raises(ValueError, match="top_k"):
     decoding.SamplingConfig(top_k=-1)
   with pytest.raises(ValueError, match="temperature must be finite"):
@@ -212,14 +212,15 @@ def test_t5_beam_search_stops_only_when_no_live_beam_can_win():
 
 def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
   """Transformers' rule: an EOS ranked below the best beam_size candidates of a step is
-  dropped. Step 0: 0 (.38), 2 (.3), 3 (.2), EOS (.12, rank 3 of 4): not finished; step 1 (the
-  last): the two best, [0, 0] (.19) and [0, 2] (.114), finish (alpha 0: scores are log p)."""
+  dropped. EOS ids 1 and 3; step 0: 0 (.38), 2 (.3), then the EOS 3 (.2, rank 2) and 1 (.12,
+  rank 3): neither finishes; step 1 (the last): the two best, [0, 0] (.19) and [0, 2] (.114),
+  finish (alpha 0: scores are log p)."""
   table = np.full((1, 25, 4), np.log(0.25), np.float32)
   table[0, 0] = np.log([0.38, 0.12, 0.3, 0.2])
   table[0, prefix_code([0], 4)] = np.log([0.5, 0.1, 0.3, 0.1])
   first, state, t2l = table_model(table)
   seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
-      f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0,
+      f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0, eos_id=(1, 3),
       length_penalty="".join(["h", "f"])))(first, state)  # a name built at run time
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0], [0, 2]])
   np.testing.assert_allclose(np.asarray(scores)[0], np.log([0.19, 0.114]), rtol=1e-5)
