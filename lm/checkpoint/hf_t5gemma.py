@@ -123,6 +123,40 @@ def _layer_pattern(encoder_types, decoder_types) -> str | None:
   return None if "L" not in pattern else pattern
 
 
+def check_gemma_block(module: Mapping[str, Any]) -> None:
+  """Refuses a module config whose block lm cannot run: projection biases, an activation
+  other than the tanh GELU, an RMSNorm epsilon other than lm's (T5Gemma and T5Gemma 2)."""
+  if module["attention_bias"]:
+    raise HFConversionError("attention_bias=True is not supported (lm's projections have no bias)")
+  if module["hidden_activation"] not in _TANH_GELUS:
+    raise HFConversionError(f"hidden_activation={module['hidden_activation']!r} is not supported "
+                            f"(lm's gated_gelu is the tanh GELU: {_TANH_GELUS})")
+  eps = float(module["rms_norm_eps"])
+  if not np.isclose(eps, _LM_EPSILON, rtol=1e-6, atol=0.0):
+    raise HFConversionError(f"rms_norm_eps={eps} is not supported (lm's RMSNorm uses {_LM_EPSILON})")
+
+
+def dropout_rate(hf_config: Mapping[str, Any], overrides: Mapping[str, Any]) -> float:
+  """config.json's dropout_rate, refused when its attention_dropout differs (lm has one
+  rate) unless ``overrides`` choose the rate."""
+  dropout = float(hf_config.get("dropout_rate", 0.0))
+  attention_dropout = float(hf_config.get("attention_dropout", 0.0))
+  if attention_dropout != dropout and "dropout_rate" not in overrides:
+    raise HFConversionError(
+        f"attention_dropout={attention_dropout} differs from dropout_rate={dropout}: lm uses "
+        "one dropout_rate for both (pass dropout_rate=... to choose one)")
+  return dropout
+
+
+def with_overrides(kwargs: Mapping[str, Any], overrides: Mapping[str, Any]) -> TransformerConfig:
+  """TransformerConfig of the converted ``kwargs`` with the caller's ``overrides`` on top
+  (an unknown field named)."""
+  unknown = sorted(set(overrides) - set(TransformerConfig.__dataclass_fields__))
+  if unknown:
+    raise HFConversionError(f"unknown TransformerConfig field(s) {unknown}")
+  return TransformerConfig(**{**kwargs, **overrides})
+
+
 def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
                    separate_encoder_embedding: bool = False,
                    **overrides) -> TransformerConfig:
@@ -158,14 +192,7 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
   if cross is not None and cross != enc["hidden_size"]:
     raise HFConversionError(f"decoder.cross_attention_hidden_size={cross!r} is not the encoder's "
                             f"hidden_size {enc['hidden_size']}")
-  if enc["attention_bias"]:
-    raise HFConversionError("attention_bias=True is not supported (lm's projections have no bias)")
-  if enc["hidden_activation"] not in _TANH_GELUS:
-    raise HFConversionError(f"hidden_activation={enc['hidden_activation']!r} is not supported "
-                            f"(lm's gated_gelu is the tanh GELU: {_TANH_GELUS})")
-  eps = float(enc["rms_norm_eps"])
-  if not np.isclose(eps, _LM_EPSILON, rtol=1e-6, atol=0.0):
-    raise HFConversionError(f"rms_norm_eps={eps} is not supported (lm's RMSNorm uses {_LM_EPSILON})")
+  check_gemma_block(enc)
   theta = _rope_theta(enc, "encoder")
   if _rope_theta(dec, "decoder") != theta:
     raise HFConversionError(f"decoder rope_theta {_rope_theta(dec, 'decoder')} differs from the "
@@ -182,12 +209,7 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
           f"encoder.sliding_window={enc['sliding_window']!r} differs from "
           f"decoder.sliding_window={dec['sliding_window']!r}: lm has one sliding_window")
     window = int(enc["sliding_window"])
-  dropout = float(hf_config.get("dropout_rate", 0.0))
-  attention_dropout = float(hf_config.get("attention_dropout", 0.0))
-  if attention_dropout != dropout and "dropout_rate" not in overrides:
-    raise HFConversionError(
-        f"attention_dropout={attention_dropout} differs from dropout_rate={dropout}: lm uses "
-        "one dropout_rate for both (pass dropout_rate=... to choose one)")
+  dropout = dropout_rate(hf_config, overrides)
   encoder_shape = {f"encoder_{lm}": int(enc[hf]) for hf, lm in _SHAPE_FIELDS.items()
                    if int(enc[hf]) != int(dec[hf])}
   kwargs = dict(
@@ -220,11 +242,7 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
       layer_pattern=pattern,
       dtype="float32",
   )
-  unknown = sorted(set(overrides) - set(TransformerConfig.__dataclass_fields__))
-  if unknown:
-    raise HFConversionError(f"unknown TransformerConfig field(s) {unknown}")
-  kwargs.update(overrides)
-  return TransformerConfig(**kwargs)
+  return with_overrides(kwargs, overrides)
 
 
 def _check_exportable(config: TransformerConfig) -> None:

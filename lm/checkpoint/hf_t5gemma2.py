@@ -107,27 +107,14 @@ def config_from_hf(hf_config: Mapping[str, Any], **overrides) -> TransformerConf
     raise HFConversionError(f"encoder hidden_size {enc['hidden_size']} differs from the "
                             f"decoder's {dec['hidden_size']}: merged attention projects both "
                             "with the decoder's kernels")
-  if enc["attention_bias"]:
-    raise HFConversionError("attention_bias=True is not supported (lm's projections have no bias)")
-  if enc["hidden_activation"] not in hf_t5gemma._TANH_GELUS:
-    raise HFConversionError(f"hidden_activation={enc['hidden_activation']!r} is not supported "
-                            f"(lm's gated_gelu is the tanh GELU: {hf_t5gemma._TANH_GELUS})")
-  eps = float(enc["rms_norm_eps"])
-  if not np.isclose(eps, hf_t5gemma._LM_EPSILON, rtol=1e-6, atol=0.0):
-    raise HFConversionError(f"rms_norm_eps={eps} is not supported (lm's RMSNorm uses "
-                            f"{hf_t5gemma._LM_EPSILON})")
+  hf_t5gemma.check_gemma_block(enc)
   thetas = _rope_thetas(enc, "encoder")
   if _rope_thetas(dec, "decoder") != thetas:
     raise HFConversionError(f"decoder.rope_parameters {_rope_thetas(dec, 'decoder')} differ from "
                             f"the encoder's {thetas}: lm's stacks share their RoPE bases")
   pattern = hf_t5gemma._layer_pattern(enc["layer_types"], dec["layer_types"])
   local = pattern is not None
-  dropout = float(hf_config.get("dropout_rate", 0.0))
-  attention_dropout = float(hf_config.get("attention_dropout", 0.0))
-  if attention_dropout != dropout and "dropout_rate" not in overrides:
-    raise HFConversionError(
-        f"attention_dropout={attention_dropout} differs from dropout_rate={dropout}: lm uses "
-        "one dropout_rate for both (pass dropout_rate=... to choose one)")
+  dropout = hf_t5gemma.dropout_rate(hf_config, overrides)
   eoi = eoi_id(hf_config)
   if not 0 < eoi < int(enc["vocab_size"]):
     raise HFConversionError(f"eoi_token_index={eoi} is outside the vocabulary "
@@ -151,11 +138,7 @@ def config_from_hf(hf_config: Mapping[str, Any], **overrides) -> TransformerConf
       sliding_window=int(enc["sliding_window"]) if local else None, layer_pattern=pattern,
       qk_norm=True, merged_attention=True, bidirectional_window="centred", eoi_id=eoi,
       dtype="float32")
-  unknown = sorted(set(overrides) - set(TransformerConfig.__dataclass_fields__))
-  if unknown:
-    raise HFConversionError(f"unknown TransformerConfig field(s) {unknown}")
-  kwargs.update(overrides)
-  return TransformerConfig(**kwargs)
+  return hf_t5gemma.with_overrides(kwargs, overrides)
 
 
 def _table(config: TransformerConfig) -> dict[str, tuple[tuple[str, ...], str]]:
