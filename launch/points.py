@@ -2,6 +2,7 @@
 
   points = collect("experiments/t5_span_length.py", runlocal=True)
   points = seed_replicates(points, 3)      # + <baseline>_seed1, _seed2
+  points = seed_replicates(points, 3, every_point=True)   # + <name>_seed1, _seed2 of each
 
 What runs them is elsewhere: launch/local.py (this machine), launch/sweep.py (every backend's
 stages); launch/report.py reads their workdirs. Both import this module, not each other.
@@ -63,28 +64,46 @@ ROOT_FILES = REPORT_FILES + ("launch.jsonl",)
 SEED_FIELDS = ("train.seed", "data.seed")
 
 
-def seed_replicates(points: list[Point], seeds: int) -> list[Point]:
+def seed_replicates(points: list[Point], seeds: int, *, every_point: bool = False
+                    ) -> list[Point]:
   """`points` followed by `seeds - 1` replicates of the baseline point (the ★ row; the first
-  point when none is marked), `<name>_seed<k>` with SEED_FIELDS = k for k = 1 .. seeds - 1.
+  point when none is marked), or of every point with `every_point`: `<name>_seed<k>` with
+  SEED_FIELDS = k for k = 1 .. seeds - 1, grouped by point in `points`' order.
 
   Replicates carry no paper reference (so the rankings leave them out); the report shows
-  the spread of every score over the baseline and its replicates: seed noise, against which
-  the differences between points are read.
+  the spread of every score over each replicated point and its replicates: seed noise,
+  against which the differences between points are read. The yardstick's contrasts take a
+  point's replicates as its seeds.
   """
   if seeds < 1:
     raise ValueError(f"--seeds must be >= 1, got {seeds}.")
   if seeds == 1 or not points:
     return list(points)
-  base = next((p for p in points if p.baseline), points[0])
-  taken = {p.name for p in points}
+  bases = points if every_point else [next((p for p in points if p.baseline), points[0])]
+  return replicate(points, {b.name: seeds - 1 for b in bases})
+
+
+def replicate(points: list[Point], counts: dict[str, int]) -> list[Point]:
+  """`points` followed by `counts[name]` seed replicates of each point named in `counts`
+  (`<name>_seed1` .. `<name>_seed<count>`, in `points`' order).
+
+  Raises:
+    ValueError: a name in `counts` is not a point, or a replicate's name is a point's.
+  """
+  by_name = {p.name: p for p in points}
+  unknown = sorted(set(counts) - set(by_name))
+  if unknown:
+    raise ValueError(f"cannot replicate unknown point(s) {unknown}; expected one of "
+                     f"{list(by_name)}")
   out = list(points)
-  for k in range(1, seeds):
-    name = f"{base.name}_seed{k}"
-    if name in taken:
-      raise ValueError(f"seed replicate {name!r} clashes with a point of the experiment.")
-    out.append(dataclasses.replace(
-        base, name=name, overrides={**base.overrides, **{f: k for f in SEED_FIELDS}},
-        reference={}, baseline=False, replicate_of=base.name))
+  for base in points:
+    for k in range(1, counts.get(base.name, 0) + 1):
+      name = f"{base.name}_seed{k}"
+      if name in by_name:
+        raise ValueError(f"seed replicate {name!r} clashes with a point of the experiment.")
+      out.append(dataclasses.replace(
+          base, name=name, overrides={**base.overrides, **{f: k for f in SEED_FIELDS}},
+          reference={}, baseline=False, replicate_of=base.name))
   return out
 
 

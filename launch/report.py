@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from experiments.common import COLUMNS  # the paper tables' score columns
 from launch import yardstick
-from launch.points import Point, collect, seed_replicates
+from launch.points import Point, collect, replicate, seed_replicates
 
 
 def read_metrics(workdir: str) -> list[dict[str, Any]]:
@@ -482,13 +482,17 @@ def plot_eval_loss(path: str, series: dict[str, list[tuple[int, float]]], *,
   fig.savefig(path)
 
 
-def _replicates_present(root: str, points: Sequence[Point]) -> int:
-  """How many seed replicates of the baseline point `root` holds (<name>_seed1, 2, ...)."""
-  base = next((p for p in points if p.baseline), points[0] if points else None)
-  k = 0
-  while base is not None and os.path.isdir(os.path.join(root, f"{base.name}_seed{k + 1}")):
-    k += 1
-  return k
+def replicates_present(root: str, points: Sequence[Point]) -> dict[str, int]:
+  """{point name: how many seed replicates of it `root` holds} (<name>_seed1, 2, ... in a
+  row), for the points with at least one."""
+  counts = {}
+  for p in points:
+    k = 0
+    while os.path.isdir(os.path.join(root, f"{p.name}_seed{k + 1}")):
+      k += 1
+    if k:
+      counts[p.name] = k
+  return counts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -509,13 +513,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "initialisation (default: <root>/random_init/mini/mini_suite.json, "
                       "what launch.sweep writes at tiny scale)")
   parser.add_argument("--seeds", type=int, default=0,
-                      help="the sweep's --seeds (default: as many as <root> holds replicates "
-                      "of the baseline, <name>_seed<k>)")
+                      help="the sweep's --seeds (default: each point with as many seed "
+                      "replicates as <root> holds of it, <name>_seed<k>)")
+  parser.add_argument("--seeds_of", default="baseline", choices=("baseline", "all"),
+                      help="the sweep's --seeds_of (read only with --seeds)")
   args = parser.parse_args(argv)
   try:
     points = collect(args.experiment, runlocal=args.scale == "tiny")
-    seeds = args.seeds or 1 + _replicates_present(args.root, points)
-    points = seed_replicates(points, seeds)
+    points = (seed_replicates(points, args.seeds, every_point=args.seeds_of == "all")
+              if args.seeds else replicate(points, replicates_present(args.root, points)))
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -386,6 +386,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--seeds", type=int, default=1,
                  help="also run the baseline point with seeds 1 .. N-1 (points <name>_seed<k>; "
                  "train.seed and data.seed = k): the report shows the seed spread")
+  p.add_argument("--seeds_of", default="baseline", choices=("baseline", "all"),
+                 help="which points --seeds replicates: the baseline (the seed spread) or "
+                 "every point (the yardstick's contrasts take each point's seeds)")
   p.add_argument("--stages", default=",".join(STAGE_NAMES),
                  help="comma-separated stages to run (default %(default)s)")
   p.add_argument("--parallel", type=int, default=1, help="local: points at once")
@@ -428,7 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   try:
     points = points_lib.seed_replicates(
-        points_lib.collect(args.experiment, runlocal=args.scale == "tiny"), args.seeds)
+        points_lib.collect(args.experiment, runlocal=args.scale == "tiny"), args.seeds,
+        every_point=args.seeds_of == "all")
   except ValueError as e:
     return _fail(str(e))
   names = [p.name for p in points]

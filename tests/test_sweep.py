@@ -125,7 +125,61 @@ def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
   # mean 41, sd sqrt(((-1)^2 + 3^2 + (-2)^2) / 2) = sqrt(7), range 5.
   assert (f"| our decoder fluency (mini) | 40.000, 44.000, 39.000 | 41.000 | "
           f"{7 ** 0.5:.3f} | 5.000 |" in text)
-  assert report._replicates_present(str(tmp_path), points[:3]) == 2  # pylint: disable=protected-access
+  assert report.replicates_present(str(tmp_path), points[:3]) == {"a": 2}
+
+
+def test_seed_replicates_of_every_point_follow_their_points():
+  points = [points_lib.Point(name=n, config="c", overrides={"x": n}, reference={"GLUE": 1.0},
+                             baseline=n == "b") for n in ("a", "b")]
+  got = points_lib.seed_replicates(points, 3, every_point=True)
+  assert [p.name for p in got] == ["a", "b", "a_seed1", "a_seed2", "b_seed1", "b_seed2"]
+  assert [p.replicate_of for p in got] == ["", "", "a", "a", "b", "b"]
+  assert got[3].overrides == {"x": "a", "train.seed": 2, "data.seed": 2}
+  assert not any(p.baseline or p.reference for p in got[2:])
+  assert points_lib.seed_replicates(points, 3) == points + got[4:]  # the baseline's only
+  assert points_lib.replicate(points, {"a": 1}) == got[:3]
+  with pytest.raises(ValueError, match=r"unknown point\(s\) \['z'\]"):
+    points_lib.replicate(points, {"z": 1})
+  clash = points + [points_lib.Point(name="a_seed1", config="c", overrides={})]
+  with pytest.raises(ValueError, match="'a_seed1' clashes"):
+    points_lib.seed_replicates(clash, 2, every_point=True)
+
+
+def test_sweep_seeds_of_all_runs_every_points_replicates(capsys, tmp_path):
+  assert sweep.main(["experiments/t5_span_length.py", f"--root={tmp_path}", "--scale=tiny",
+                     "--seeds=2", "--seeds_of=all", "--stages=pretrain", "--dry_run",
+                     "--no_validate"]) == 0
+  workdirs = [a.split("=", 1)[1] for line in capsys.readouterr().out.splitlines()
+              for a in shlex.split(line) if a.startswith("--workdir=")]
+  names = [p.name for p in points_lib.collect("experiments/t5_span_length.py", runlocal=True)]
+  assert workdirs == [f"{tmp_path}/{n}" for n in names + [f"{n}_seed1" for n in names]]
+
+
+def test_report_reads_the_replicates_of_every_point_from_the_root(tmp_path, capsys):
+  """With no --seeds, launch.report takes each point's replicates from the workdirs there."""
+  points = [points_lib.Point(name=n, config="c", overrides={}, reference={"GLUE": g},
+                             baseline=n == "a") for n, g in (("a", 83.0), ("b", 82.0))]
+  for name in ("a", "b", "b_seed1", "b_seed2", "a_seed2"):  # a_seed2 without a_seed1: not one
+    (tmp_path / name).mkdir()
+  assert report.replicates_present(str(tmp_path), points) == {"b": 2}
+  exp = tmp_path / "exp.py"
+  exp.write_text("def sweep(add):\n"
+                 "  add(name='a', config='configs/t5.py:runlocal', baseline=True)\n"
+                 "  add(name='b', config='configs/t5.py:runlocal')\n")
+  for name in ("a", "b", "b_seed1", "b_seed2"):
+    (tmp_path / name / "mini").mkdir()
+    (tmp_path / name / "mini" / "mini_suite.json").write_text(json.dumps({"mini": 40.0}))
+  assert report.main([str(exp), f"--root={tmp_path}"]) == 0
+  text = (tmp_path / "report.md").read_text()
+  assert "## Seed spread of `b`" in text and "## Seed spread of `a`" not in text
+  assert "`b` run with 3 seeds (b, b_seed1, b_seed2;" in text
+  # --seeds (and --seeds_of) say it instead: the baseline's one replicate, then every point's.
+  assert report.main([str(exp), f"--root={tmp_path}", "--seeds=2"]) == 0
+  text = (tmp_path / "report.md").read_text()
+  assert "`a` run with 2 seeds (a, a_seed1;" in text and "Seed spread of `b`" not in text
+  assert report.main([str(exp), f"--root={tmp_path}", "--seeds=2", "--seeds_of=all"]) == 0
+  assert "`b` run with 2 seeds (b, b_seed1;" in (tmp_path / "report.md").read_text()
+  capsys.readouterr()
 
 
 def test_model_overrides_and_architecture_reach_the_fine_tuning_config():

@@ -403,6 +403,23 @@ def test_the_report_shows_the_contrasts_with_intervals_and_verdicts(tmp_path, mo
   assert "Items: not recorded (each result's `items_source`)." in section
 
 
+def test_the_report_gives_every_contrast_three_seeds_when_every_point_is_replicated(
+    tmp_path, monkeypatch):
+  """`launch.sweep --seeds=3 --seeds_of=all`: launch.report finds each point's replicates in
+  the root by itself, and every contrast reads three seeds a side."""
+  from launch import report  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(REPO)
+  one_seed = points_lib.collect("experiments/t5_objectives.py", runlocal=True)
+  points = points_lib.seed_replicates(one_seed, 3, every_point=True)
+  _write_sweep(tmp_path, points, np.random.default_rng(0))
+  assert report.main(["experiments/t5_objectives.py", f"--root={tmp_path}"]) == 0
+  text = (tmp_path / "report.md").read_text()
+  section = text[text.index("## Contrasts"):text.index("## Points")]
+  rows = [line for line in section.splitlines() if line.startswith("| C")]
+  assert len(rows) == 6 and all("| 3 / 3 |" in row for row in rows)
+  assert "one seed per point" not in section
+
+
 def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_items(tmp_path,
                                                                                   monkeypatch):
   from launch import yardstick  # pylint: disable=g-import-not-at-top
