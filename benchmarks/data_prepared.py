@@ -170,7 +170,7 @@ def write_direct(output: str, text_mb: float, tokenizer: str, seed: int = 0) -> 
   (random ids, no tokenizer) in prepare's format: shards of FILE_MB of text, entries,
   manifest. Returns its manifest (kept: a second call reads it)."""
   from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
-  from lm.data import prepare, prepared, sources  # pylint: disable=g-import-not-at-top
+  from lm.data import prepare, prepared, scan  # pylint: disable=g-import-not-at-top
   from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   if os.path.exists(os.path.join(output, prepared.MANIFEST)):
     return prepared.read_manifest(output)
@@ -190,8 +190,8 @@ def write_direct(output: str, text_mb: float, tokenizer: str, seed: int = 0) -> 
     for start, end in zip((ends - lengths).tolist(), ends.tolist()):
       writer.write(ids[start:end].tobytes())
     writer.close()
-    stats = sources.SourceStats(files=1, records=docs_per_shard, documents=docs_per_shard,
-                                examined=docs_per_shard, chars=docs_per_shard * DOC_BYTES)
+    stats = scan.SourceStats(files=1, records=docs_per_shard, documents=docs_per_shard,
+                             examined=docs_per_shard, chars=docs_per_shard * DOC_BYTES)
     files.append(f"synthetic-{i:05d}.jsonl")
     entries.append({"file": name, "bytes": os.path.getsize(os.path.join(output, name)),
                     "documents": docs_per_shard, "tokens": int(lengths.sum()),

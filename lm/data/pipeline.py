@@ -25,7 +25,7 @@ import grain
 import numpy as np
 from grain import experimental as grain_experimental
 
-from lm.data import (blocks, features, mixtures, objectives, packing, prepared, sources,
+from lm.data import (blocks, features, mixtures, objectives, packing, prepared, scan, sources,
                      stages)
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
@@ -98,7 +98,7 @@ class DataSpec:
   hf_split: str | None = None
   json_records: bool = False
   on_decode_error: str = "replace"
-  max_document_chars: int = sources.DEFAULT_MAX_DOCUMENT_CHARS
+  max_document_chars: int = scan.DEFAULT_MAX_DOCUMENT_CHARS
   eval_format: str | None = None
   eval_paths: tuple[str, ...] = ()
   validation_fraction: float = 0.01

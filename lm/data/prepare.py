@@ -38,7 +38,7 @@ from etils import epath
 
 from lm import cli
 from lm import workdir as workdir_lib
-from lm.data import prepared, remote, sources
+from lm.data import prepared, remote, scan, sources
 from lm.data import tokenizer as tokenizer_lib
 
 INPUT_FORMATS = ("auto", "jsonl", "parquet", "text", "paragraphs", "hf")
@@ -51,7 +51,7 @@ class Options:
   format: str = "auto"
   text_field: str = "text"
   on_decode_error: str = "replace"
-  max_document_chars: int = sources.DEFAULT_MAX_DOCUMENT_CHARS
+  max_document_chars: int = scan.DEFAULT_MAX_DOCUMENT_CHARS
   max_bad_fraction: float = 0.01
 
 
@@ -101,7 +101,7 @@ def convert_file(index: int, count: int, path: str, size: int, output: str,
                                    on_decode_error=options.on_decode_error,
                                    max_document_chars=options.max_document_chars)
       stats, num_groups, group_ids = source.stats, source.num_groups, source.group_ids
-    except sources.EmptySourceError as e:  # an empty file: an empty shard
+    except scan.EmptySourceError as e:  # an empty file: an empty shard
       source, stats, num_groups, group_ids = None, e.stats, 0, np.zeros(0, np.int64)
     sources.check_quality(types.SimpleNamespace(file_stats={path: stats}),
                           options.max_bad_fraction)
@@ -230,7 +230,7 @@ def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
     raise ValueError(f"--max_bad_fraction={options.max_bad_fraction}: must be in [0, 1].")
   if options.max_document_chars <= 0:
     raise ValueError(f"--max_document_chars={options.max_document_chars}: must be positive.")
-  sources._check_decode_policy(options.on_decode_error)  # pylint: disable=protected-access
+  scan.check_decode_policy(options.on_decode_error)
   workdir_lib.check_remote_support(output)
   files = remote.expand(inputs)
   sizes = [remote.size(f) for f in files]
@@ -305,9 +305,9 @@ def prepare(inputs: str | Sequence[str], *, tokenizer: str, output: str,
 
 def _write_manifest(out_dir: epath.Path, plan: dict[str, Any],
                     entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
-  total = sources.SourceStats()
+  total = scan.SourceStats()
   for e in entries:
-    total.merge(sources.SourceStats(**e["stats"]))
+    total.merge(scan.SourceStats(**e["stats"]))
   documents = sum(e["documents"] for e in entries)
   if documents == 0:
     raise ValueError(f"no documents in the inputs (stats: {total.as_dict()}); check the "
@@ -356,7 +356,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--process_count", type=int, default=1, help="hosts preparing together")
   p.add_argument("--text_field", default="text", help="JSON field / column of the text")
   p.add_argument("--on_decode_error", default="replace", choices=("replace", "skip"))
-  p.add_argument("--max_document_chars", type=int, default=sources.DEFAULT_MAX_DOCUMENT_CHARS,
+  p.add_argument("--max_document_chars", type=int, default=scan.DEFAULT_MAX_DOCUMENT_CHARS,
                  help="longer documents are cut into pieces (as config.data)")
   p.add_argument("--max_bad_fraction", type=float, default=0.01,
                  help="refuse a file with a larger share of bad records (as config.data)")

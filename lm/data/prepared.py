@@ -32,7 +32,7 @@ import numpy as np
 from etils import epath
 
 from lm import workdir as workdir_lib
-from lm.data import sources
+from lm.data import scan, sources
 
 FORMAT_NAME = "lm-prepared-tokens"
 FORMAT_VERSION = 1
@@ -178,8 +178,8 @@ class PreparedSource:
     self._reader = (ards.ArrayRecordDataSource(
         [f"{self._reader_path(i)}[0:{counts[i]}]" for i in self._nonempty])
         if self._nonempty else None)
-    self.stats = sources.SourceStats(**self.manifest["stats"])
-    self.file_stats = {s["source"]["path"]: sources.SourceStats(**s["stats"])
+    self.stats = scan.SourceStats(**self.manifest["stats"])
+    self.file_stats = {s["source"]["path"]: scan.SourceStats(**s["stats"])
                        for s in self._shards}
     self.num_groups = int(sum(s["groups"] for s in self._shards))
     self.tokens = int(self.manifest["tokens"])

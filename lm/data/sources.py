@@ -1,56 +1,18 @@
-"""Document sources: random-access sequences of document strings for grain.
+"""Document sources: random-access sequences of document strings for grain, one per format.
 
-Every source here is a grain random-access data source (`len(src)`,
-`src[i] -> str`) over DOCUMENTS, built once by scanning its files:
+  TextSource (lines or paragraphs), JsonLinesSource, ParquetSource, ArrayRecordSource,
+  HFDiskSource (a `datasets.save_to_disk` folder; local, no hub), InMemorySource (the
+  embedded corpus).
 
-  TextSource          plain text, one document per line or per blank-line-separated
-                      paragraph (`mode="line" | "paragraph"`).
-  JsonLinesSource     JSON lines; the document is the string field `text_field`.
-  ParquetSource       Parquet files (pyarrow); column `text_field`.
-  ArrayRecordSource   ArrayRecord files; each record is UTF-8 text, or a JSON object
-                      holding `text_field` when `json=True`.
-  HFDiskSource        a Hugging Face `datasets` dataset saved with `save_to_disk`
-                      (read with `datasets.load_from_disk`; local only, no hub).
-  InMemorySource      a list of strings (used for the embedded default corpus).
+  source = make_source("auto", "corpus/*.jsonl.gz", max_bad_fraction=0.01)
+  train, validation = split_validation(source, 0.01)
 
-`make_source(format, paths, ...)` picks one (`format="auto"` guesses from the file
-extension); paths may be globs. `split_validation` holds out a deterministic share
-of the documents (by a hash of the record index) as a validation set.
-
-Robustness rules, applied while scanning and counted in `source.stats`:
-  * empty files and empty / whitespace-only documents are skipped;
-  * bytes that are not valid UTF-8 are counted (`invalid_utf8_documents`); with
-    `on_decode_error="replace"` (default) they decode to U+FFFD, with "skip" the
-    document is dropped; unparsable JSON lines / records without the field are
-    skipped (`bad_records`);
-  * a document longer than `max_document_chars` (characters; UTF-8 bytes for plain
-    text files) is cut into pieces at whitespace (`split_documents`), so a single
-    huge document cannot stall tokenization;
-  * a missing path or a glob that matches nothing raises FileNotFoundError, and a
-    corpus that ends with zero documents raises ValueError naming the paths;
-  * `make_source` logs the statistics and, given `max_bad_fraction`, refuses a file
-    whose share of bad records (unparsable JSON, missing field, invalid UTF-8) is above
-    it (`check_quality`), with one line naming the file: a corpus of random bytes or a
-    JSON-lines file of broken lines stops at start-up instead of training on garbage.
-
-Scanning reads the corpus once at construction (vectorised for text files and
-Arrow columns). Parquet and ArrayRecord text is held in memory as Arrow/bytes
-after the scan; HF datasets stay memory-mapped. Plain-text and JSON-lines files
-are memory-mapped and read lazily.
-
-What does not live here: tokenization (`tokenizer.py`), shuffling, sharding and
-everything after (`pipeline.py`).
-
-Why this module is long: it is one interface (`DocumentSource`) with six short
-implementations, one per file format, and the robustness rules above are shared code
-(the index builder, UTF-8 checks and decoding, cutting long documents, the statistics)
-that every implementation calls while it scans. Splitting the formats into modules would
-spread those rules, and `make_source`, which picks among all formats, over several files
-without making any one of them simpler.
+The scan they share (the `DocumentSource` interface, statistics, UTF-8 and long-document
+rules) is `lm/data/scan.py`; tokenization is `tokenizer.py`, shuffling and everything after
+`pipeline.py`. docs/data.md ("Raw sources") has the rules and what each format holds in memory.
 """
 from __future__ import annotations
 
-import codecs
 import dataclasses
 import json
 import logging
@@ -60,209 +22,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lm.data import remote
+from lm.data import remote, scan
+from lm.data.scan import DEFAULT_MAX_DOCUMENT_CHARS, DocumentSource, SourceStats, expand_paths
 
-DEFAULT_MAX_DOCUMENT_CHARS = 100_000
-_WHITESPACE = np.zeros(256, dtype=bool)
-_WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
 FORMATS = ("auto", "text", "paragraphs", "jsonl", "parquet", "array_record", "hf")
-
-
-@dataclasses.dataclass
-class SourceStats:
-  """What a scan found; `as_dict()` for logging."""
-  files: int = 0
-  empty_files: int = 0
-  records: int = 0  # Lines, paragraphs, rows or records read.
-  documents: int = 0  # Documents served (after skipping and splitting).
-  empty_documents: int = 0
-  bad_records: int = 0  # Unparsable JSON / missing or non-string field.
-  invalid_utf8_documents: int = 0
-  skipped_invalid_utf8: int = 0
-  split_documents: int = 0  # Long documents cut into pieces.
-  chars: int = 0  # Characters (bytes for plain text) served.
-  examined: int = 0  # Records checked for faults (non-blank JSON lines; all lines/rows).
-
-  def as_dict(self) -> dict[str, int]:
-    return dataclasses.asdict(self)
-
-  def bad_fraction(self) -> float:
-    """Share of examined records that are bad (unparsable, no text field, invalid
-    UTF-8); a record with two faults counts twice, capped at 1."""
-    if not self.examined:
-      return 0.0
-    return min(1.0, (self.bad_records + self.invalid_utf8_documents) / self.examined)
-
-  def minus(self, other: "SourceStats") -> "SourceStats":
-    return SourceStats(**{f.name: getattr(self, f.name) - getattr(other, f.name)
-                          for f in dataclasses.fields(self)})
-
-  def merge(self, other: "SourceStats") -> None:
-    for f in dataclasses.fields(self):
-      setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-
-def expand_paths(paths: str | Sequence[str]) -> list[str]:
-  """Expands globs (local or remote, `remote.expand`); each pattern must match something.
-  Returns files in order.
-
-  Patterns keep their given order; the files of one glob are sorted.
-  """
-  return remote.expand(paths)
-
-
-_LOCAL_COPIES: dict[str, str] = {}  # remote or compressed file -> its local copy
-
-
-def _local_files(files: Sequence[str]) -> list[str]:
-  """Local, uncompressed files for the readers: remote (gs://) and .gz / .zst files are
-  copied (decompressed) once per process into a temporary folder removed at exit. The
-  scalable way to read a remote corpus is `python -m lm.data.prepare` (docs/data.md)."""
-  out = []
-  for f in files:
-    if not (remote.is_remote(f) or remote.is_compressed(f)):
-      out.append(f)
-      continue
-    if f not in _LOCAL_COPIES:
-      import atexit  # pylint: disable=g-import-not-at-top
-      import shutil  # pylint: disable=g-import-not-at-top
-      import tempfile  # pylint: disable=g-import-not-at-top
-      tmpdir = tempfile.mkdtemp(prefix="lm-data-")
-      atexit.register(shutil.rmtree, tmpdir, ignore_errors=True)
-      logging.info("copying %s to %s", f, tmpdir)
-      _LOCAL_COPIES[f] = remote.localize(f, tmpdir)
-    out.append(_LOCAL_COPIES[f])
-  return out
-
-
-def _line_spans(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """Byte offsets of the lines of a file.
-
-  Args:
-    data: uint8[n] file contents (n > 0).
-  Returns:
-    (starts, ends): int64[lines] each; line i is data[starts[i]:ends[i]] without its
-    newline. A final newline does not open an empty last line.
-  """
-  newlines = np.flatnonzero(data == 10)
-  starts = np.concatenate([[0], newlines + 1])
-  ends = np.concatenate([newlines, [len(data)]])
-  if ends[-1] == starts[-1]:  # File ends with a newline: no last line.
-    starts, ends = starts[:-1], ends[:-1]
-  return starts, ends
-
-
-def _split_points(text: str, max_chars: int) -> list[tuple[int, int]]:
-  """Cuts text into (start, end) pieces of at most max_chars, at whitespace if possible."""
-  pieces, start, n = [], 0, len(text)
-  while n - start > max_chars:
-    end = start + max_chars
-    cut = max(text.rfind(" ", start + max_chars // 2, end),
-              text.rfind("\n", start + max_chars // 2, end))
-    end = cut + 1 if cut > 0 else end
-    pieces.append((start, end))
-    start = end
-  pieces.append((start, n))
-  return pieces
-
-
-class EmptySourceError(ValueError):
-  """A scan that found no documents; `stats` says what it found instead."""
-
-  def __init__(self, message: str, stats: SourceStats):
-    super().__init__(message)
-    self.stats = stats
-
-
-class _IndexBuilder:
-  """Accumulates (record, start, end) document spans and stats."""
-
-  def __init__(self, max_document_chars: int):
-    if max_document_chars <= 0:
-      raise ValueError(f"max_document_chars must be positive, got {max_document_chars}")
-    self.max_chars = max_document_chars
-    self.rec, self.start, self.end, self.group = [], [], [], []
-    self.num_groups = 0  # Original documents seen; pieces of one share its group id.
-    self.stats = SourceStats()
-
-  def add_text(self, rec: int, text: str) -> None:
-    """Adds a record given as a string (non-text-file formats)."""
-    self.stats.records += 1
-    if not text or text.isspace():
-      self.stats.empty_documents += 1
-      return
-    pieces = (_split_points(text, self.max_chars) if len(text) > self.max_chars
-              else [(0, len(text))])
-    self.stats.split_documents += len(pieces) > 1
-    pieces = np.asarray(pieces, np.int64)
-    self.add_spans(np.full(len(pieces), rec), pieces[:, 0], pieces[:, 1],
-                   np.zeros(len(pieces), np.int64))
-
-  def add_spans(self, rec, start, end, group=None) -> None:
-    """Adds non-empty spans (at most max_chars long).
-
-    `group` (local, 0-based) numbers the original documents of this call; spans
-    with equal group are pieces of one document. Default: one group per span.
-    """
-    group = np.arange(len(rec)) if group is None else np.asarray(group, np.int64)
-    self.rec.append(np.asarray(rec, np.int64))
-    self.start.append(np.asarray(start, np.int64))
-    self.end.append(np.asarray(end, np.int64))
-    self.group.append(group + self.num_groups)
-    self.num_groups += int(group.max()) + 1 if len(group) else 0
-
-  def build(self, what: str):
-    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)
-    rec, start, end, group = cat(self.rec), cat(self.start), cat(self.end), cat(self.group)
-    self.stats.documents = len(rec)
-    self.stats.chars = int((end - start).sum())
-    if not len(rec):
-      raise EmptySourceError(
-          f"No documents found in {what} (stats: {self.stats.as_dict()}); check the "
-          "paths, the format and the text field/column name.", self.stats)
-    return rec, start, end, group, self.stats
-
-
-class DocumentSource:
-  """Base class: documents are spans (record, start, end) of records.
-
-  Subclasses implement `_record(rec) -> str` (or override `__getitem__`).
-  Attributes: `stats` (SourceStats), `record_ids` (int64[N], the record/file each
-  document is read from), `group_ids` (int64[N], the original document: pieces of
-  one split long document share it), `num_groups` (the group ids are below it; a
-  source over several files numbers its groups as its files' sources would, each
-  file's from the sum of the previous files' `num_groups`).
-  """
-
-  stats: SourceStats
-  record_ids: np.ndarray
-  group_ids: np.ndarray
-  file_stats: dict[str, SourceStats]  # Per file where scanned file by file, else one entry.
-
-  def _set_index(self, builder: _IndexBuilder, what: str) -> None:
-    (self.record_ids, self._starts, self._ends, self.group_ids,
-     self.stats) = builder.build(what)
-    self.num_groups = builder.num_groups
-    self._what = what
-    if not getattr(self, "file_stats", None):
-      self.file_stats = {what: self.stats}
-
-  def __len__(self) -> int:
-    return len(self.record_ids)
-
-  def _record(self, rec: int) -> str:
-    raise NotImplementedError
-
-  def __getitem__(self, index: int) -> str:
-    index = int(index)
-    if not -len(self) <= index < len(self):
-      raise IndexError(f"document {index} out of range [0, {len(self)})")
-    rec = int(self.record_ids[index])
-    text = self._record(rec)
-    return text[self._starts[index]:self._ends[index]].strip()
-
-  def __repr__(self) -> str:
-    return f"{type(self).__name__}({self._what}, documents={len(self)})"
 
 
 class InMemorySource(DocumentSource):
@@ -271,7 +34,7 @@ class InMemorySource(DocumentSource):
   def __init__(self, documents: Sequence[str], *, name: str = "in-memory documents",
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     self._docs = list(documents)
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     b.stats.examined = len(self._docs)
     for i, doc in enumerate(self._docs):
       if not isinstance(doc, str):
@@ -300,11 +63,11 @@ class TextSource(DocumentSource):
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     if mode not in ("line", "paragraph"):
       raise ValueError(f"mode must be 'line' or 'paragraph', got {mode!r}")
-    _check_decode_policy(on_decode_error)
+    scan.check_decode_policy(on_decode_error)
     self._files = expand_paths(paths)
     self._on_decode_error = on_decode_error
     self._maps: dict[int, mmap.mmap | bytes] = {}
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     self.file_stats = {}
     for f, name in enumerate(self._files):
       before = dataclasses.replace(b.stats)
@@ -324,16 +87,16 @@ class TextSource(DocumentSource):
         self._maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
     return self._maps[f]
 
-  def _scan_file(self, f, name, mode, policy, b: _IndexBuilder) -> None:
+  def _scan_file(self, f, name, mode, policy, b: scan.IndexBuilder) -> None:
     b.stats.files += 1
     buf = self._bytes(f)
     if len(buf) == 0:
       b.stats.empty_files += 1
       return
     data = np.frombuffer(buf, dtype=np.uint8)
-    starts, ends = _line_spans(data)
+    starts, ends = scan.line_spans(data)
     # Non-whitespace bytes per line, via a cumulative count.
-    cum = np.concatenate([[0], np.cumsum(~_WHITESPACE[data], dtype=np.int64)])
+    cum = np.concatenate([[0], np.cumsum(~scan.WHITESPACE[data], dtype=np.int64)])
     nonblank = (cum[ends] - cum[starts]) > 0
     if mode == "line":
       b.stats.records += len(starts)
@@ -349,8 +112,8 @@ class TextSource(DocumentSource):
       b.stats.records += len(starts)
       b.stats.examined += len(starts)
     # UTF-8 validity: one incremental pass over the file; per document only if it fails.
-    if not _is_utf8(buf):
-      valid = np.array([_is_utf8(buf[s:e]) for s, e in zip(starts, ends)], dtype=bool)
+    if not scan.is_utf8(buf):
+      valid = np.array([scan.is_utf8(buf[s:e]) for s, e in zip(starts, ends)], dtype=bool)
       bad = int((~valid).sum())
       b.stats.invalid_utf8_documents += bad
       if policy == "skip":
@@ -361,7 +124,7 @@ class TextSource(DocumentSource):
     piece_starts, piece_ends, piece_doc = [starts[~long]], [ends[~long]], [doc[~long]]
     for d, s, e in zip(doc[long], starts[long], ends[long]):
       b.stats.split_documents += 1
-      pieces = np.asarray(_byte_split_points(buf, int(s), int(e), b.max_chars), np.int64)
+      pieces = np.asarray(scan.byte_split_points(buf, int(s), int(e), b.max_chars), np.int64)
       piece_starts.append(pieces[:, 0])
       piece_ends.append(pieces[:, 1])
       piece_doc.append(np.full(len(pieces), d))
@@ -379,51 +142,6 @@ class TextSource(DocumentSource):
     return raw.decode("utf-8", errors="replace").strip()
 
 
-def _byte_split_points(buf, s: int, e: int, max_bytes: int) -> list[tuple[int, int]]:
-  """Cuts buf[s:e] into pieces <= max_bytes at whitespace, else at a UTF-8 boundary."""
-  out = []
-  while e - s > max_bytes:
-    end = s + max_bytes
-    window = bytes(buf[s + max_bytes // 2:end])
-    cut = max(window.rfind(b" "), window.rfind(b"\n"))
-    if cut >= 0:
-      end = s + max_bytes // 2 + cut + 1
-    else:
-      while end > s + 1 and (buf[end] & 0xC0) == 0x80:  # Inside a multi-byte char.
-        end -= 1
-    out.append((s, end))
-    s = end
-  out.append((s, e))
-  return out
-
-
-def _is_utf8(buf) -> bool:
-  decoder = codecs.getincrementaldecoder("utf-8")("strict")
-  block = 1 << 24
-  try:
-    for i in range(0, len(buf), block):
-      decoder.decode(buf[i:i + block], final=i + block >= len(buf))
-  except UnicodeDecodeError:
-    return False
-  return True
-
-
-def _check_decode_policy(policy: str) -> None:
-  if policy not in ("replace", "skip"):
-    raise ValueError(f"on_decode_error must be 'replace' or 'skip', got {policy!r}")
-
-
-def _decode(raw: bytes, policy: str, stats: SourceStats) -> str | None:
-  try:
-    return raw.decode("utf-8")
-  except UnicodeDecodeError:
-    stats.invalid_utf8_documents += 1
-    if policy == "skip":
-      stats.skipped_invalid_utf8 += 1
-      return None
-    return raw.decode("utf-8", errors="replace")
-
-
 class JsonLinesSource(DocumentSource):
   """JSON-lines files; each line's `text_field` (a string) is a document.
 
@@ -434,12 +152,12 @@ class JsonLinesSource(DocumentSource):
   def __init__(self, paths: str | Sequence[str], *, text_field: str = "text",
                on_decode_error: str = "replace",
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
-    _check_decode_policy(on_decode_error)
+    scan.check_decode_policy(on_decode_error)
     self._files = expand_paths(paths)
     self._field = text_field
     self._maps = {}
     self._line_file, self._line_start, self._line_end = [], [], []
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     rec = 0
     self.file_stats = {}
     for f, name in enumerate(self._files):
@@ -452,13 +170,13 @@ class JsonLinesSource(DocumentSource):
     self._line_end = np.asarray(self._line_end, np.int64)
     self._set_index(b, f"{self._files[:3]} field {text_field!r}")
 
-  def _scan_lines(self, f: int, b: _IndexBuilder, rec: int, on_decode_error: str) -> None:
+  def _scan_lines(self, f: int, b: scan.IndexBuilder, rec: int, on_decode_error: str) -> None:
     b.stats.files += 1
     buf = self._bytes(f)
     if not len(buf):
       b.stats.empty_files += 1
       return
-    starts, ends = _line_spans(np.frombuffer(buf, dtype=np.uint8))
+    starts, ends = scan.line_spans(np.frombuffer(buf, dtype=np.uint8))
     for s, e in zip(starts.tolist(), ends.tolist()):
       raw = bytes(buf[s:e])
       if not raw.strip():
@@ -481,7 +199,7 @@ class JsonLinesSource(DocumentSource):
   _bytes = TextSource._bytes
 
   def _parse(self, raw: bytes, policy: str, stats: SourceStats) -> str | None:
-    line = _decode(raw, policy, stats)
+    line = scan.decode(raw, policy, stats)
     if line is None:
       return None
     try:
@@ -504,14 +222,14 @@ class JsonLinesSource(DocumentSource):
 class _ArrowColumnSource(DocumentSource):
   """Documents from an Arrow string column held by the subclass in `self._column`."""
 
-  def _index_column(self, column, b: _IndexBuilder, what: str) -> None:
+  def _index_column(self, column, b: scan.IndexBuilder, what: str) -> None:
     import pyarrow as pa  # pylint: disable=g-import-not-at-top
     import pyarrow.compute as pc  # pylint: disable=g-import-not-at-top
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
       # Decode bytes in Python so invalid UTF-8 is counted.
       texts = []
       for raw in column.to_pylist():
-        t = None if raw is None else _decode(raw, self._on_decode_error, b.stats)
+        t = None if raw is None else scan.decode(raw, self._on_decode_error, b.stats)
         texts.append(t)
       column = pa.array(texts, type=pa.large_string())
     elif not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
@@ -532,7 +250,7 @@ class _ArrowColumnSource(DocumentSource):
     b.add_spans(idx, np.zeros(len(idx), np.int64), lengths[idx].astype(np.int64), idx)
     b.num_groups = n  # Group = row index.
     for i in np.flatnonzero(~blank & ~ok).tolist():
-      pieces = np.asarray(_split_points(column[i].as_py(), b.max_chars), np.int64)
+      pieces = np.asarray(scan.split_points(column[i].as_py(), b.max_chars), np.int64)
       b.stats.split_documents += 1
       b.rec.append(np.full(len(pieces), i))
       b.start.append(pieces[:, 0])
@@ -557,10 +275,10 @@ class ParquetSource(_ArrowColumnSource):
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     import pyarrow as pa  # pylint: disable=g-import-not-at-top
     import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
-    _check_decode_policy(on_decode_error)
+    scan.check_decode_policy(on_decode_error)
     self._files = expand_paths(paths)
     self._field, self._on_decode_error = text_field, on_decode_error
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     chunks = []
     for name in self._files:
       b.stats.files += 1
@@ -592,7 +310,7 @@ class HFDiskSource(_ArrowColumnSource):
                on_decode_error: str = "replace",
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     import datasets  # pylint: disable=g-import-not-at-top
-    _check_decode_policy(on_decode_error)
+    scan.check_decode_policy(on_decode_error)
     (path,) = expand_paths(path)
     self._field, self._on_decode_error = text_field, on_decode_error
     ds = datasets.load_from_disk(path)
@@ -603,7 +321,7 @@ class HFDiskSource(_ArrowColumnSource):
     if text_field not in ds.column_names:
       raise ValueError(f"Dataset {path!r} has no column {text_field!r} "
                        f"(columns: {ds.column_names}); set text_field.")
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     b.stats.files = 1
     column = ds.with_format("arrow")[text_field]  # Honours any indices mapping.
     self._index_column(column, b, path)
@@ -617,9 +335,9 @@ class ArrayRecordSource(DocumentSource):
                on_decode_error: str = "replace",
                max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS):
     from array_record.python import array_record_data_source as ards  # pylint: disable=g-import-not-at-top
-    _check_decode_policy(on_decode_error)
+    scan.check_decode_policy(on_decode_error)
     self._files = expand_paths(paths)
-    b = _IndexBuilder(max_document_chars)
+    b = scan.IndexBuilder(max_document_chars)
     nonempty = []
     for name in self._files:
       b.stats.files += 1
@@ -634,7 +352,7 @@ class ArrayRecordSource(DocumentSource):
       for start in range(0, n, 1024):
         for raw in reader.__getitems__(list(range(start, min(n, start + 1024)))):
           b.stats.examined += 1
-          text = _decode(raw, on_decode_error, b.stats)
+          text = scan.decode(raw, on_decode_error, b.stats)
           if text is not None and text_field is not None:
             try:
               obj = json.loads(text)
@@ -813,7 +531,7 @@ def _make_source(format: str, paths: str | Sequence[str] | None, *,  # pylint: d
   if format == "auto":
     format = "hf" if remote.is_dir(files[0]) else _guess_format(
         remote.strip_compression(files[0]))
-  files = _local_files(files)
+  files = scan.local_files(files)
   if format == "text":
     return TextSource(files, mode="line", **kw)
   if format == "paragraphs":
