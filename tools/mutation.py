@@ -102,7 +102,8 @@ MODULE_TESTS: dict[str, list[str]] = {
     # glue's own tests (configs, prompt_batch and decode's dispatch first, the model last).
     "lm/decoding.py": ["tests/test_decoding_search.py", "tests/test_decoding_glue.py"],
     "lm/score.py": ["tests/test_score.py"],
-    "lm/plan.py": ["tests/test_plan.py"],
+    # The by-hand tests first (no compile; most mutants die there), then the compiled plans.
+    "lm/plan.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
     "lm/train.py": ["tests/test_train_helpers.py", "tests/test_parts.py",
                     "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
     "lm/parts.py": ["tests/test_parts.py"],
