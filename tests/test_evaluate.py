@@ -7,25 +7,25 @@ import jax
 import numpy as np
 import pytest
 
-from lm import evaluate, restore
+from lm import evaluate, heldout, restore
 from eval_runs import copy_run, trained_run
 
 
 def test_parse_score():
-  assert evaluate.parse_score("all", "prefix_lm") == [
+  assert heldout.parse_score("all", "prefix_lm") == [
       "prefix_lm", "span_corruption", "full_lm", "continuation"]
-  assert evaluate.parse_score("continuation,own", "span_corruption") == [
+  assert heldout.parse_score("continuation,own", "span_corruption") == [
       "span_corruption", "continuation"]
   with pytest.raises(ValueError, match=r"unknown score 'spam'; expected one of \['all', 'own', "
                      r"'continuation', .*'span_corruption'"):
-    evaluate.parse_score("spam", "span_corruption")
+    heldout.parse_score("spam", "span_corruption")
 
 
 def test_split_continuation_cuts_at_whitespace():
   doc = "aaa bbb ccc ddd eee fff ggg"
   #      0123456789...      prefix budget 9 -> cut at the space at index 7
-  assert evaluate.split_continuation(doc, 9, 8) == ("aaa bbb", "ccc ddd")
-  assert evaluate.split_continuation("short text", 9, 8) is None
+  assert heldout.split_continuation(doc, 9, 8) == ("aaa bbb", "ccc ddd")
+  assert heldout.split_continuation("short text", 9, 8) is None
 
 
 @pytest.mark.parametrize("arch, joined, weighted", [
@@ -37,7 +37,7 @@ def test_split_continuation_cuts_at_whitespace():
     ("encoder_decoder", True, [7, 8, 9]),
 ])
 def test_continuation_features_score_only_the_continuation(arch, joined, weighted):
-  ex = evaluate.continuation_features(np.array([5, 6]), np.array([7, 8, 9]), arch,
+  ex = heldout.continuation_features(np.array([5, 6]), np.array([7, 8, 9]), arch,
                                       joined=joined)
   w = ex["decoder_loss_weights"] > 0
   assert ex["decoder_target_tokens"][w].tolist() == weighted
@@ -125,7 +125,7 @@ def test_restore_and_evaluate_reproduces_the_logged_eval_loss_on_1_and_8_devices
   for name, kwargs in [("8", {}), ("1", dict(mesh_shape=(1, 1, 1),
                                              devices=jax.devices()[:1]))]:
     r = restore.load_run(workdir, **kwargs)
-    results[name] = evaluate.evaluate(
+    results[name] = heldout.evaluate_run(
         r, score=["span_corruption", "prefix_lm", "continuation"], num_examples=16)
   own = results["8"]["results"]["span_corruption"]
   np.testing.assert_allclose(own["loss"], logged["eval_loss"], rtol=1e-5)
@@ -173,8 +173,8 @@ def test_cli_writes_json_table_and_wandb(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("arch", ["prefix_lm", "causal"])
 def test_decoder_only_runs_evaluate(arch):
   r = restore.load_run(trained_run(arch))
-  names = evaluate.parse_score("own,full_lm,continuation", r.config.data.objective)
-  result = evaluate.evaluate(r, score=names, num_examples=8)
+  names = heldout.parse_score("own,full_lm,continuation", r.config.data.objective)
+  result = heldout.evaluate_run(r, score=names, num_examples=8)
   logged = _logged_eval(r.workdir, 4)
   own = result["results"][r.config.data.objective]
   np.testing.assert_allclose(own["loss"], logged["eval_loss"], rtol=1e-5)
@@ -192,7 +192,7 @@ def test_two_processes_evaluate_like_one(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   args = ["--score=own,continuation", "--num_examples=8", f"--workdir={workdir}",
           "--wandb_mode=disabled"]
-  one = evaluate.evaluate(restore.load_run(workdir),
+  one = heldout.evaluate_run(restore.load_run(workdir),
                           score=["span_corruption", "continuation"], num_examples=8)
   with socket.socket() as s:
     s.bind(("localhost", 0))
