@@ -7,7 +7,7 @@
 
 For each (arch, size) the config is ``configs.t5.get_config("arch=...,size=...,batch=B,
 inputs_length=Li")`` (targets length from the span-corruption objective: 114 at 512),
-and the step is the one lm/train.py trains with, from ``lm.train.build_run`` (Adafactor in
+and the step is the one lm/train.py trains with, from ``lm.program.build_run`` (Adafactor in
 T5 settings, ``lm.steps.train_step`` jitted with the state / batch shardings of
 ``lm.partitioning``, state donated) over a mesh of all present devices (``--mesh``, default
 the config's (-1, 1, 1) data-parallel mesh). The batch is random tokens with every
@@ -64,7 +64,7 @@ import results  # noqa: E402  (benchmarks/)
 from configs import t5 as t5_config  # noqa: E402
 from lm import config as config_lib  # noqa: E402
 from lm.architecture import ARCHITECTURES  # noqa: E402
-from lm import hostmem, metrics, partitioning, train, validate  # noqa: E402
+from lm import hostmem, metrics, partitioning, program, validate  # noqa: E402
 from lm.data import features  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
@@ -169,7 +169,7 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
   config.data.num_shards = 1  # virtual data shards of the pipeline; no pipeline here
   config.lock()
   settings = validate.validate(config_lib.derive(config))
-  run = train.build_run(settings, mesh=mesh)  # lm.train's compile, over `mesh`
+  run = program.build_run(settings, mesh=mesh)  # lm.train's compile, over `mesh`
   model_config = run.model_config
   d = run.data_spec
   li, lt, b = d.inputs_length, d.targets_length, d.batch_size

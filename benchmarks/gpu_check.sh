@@ -64,11 +64,11 @@ sys.path.insert(0, "benchmarks")
 from bench_train import random_batch
 from configs import t5
 from lm import config as config_lib
-from lm import partitioning, train, validate
+from lm import partitioning, program, validate
 mark("import lm")
 size = os.environ["PROBE_SIZE"]
 config = config_lib.derive(t5.get_config(f"size={size},batch=128,inputs_length=512"))
-run = train.build_run(validate.validate(config)); mark(f"{size}: build_run")
+run = program.build_run(validate.validate(config)); mark(f"{size}: build_run")
 d = run.data_spec
 local = random_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size,
                      run.model_config.vocab_size)

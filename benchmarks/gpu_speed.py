@@ -19,7 +19,7 @@ kernel that drops the bias gradient): the gate before any speed figure.
 ``summary --dir $OUT``: one row per speed stage's JSON (and the numerics verdict), printed
 and written as one JSON.
 
-``speed``: the train step lm.main runs (``lm.train.build_run``: model, loss, optimizer,
+``speed``: the train step lm.main runs (``lm.program.build_run``: model, loss, optimizer,
 shardings) on a random batch: init (``RunBuild.init_state``, and with ``--host_init`` the
 same state made on the host's CPU, for comparison), compile, ``--warmup`` steps, then
 ``--steps`` timed steps (each blocks on the new state). Reports the median step, tokens/s,
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import results  # noqa: E402  (benchmarks/)
 from bench_train import memory_per_device, random_batch, time_steps  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import losses, metrics, partitioning, plan, steps, train, validate  # noqa: E402
+from lm import losses, metrics, partitioning, plan, program, steps, validate  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
 CONFIG_MODULES = ("t5", "gpt3")
@@ -125,7 +125,7 @@ def bias_tables(grads) -> dict[str, np.ndarray]:
 
 def numerics(args) -> int:
   """Loss and gradients under overrides A and B from the same params; 1 if they disagree."""
-  runs = {side: train.build_run(validate.validate(load_config(args.config, args.set + extra)))
+  runs = {side: program.build_run(validate.validate(load_config(args.config, args.set + extra)))
           for side, extra in (("a", args.a), ("b", args.b))}
   with runs["a"].axis_rules():
     state = runs["a"].init_state()
@@ -178,7 +178,7 @@ def _host_init_seconds(run) -> float:
   d = run.data_spec
   cpu = jax.devices("cpu")[0]
   t0 = time.perf_counter()
-  dummy = jax.device_put(train.dummy_batch(d.architecture, d.inputs_length, d.targets_length),
+  dummy = jax.device_put(program.dummy_batch(d.architecture, d.inputs_length, d.targets_length),
                          cpu)
   with jax.default_device(cpu):
     state = jax.jit(functools.partial(steps.create_train_state, model=run.model, tx=run.tx))(
@@ -191,7 +191,7 @@ def _host_init_seconds(run) -> float:
 def speed(args) -> int:
   """The train step's median time, MFU and peak memory for one config."""
   config = load_config(args.config, args.set)
-  run = train.build_run(validate.validate(config))
+  run = program.build_run(validate.validate(config))
   d, mc = run.data_spec, run.model_config
   local = _batch(run)
   out = {"config": args.config, "set": args.set, "preset": config_lib.preset_name(config),

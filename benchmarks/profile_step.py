@@ -4,7 +4,7 @@
     python benchmarks/profile_step.py --config size=small,batch=128,inputs_length=512 \\
         --init_on_cpu --trace_dir /tmp/trace          # on a GPU
 
-Builds the run of ``configs/t5.py:<--config>`` (``lm.train.build_run``, the program
+Builds the run of ``configs/t5.py:<--config>`` (``lm.program.build_run``, the program
 lm.main trains with), compiles its train step, runs ``--warmup`` steps, then traces
 ``--steps`` steps (``jax.profiler.trace(..., create_perfetto_trace=True)``) and prints the
 ops that took the most time, summed over the traced steps and divided by their number:
@@ -37,7 +37,7 @@ import results  # noqa: E402
 from bench_train import random_batch  # noqa: E402
 from configs import t5  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import partitioning, steps, train, validate  # noqa: E402
+from lm import partitioning, program, steps, validate  # noqa: E402
 
 
 def device_time_by_op(trace: dict) -> tuple[collections.Counter, str]:
@@ -100,14 +100,14 @@ def main(argv=None) -> None:
     config = config_lib.derive(config_lib.apply_overrides(t5.get_config(args.config), args.set))
   except ValueError as e:
     parser.error(str(e))
-  run = train.build_run(validate.validate(config))
+  run = program.build_run(validate.validate(config))
   d = run.data_spec
   local = random_batch(d.architecture, d.inputs_length, d.targets_length, d.batch_size,
                        run.model_config.vocab_size)
   t0 = time.perf_counter()
   if args.init_on_cpu:  # outside the mesh's context: jitted for the host CPU
     cpu = jax.devices("cpu")[0]
-    dummy = jax.device_put(train.dummy_batch(d.architecture, d.inputs_length,
+    dummy = jax.device_put(program.dummy_batch(d.architecture, d.inputs_length,
                                              d.targets_length), cpu)
     with jax.default_device(cpu):
       state = jax.jit(functools.partial(steps.create_train_state, model=run.model,

@@ -98,7 +98,7 @@ class HeldOutLoss:
 
 
 def heldout_loss(run: Any, data: Any, workdir: Any) -> HeldOutLoss:
-  """The held-out loss of `run` (lm.train.RunBuild) on `data`: train.eval_steps batches
+  """The held-out loss of `run` (lm.program.RunBuild) on `data`: train.eval_steps batches
   (0: all) every train.eval_every steps (0: never) and at the last step."""
   del workdir
   loop = run.settings.loop

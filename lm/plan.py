@@ -3,7 +3,7 @@ r"""Plan before launch: compile a run's real train step for a target that is not
   python -m lm.plan --config=configs/t5.py:size=xxl --topology=v5p-128 \
       --config.model.scan_layers=True --config.mesh.shape=1,64,1 [--search] [--json=plan.json]
 
-The train step is built by `lm.train.build_run`, the function `lm.train` trains with,
+The train step is built by `lm.program.build_run`, the program `lm.train` trains,
 over the target's devices with abstract inputs only (nothing of size is allocated), then
 lowered and compiled. Targets (`--topology`):
 
@@ -170,12 +170,12 @@ def xla_cost(compiled) -> dict[str, float]:
 def _one_cpu_cost(config: ml_collections.ConfigDict, axis_names, **changes) -> dict[str, float]:
   """Pre-optimisation HLO cost analysis of the train step of `config` (with `changes`),
   lowered (not compiled) for one CPU device: the whole program's FLOPs and bytes accessed."""
-  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import program  # pylint: disable=g-import-not-at-top
   one = {"mesh.shape": (1,) * len(axis_names), "data.num_shards": 1, **changes}
   cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
                           axis_names)
   settings = validate_lib.validate(_with(config, **one))
-  cost = _first(train.build_run(settings, mesh=cpu).lower_train_step()
+  cost = _first(program.build_run(settings, mesh=cpu).lower_train_step()
                 .cost_analysis()) or {}
   return {key: float(cost.get(key.replace("_", " "), float("nan")))
           for key in ("flops", "bytes_accessed")}
@@ -279,10 +279,10 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
   Raises:
     PlanError: the config or mesh does not suit the target.
   """
-  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import program  # pylint: disable=g-import-not-at-top
   mesh = make_target_mesh(config.mesh.shape, target)
   try:
-    run = train.build_run(validate_lib.validate(config), mesh=mesh)
+    run = program.build_run(validate_lib.validate(config), mesh=mesh)
   except ValueError as e:
     raise PlanError(" ".join(str(e).split())) from None
   d = config.data

@@ -2,8 +2,9 @@
 
     result = train_and_evaluate(lm.validate.validate(config), workdir)
 
-Everything pure lives elsewhere (lm/steps.py, lm/losses.py, lm/model, lm/data/objectives.py);
-this module wires the pieces together and owns the side effects of a run:
+Everything pure lives elsewhere (lm/steps.py, lm/losses.py, lm/model, lm/data/objectives.py),
+and so does the compiled program (lm/program.py); this module runs it and owns the side
+effects of a run:
 
   <workdir>/config.json         the resolved config (process 0; see write_config)
   <workdir>/checkpoints/<step>/ orbax: train state, data-iterator states, signature
@@ -12,26 +13,14 @@ this module wires the pieces together and owns the side effects of a run:
   <workdir>/wandb/              wandb's offline files (when offline; local workdirs)
   <workdir>/lock                held by the running run (process 0; lm/workdir.py)
 
-The workdir may be local or remote (`gs://...`): every file goes through etils.epath.
-A run started again with the same command on the same workdir resumes from the newest
-intact checkpoint: same parameters, optimizer state, RNG, data position and partial
-logging window, so the resumed run sees exactly the batches of an uninterrupted one
-(bit-identical on CPU) and writes the same metrics.jsonl lines.
-SIGTERM (preemption) or Ctrl-C saves a checkpoint at the next step boundary and raises
-`Preempted` (lm.main exits with 75, "resume later", or 130 after Ctrl-C). A non-finite loss
-or gradient norm raises `NonFiniteError` before anything non-finite is saved.
-See docs/robustness.md.
-
-Why this module is long: it is the one module with a run's side effects (building the run,
-restoring or initialising it, the loop with its logging, evaluations, checkpoints and
-preemption); each part is small, and splitting them would spread one run's order of events
-over several files.
+Any workdir, local or `gs://`. The same command again resumes bit-identically from the
+newest intact checkpoint; SIGTERM or Ctrl-C saves and raises `Preempted`; a non-finite loss
+raises `NonFiniteError` before anything non-finite is saved (docs/robustness.md).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -45,18 +34,17 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from lm import checkpoint, metrics as metrics_lib, optim, partitioning, steps, writers
+from lm import checkpoint, metrics as metrics_lib, partitioning, program, writers
 from lm import config as config_lib
 from lm import parts as parts_lib
-from lm import validate as validate_lib
 from lm import workdir as workdir_lib
 from lm.checkpoint import hf, hf_t5, hf_t5gemma
-from lm.data import converters, features
+from lm.data import converters
 from lm.data import pipeline as pipeline_lib
 from lm.data import shards as shards_lib
 from lm.data import tokenizer as tokenizer_lib
 from lm.model import accounting
-from lm.model.transformer import Transformer, TransformerConfig
+from lm.model.transformer import TransformerConfig
 
 CONFIG_FILE = config_lib.CONFIG_FILE
 
@@ -136,175 +124,6 @@ class Preemption:
       return False
     flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
     return bool(np.asarray(flags).any())
-
-
-def batch_shapes(architecture: str, inputs_length: int, targets_length: int,
-                 batch_size: int = 1) -> dict[str, jax.ShapeDtypeStruct]:
-  """Shapes and dtypes of the training features, without allocating them.
-
-  Returns:
-    dict of ShapeDtypeStruct int32[batch_size, L] (float32 for decoder_loss_weights), with
-    the keys the pipeline produces for `architecture` (`lm.data.features.batch_spec`).
-  """
-  return {k: jax.ShapeDtypeStruct((batch_size, length), dtype) for k, (length, dtype) in
-          features.batch_spec(architecture, inputs_length, targets_length).items()}
-
-
-def dummy_batch(architecture: str, inputs_length: int, targets_length: int,
-                batch_size: int = 1) -> dict[str, np.ndarray]:
-  """All-zero features with the training shapes (for init and abstract shapes).
-
-  Returns:
-    dict of int32[batch_size, L] arrays (float32 for decoder_loss_weights), with the
-    keys the pipeline produces for `architecture` (`lm.data.features.zero_batch`).
-  """
-  return features.zero_batch(architecture, inputs_length, targets_length, batch_size)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunBuild:
-  """Everything a run compiles, built from a config without allocating anything of size.
-
-  Attributes:
-    settings: the run's typed settings (lm.config.RunSettings, from lm.validate.validate);
-      `model_config` and `data_spec` are its model and data parts.
-    model: the Transformer of settings.model.
-    schedule, tx: the learning-rate schedule and the optax optimizer.
-    mesh, rules: the device mesh and the logical-axis rules.
-    rng: the run's root PRNG key (config.train.seed).
-    abstract_state: TrainState of ShapeDtypeStructs; boxed_params: the abstract boxed
-      params (logical axis names).
-    state_shardings: NamedShardings for the train state.
-    batch_shapes: {feature: ShapeDtypeStruct [global batch, L]} of one training batch.
-    batch_shardings: {feature: NamedSharding} (rows over data x fsdp).
-    train_step: jitted (state, batch) -> (state, metrics), state donated.
-    eval_step: jitted (params, batch) -> metrics.
-
-  Trace (call or lower) the steps inside `with build.axis_rules():` so that the model's
-  activation sharding constraints see the mesh and the rules.
-  """
-  settings: config_lib.RunSettings
-  model: Transformer
-  schedule: Any
-  tx: Any
-  mesh: Any
-  rules: tuple
-  rng: Any
-  abstract_state: Any
-  boxed_params: Any
-  state_shardings: Any
-  batch_shapes: Mapping[str, jax.ShapeDtypeStruct]
-  batch_shardings: Mapping[str, Any]
-  train_step: Any
-  eval_step: Any
-
-  @property
-  def model_config(self) -> TransformerConfig:
-    """The model's frozen config (settings.model)."""
-    return self.settings.model
-
-  @property
-  def data_spec(self) -> Any:
-    """The batches' frozen spec (settings.data: a DataSpec, or a fine-tuning run's
-    FinetuneSpec; its architecture is the model's layout)."""
-    return self.settings.data
-
-  def axis_rules(self):
-    """Context for tracing the steps: the mesh and the logical-axis rules."""
-    return partitioning.axis_rules(self.mesh, self.rules)
-
-  def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
-    """`batch_shapes` carrying `batch_shardings` (inputs for `train_step.lower`)."""
-    return {k: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=self.batch_shardings[k])
-            for k, s in self.batch_shapes.items()}
-
-  def init_state(self):
-    """A new train state from `rng`, placed on `state_shardings` (call inside axis_rules())."""
-    d = self.data_spec
-    return self.lower_init().compile()(
-        self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length))
-
-  def lower_init(self, platforms: tuple[str, ...] | None = None):
-    """The initialisation, one jit with the state's out_shardings, lowered (for `platforms`,
-    default the devices'). On GPUs each parameter's threefry is lowered to JAX's GPU kernel
-    instead of unrolled HLO (`jax_threefry_gpu_kernel_lowering`): the same numbers, and a
-    program XLA compiles in a fraction of the time (docs/speed.md); other platforms'
-    programs are unchanged."""
-    d = self.data_spec
-    init = jax.jit(functools.partial(steps.create_train_state, model=self.model, tx=self.tx),
-                   out_shardings=self.state_shardings)
-    previous = jax.config.jax_threefry_gpu_kernel_lowering
-    jax.config.update("jax_threefry_gpu_kernel_lowering", True)
-    try:
-      return init.trace(self.rng, dummy_batch(d.architecture, d.inputs_length, d.targets_length)
-                        ).lower(lowering_platforms=platforms)
-    finally:
-      jax.config.update("jax_threefry_gpu_kernel_lowering", previous)
-
-  def lower_train_step(self):
-    """The train step lowered for abstract inputs (`.compile()` it for XLA's analyses)."""
-    state = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-                         self.abstract_state, self.state_shardings)
-    with self.axis_rules():
-      return self.train_step.lower(state, self.abstract_batch())
-
-
-def build_run(settings: config_lib.RunSettings, *, devices: Any = None,
-              mesh: Any = None) -> RunBuild:
-  """Builds the model, optimizer, mesh, shardings and jitted steps of a run's settings.
-
-  The one place where a run's compiled program is defined: `train_and_evaluate` trains
-  with it and `lm.plan` compiles it ahead of time for devices that are not attached.
-  Nothing of size is allocated: the state and the batch are abstract.
-
-  Args:
-    settings: the run's typed settings (`lm.validate.validate(config)`).
-    devices: the devices of the mesh (default jax.devices()); e.g. a TPU topology's
-      compile-only devices.
-    mesh: a ready mesh with axes (data, fsdp, tensor) instead of `devices`, e.g. a
-      multi-slice hybrid mesh, or a `jax.sharding.AbstractMesh` (shardings and shapes
-      only: the steps can then not be compiled); its shape must be settings.mesh_shape's.
-
-  Raises:
-    ValueError: the run does not fit the devices (`lm.validate.device_errors`: every
-      problem listed), or `mesh` does not match settings.mesh_shape.
-  """
-  if mesh is None:
-    devices = list(jax.devices() if devices is None else devices)
-    num_devices = len(devices)
-  else:
-    num_devices = mesh.size
-  spec = settings.data
-  # One example per row (data.pack=False) lets cuDNN express padding by sequence lengths.
-  model = Transformer(settings.model, packed_rows=bool(spec.pack))
-  schedule = optim.make_schedule(settings.schedule)
-  tx = optim.make_optimizer(settings.optim, schedule)
-  rng = jax.random.key(settings.loop.seed)
-  abstract, boxed = steps.abstract_train_state(rng, dummy_batch(
-      spec.architecture, spec.inputs_length, spec.targets_length), model=model, tx=tx)
-  validate_lib.check_devices(settings, num_devices, boxed_params=boxed)
-  if mesh is None:
-    mesh = partitioning.make_mesh(settings.mesh_shape, devices=devices)
-  elif tuple(mesh.shape.values()) != partitioning.parse_mesh_shape(settings.mesh_shape,
-                                                                   num_devices):
-    raise ValueError(f"mesh {dict(mesh.shape)} does not match config.mesh.shape "
-                     f"{settings.mesh_shape}.")
-  rules = settings.rules
-  shapes = batch_shapes(spec.architecture, spec.inputs_length, spec.targets_length,
-                        spec.batch_size)
-  state_sh = partitioning.state_shardings(abstract, boxed, mesh, rules, tx=tx)
-  batch_sh = partitioning.batch_shardings(shapes, mesh)
-  train_fn = jax.jit(
-      functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
-                        **settings.train_step_kwargs),
-      in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, None), donate_argnums=0)
-  eval_fn = jax.jit(functools.partial(steps.eval_step, model=model,
-                                      **settings.eval_step_kwargs),
-                    in_shardings=(state_sh.params, batch_sh))
-  return RunBuild(settings=settings, model=model, schedule=schedule, tx=tx, mesh=mesh,
-                  rules=rules, rng=rng, abstract_state=abstract, boxed_params=boxed,
-                  state_shardings=state_sh, batch_shapes=shapes, batch_shardings=batch_sh,
-                  train_step=train_fn, eval_step=eval_fn)
 
 
 def write_config(record: Mapping[str, Any], workdir: str | os.PathLike, *,
@@ -443,7 +262,7 @@ def train_and_evaluate(settings: config_lib.RunSettings, workdir: str,
                        parts: parts_lib.Parts | None = None) -> dict[str, float]:
   """Trains (or resumes) the run of `settings` in `workdir`.
 
-  The stages: `build_run` (model, optimizer, mesh, shardings, jitted steps), the data and
+  The stages: `program.build_run` (model, optimizer, mesh, shardings, jitted steps), the data and
   the evaluators of `parts`, then under the workdir lock `restore_or_init` (the newest
   checkpoint, or a new state) and `_train_loop` (steps; log lines from a
   `lm.metrics.LogWindow`, evals, checkpoints).
@@ -460,7 +279,7 @@ def train_and_evaluate(settings: config_lib.RunSettings, workdir: str,
     the last logged train metrics and eval metrics (floats), for tests and sweeps.
   """
   parts = parts or parts_lib.PRETRAINING
-  run = build_run(settings)  # checks the run fits the devices (every problem listed) first
+  run = program.build_run(settings)  # checks the run fits the devices (every problem listed) first
   workdir_lib.check_remote_support(workdir)
   workdir = workdir_lib.as_path(workdir)
   data = parts.make_data(run, jax.process_index(), jax.process_count())
@@ -478,7 +297,7 @@ def train_and_evaluate(settings: config_lib.RunSettings, workdir: str,
       return _train_loop(workdir, lock, run, data, parts, evaluators, ckpt, start, peak)
 
 
-def _checkpoint_manager(workdir, run: RunBuild, data) -> checkpoint.CheckpointManager:
+def _checkpoint_manager(workdir, run: program.RunBuild, data) -> checkpoint.CheckpointManager:
   """The run's CheckpointManager (config.ckpt); checks the directory is writable."""
   settings = run.settings.checkpoint
   return checkpoint.CheckpointManager(
@@ -509,12 +328,12 @@ class Start:
   last_saved: int | None
 
 
-def restore_or_init(run: RunBuild, ckpt: checkpoint.CheckpointManager, workdir,
+def restore_or_init(run: program.RunBuild, ckpt: checkpoint.CheckpointManager, workdir,
                     data) -> Start:
   """Resumes from the newest intact checkpoint in `ckpt`, or initialises a new run.
 
   In order: restore; open the train iterator; then either set its position and the
-  logging window from the checkpoint, or initialise a new state (`RunBuild.init_state`)
+  logging window from the checkpoint, or initialise a new state (`program.RunBuild.init_state`)
   with its parameters from config.ckpt.init_from when set; last, write config.json (only
   now is the run known to be good; a resumed run never replaces it, see `write_config`).
   On any error `ckpt` and the iterator (when opened) are closed, nothing is written, and
@@ -579,7 +398,7 @@ def _warn_if_starved(values: dict[str, float], log_every: int) -> bool:
   return True
 
 
-def _train_loop(workdir, lock, run: RunBuild, data, parts: parts_lib.Parts,
+def _train_loop(workdir, lock, run: program.RunBuild, data, parts: parts_lib.Parts,
                 evaluators: Sequence[parts_lib.Evaluator], ckpt, start: Start,
                 peak: float) -> dict[str, float]:
   """Steps from `start` to train.num_steps (under the workdir lock and the axis rules).

@@ -4,7 +4,7 @@ Every problem is collected and reported at once, each naming the field to change
 build the same typed settings as the run (lm/config.py: `model_config`, `optim_config`, ...),
 so a config that validates is one the library accepts. `device_errors(settings, num_devices)`
 checks the typed settings against a device count: the mesh, and that every sharded parameter
-dim and the batch divide over it (validate runs it when given the count; lm.train.build_run
+dim and the batch divide over it (validate runs it when given the count; lm.program.build_run
 always does, for its mesh).
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def device_errors(settings: config_lib.RunSettings, num_devices: int, *,
     settings: the run's RunSettings (`validate`'s result).
     num_devices: the devices of the mesh.
     boxed_params: the model's abstract boxed params if the caller has traced them already
-      (lm.train.build_run); else the model's init is traced here (nothing allocated).
+      (lm.program.build_run); else the model's init is traced here (nothing allocated).
 
   Returns:
     one message per problem, each naming the field to change; empty when the run fits.

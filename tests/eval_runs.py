@@ -61,7 +61,7 @@ def fake_run(workdir: str, arch: str = "encoder_decoder", saved_steps=(2, 4)) ->
   """
   import dataclasses  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from lm import checkpoint, optim, steps, train  # pylint: disable=g-import-not-at-top
+  from lm import checkpoint, optim, program, steps, train  # pylint: disable=g-import-not-at-top
   from lm import config as config_lib  # pylint: disable=g-import-not-at-top
   from lm.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from lm.model.transformer import Transformer  # pylint: disable=g-import-not-at-top
@@ -73,7 +73,7 @@ def fake_run(workdir: str, arch: str = "encoder_decoder", saved_steps=(2, 4)) ->
   tx = optim.make_optimizer(config_lib.optim_config(config),
                             optim.make_schedule(config_lib.schedule_config(config)))
   d = config_lib.data_spec(config)
-  batch = train.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
+  batch = program.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
   rng = jax.random.key(0)
   abstract, _ = steps.abstract_train_state(rng, batch, model=model, tx=tx)
   state = jax.jit(lambda r, b: steps.create_train_state(r, b, model=model, tx=tx))(rng, batch)

@@ -3,6 +3,7 @@ read from stand-ins, the roofline, the console tables, config changes, the searc
 bisection with a stand-in `plan`, JSON. No XLA compile: each test takes well under 1 s.
 (The compiled plans are tested in tests/test_plan.py.)"""
 import json
+import logging
 import math
 import types
 
@@ -171,7 +172,7 @@ def test_xla_cost_reads_flops_bytes_and_optimal_seconds():
 
 
 def test_one_cpu_cost_lowers_one_device_with_the_changes(monkeypatch):
-  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import program  # pylint: disable=g-import-not-at-top
   seen = {}
 
   def validate(config):
@@ -184,7 +185,7 @@ def test_one_cpu_cost_lowers_one_device_with_the_changes(monkeypatch):
         cost_analysis=lambda: [{"flops": 7.0, "bytes accessed": 9.0, "bytes_accessed": 1.0}])
     return types.SimpleNamespace(lower_train_step=lambda: lowered)
   monkeypatch.setattr(plan.validate_lib, "validate", validate)
-  monkeypatch.setattr(train, "build_run", build_run)
+  monkeypatch.setattr(program, "build_run", build_run)
   config = ml_collections.ConfigDict({
       "mesh": {"shape": (2, 4, 1)}, "data": {"batch_size": 64, "num_shards": 8},
       "model": {"num_layers": 24, "scan_layers": True}})
@@ -198,12 +199,14 @@ def test_one_cpu_cost_lowers_one_device_with_the_changes(monkeypatch):
   assert seen["settings"] == "settings"
   assert dict(seen["mesh"].shape) == {"data": 1, "fsdp": 1, "tensor": 1}
   assert seen["mesh"].devices.flat[0] == jax.devices("cpu")[0]
-  # Two axes; a change of the mesh itself wins; no cost figures: NaN.
-  monkeypatch.setattr(plan.validate_lib, "validate", validate)
+  # Two axes; no cost figures: NaN.
   config.mesh.shape = (2, 4)
   lowered = types.SimpleNamespace(cost_analysis=lambda: None)
-  monkeypatch.setattr(train, "build_run", lambda settings, mesh: types.SimpleNamespace(
-      lower_train_step=lambda: lowered, mesh=seen.update(mesh=mesh)))
+
+  def build_run_without_costs(settings, mesh):
+    seen["mesh"] = mesh
+    return types.SimpleNamespace(lower_train_step=lambda: lowered)
+  monkeypatch.setattr(program, "build_run", build_run_without_costs)
   got = plan._one_cpu_cost(config, ("data", "fsdp"), **{"data.num_shards": 1})
   assert set(got) == {"flops", "bytes_accessed"} and all(math.isnan(v) for v in got.values())
   assert seen["config"].mesh.shape == (1, 1) and dict(seen["mesh"].shape) == {"data": 1, "fsdp": 1}
@@ -419,7 +422,8 @@ def test_format_plan_variants():
 
 
 def test_format_plan_of_an_analytic_plan():
-  p = _plan_dict(kind="analytic", target="h100-8", topology=None, num_slices=1, xla=None,
+  # The kind built at run time (as a plan read back from JSON): compared by value.
+  p = _plan_dict(kind="".join(["ana", "lytic"]), target="h100-8", topology=None, num_slices=1, xla=None,
                  compile_seconds=None, flops={"analytic": 3.5e14},
                  estimate={"basis": "lm's", "seconds": 0.002, "compute_s": 0.002,
                            "memory_s": 0.0, "compiler_seconds": None,
@@ -525,7 +529,8 @@ def test_search_doubles_then_bisects_in_batch_steps(monkeypatch):
   assert s["overrides"] == ["--config.data.batch_size=96", "--config.model.remat_policy=none",
                             "--config.mesh.shape=1,8,1"]   # num_shards 32 divides 96
   assert logged[0] == "  remat=none           mesh=(1, 8, 1) batch=    16: fits (4.000 GiB)"
-  assert logged[3] == "  remat=none           mesh=(1, 8, 1) batch=   128: does not fit (32.000 GiB)"
+  assert logged[3] == ("  remat=none           mesh=(1, 8, 1) batch=   128: does not fit "
+                       "(32.000 GiB)")
   assert len(logged) == 6
   # A fitting batch next to the failing one: no bisection; the shards made to divide.
   seen.clear()
@@ -642,7 +647,7 @@ def test_json_default_and_write_json(tmp_path):
 def _stand_in_build(monkeypatch, compiled=None, compile_error=None, build_error=None):
   """Stand-ins for what `plan` calls (mesh, validation, build, accounting, hlo_cost); returns
   the dict its calls are recorded in."""
-  from lm import train  # pylint: disable=g-import-not-at-top
+  from lm import program  # pylint: disable=g-import-not-at-top
   seen = {"hlo": []}
   mc = types.SimpleNamespace(mask_type="causal", dtype="bfloat16", scan_layers=True,
                              remat_policy="full", attention_impl="xla")
@@ -668,7 +673,7 @@ def _stand_in_build(monkeypatch, compiled=None, compile_error=None, build_error=
   monkeypatch.setattr(plan, "make_target_mesh",
                       lambda shape, target: seen.setdefault("mesh", (shape, target)) and mesh)
   monkeypatch.setattr(plan.validate_lib, "validate", lambda c: ("validated", c))
-  monkeypatch.setattr(train, "build_run", build_run)
+  monkeypatch.setattr(program, "build_run", build_run)
   monkeypatch.setattr(plan.accounting, "training_flops",
                       lambda m, i, t, b: seen.setdefault("flops", (m, i, t, b)) and 4e12)
   monkeypatch.setattr(plan.accounting, "count_params", lambda m: 123.0 if m is mc else None)
@@ -781,7 +786,9 @@ def test_plan_refuses_a_config_the_build_refuses_in_one_line(monkeypatch):
 
 def test_plan_without_a_compile_is_lms_estimate(monkeypatch):
   seen = _stand_in_build(monkeypatch)   # lower_train_step fails if called
-  for target, compile_step in ((_target(kind="analytic"), True), (_target(kind="tpu"), False)):
+  # "analytic" built at run time too: the kind is compared by value.
+  for target, compile_step in ((_target(kind="analytic"), True), (_target(kind="tpu"), False),
+                               (_target(kind="".join(["ana", "lytic"])), True)):
     p = plan.plan(_plan_config(), target, compile_step=compile_step)
     assert seen["hlo"] == [] and p["xla"] is None and p["compile_seconds"] is None
     assert p["flops"] == {"analytic": 4e12}
@@ -836,10 +843,15 @@ _CONFIG = "--config=configs/t5.py:runlocal"
 
 def test_main_plans_prints_and_writes_json(monkeypatch, capsys, tmp_path):
   seen = _stand_in_main(monkeypatch)
+  loggers = [logging.getLogger(name) for name in ("absl", "jax._src")]
+  for logger in loggers:
+    monkeypatch.setattr(logger, "level", logging.NOTSET)
   out = tmp_path / "plan.json"
   assert plan.main(["lm.plan", _CONFIG, "--topology=h100-8", f"--json={out}"]) == 0
+  assert [logger.level for logger in loggers] == [logging.WARNING] * 2   # quiet
   assert capsys.readouterr().out == "PLAN TABLE\n"
   assert seen["target"] == ("h100-8", 1, None) and seen["plan"][1] == "the target"
+  assert seen["plan"][0].is_locked and seen["plan"][0].data.targets_length   # derived
   assert "remat" not in seen and "search" not in seen
   assert json.loads(out.read_text()) == {"fits": True, "answer": 0.5}
   assert plan.main(["lm.plan", _CONFIG, "--topology=v5p-8", "--num_slices=2", "--memory_gib=0.5",
@@ -908,3 +920,13 @@ def test_main_reports_a_plan_error_in_one_line(monkeypatch, capsys, tmp_path):
   monkeypatch.setattr(plan, "plan", lambda c, t: (_ for _ in ()).throw(ValueError("bad  value")))
   assert plan.main(["lm.plan", _CONFIG, "--topology=h100-8"]) == 2
   assert capsys.readouterr().err == "error: bad value\n"
+
+
+def test_python_m_lm_plan_runs_main(monkeypatch, capsys):
+  import runpy  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr("sys.argv", ["lm.plan"])
+  with pytest.warns(RuntimeWarning, match="found in sys.modules"):
+    with pytest.raises(SystemExit) as e:
+      runpy.run_module("lm.plan", run_name="__main__")
+  assert e.value.code == 2
+  assert capsys.readouterr().err.startswith("error: --config and --topology are required")

@@ -249,7 +249,7 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   import flax.linen as nn
   import jax
 
-  from lm import checkpoint, optim, partitioning, steps, train
+  from lm import checkpoint, optim, partitioning, program, steps, train
   from lm import config as config_lib
   from lm.checkpoint import hf_t5
   from lm.model import Transformer
@@ -258,7 +258,7 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   model_config = config_lib.model_config(config)
   model = Transformer(model_config)
   d = config_lib.data_spec(config)
-  batch = train.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
+  batch = program.dummy_batch(d.architecture, d.inputs_length, d.targets_length)
   params = nn.unbox(model.init(jax.random.key(7), batch)["params"])
   hf_dir = str(tmp_path / "hf")
   hf_t5.save_hf_t5(hf_dir, model_config, params)
@@ -287,7 +287,7 @@ def test_init_from_hugging_face_t5_and_from_another_run(tmp_path):
   base = str(tmp_path / "base")
   train.train_and_evaluate(validate(_config(steps=2, **{"train.log_every": 1})), base)
   scratch = _train_losses(base)[1]
-  run = train.build_run(validate(_config(steps=2)))
+  run = program.build_run(validate(_config(steps=2)))
   it = pipeline_lib.DataPipeline(run.data_spec).train_iterator()
   first = partitioning.make_global_batch(next(it), run.mesh)
   it.close()
@@ -406,8 +406,8 @@ def test_init_lowers_threefry_to_the_gpu_kernel_and_leaves_other_platforms_alone
   """The init program for a GPU calls JAX's threefry kernel (not the unrolled rounds XLA
   takes a minute to compile); the CPU's program has none; the global flag is restored."""
   import jax
-  from lm import train
-  run = train.build_run(validate(_config(steps=1)))
+  from lm import program
+  run = program.build_run(validate(_config(steps=1)))
   with run.axis_rules():
     cuda = run.lower_init(("cuda",)).as_text()
     cpu = run.lower_init(("cpu",)).as_text()

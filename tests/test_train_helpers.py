@@ -4,7 +4,7 @@ import logging
 import numpy as np
 import pytest
 
-from lm import train
+from lm import program, train
 
 
 @pytest.mark.parametrize("arch,lengths", [
@@ -17,8 +17,8 @@ def test_batch_shapes_and_dummy_batch_are_the_training_features(arch, lengths):
   keys |= {"decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"}
   keys |= {"encoder_input_tokens"} if arch == "encoder_decoder" else {"decoder_causal_attention"}
   for batch_size, kwargs in ((1, {}), (3, {"batch_size": 3})):
-    shapes = train.batch_shapes(arch, 7, 5, **kwargs)
-    zeros = train.dummy_batch(arch, 7, 5, **kwargs)
+    shapes = program.batch_shapes(arch, 7, 5, **kwargs)
+    zeros = program.dummy_batch(arch, 7, 5, **kwargs)
     assert set(shapes) == set(zeros) == keys
     for k in keys:
       want = (batch_size, lengths[k.split("_")[0]])

@@ -106,6 +106,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/plan.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
     "lm/train.py": ["tests/test_train_helpers.py", "tests/test_parts.py",
                     "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
+    "lm/program.py": ["tests/test_train_helpers.py"],
     "lm/parts.py": ["tests/test_parts.py"],
     "lm/downstream/metrics.py": ["tests/downstream/test_downstream_metrics.py"],
     "lm/downstream/task.py": ["tests/downstream/test_t5_tasks.py", "tests/downstream/test_mini.py"],
@@ -140,8 +141,9 @@ MODULE_TESTS: dict[str, list[str]] = {
 # Module -> the only top-level functions / classes mutated by default (the rest of the module
 # is I/O and orchestration that the fast tests do not reach; --functions or --lines override).
 MODULE_FUNCTIONS: dict[str, list[str]] = {
-    "lm/train.py": ["Preempted", "NonFiniteError", "_check_finite", "batch_shapes",
-                    "dummy_batch", "_evaluate_due", "_warn_if_starved"],
+    "lm/train.py": ["Preempted", "NonFiniteError", "_check_finite", "_evaluate_due",
+                    "_warn_if_starved"],
+    "lm/program.py": ["batch_shapes", "dummy_batch"],
 }
 
 

@@ -172,7 +172,7 @@ def _run_settings(run: Any) -> FinetuneSettings:
 
 
 def task_evaluation(run: Any, data: Any, workdir: Any) -> TaskEvaluation:
-  """The TaskEvaluation of `run` (lm.train.RunBuild): its model, mesh, rules and
+  """The TaskEvaluation of `run` (lm.program.RunBuild): its model, mesh, rules and
   settings.finetune.evaluation, and `data`'s tokenizer."""
   return TaskEvaluation(_run_settings(run).evaluation, run.model, data.tokenizer, run.mesh,
                         run.rules, workdir, last_step=run.settings.loop.num_steps)
