@@ -1,63 +1,13 @@
 """Parameter and FLOP accounting for TransformerConfig (no parameter is allocated).
 
-Parameters are counted from ``jax.eval_shape`` of ``Transformer.init``, so the count is
-exactly the model's param tree.
+Parameters are counted from ``jax.eval_shape`` of ``Transformer.init`` (exactly the param
+tree); FLOPs count matrix multiplies only (2 per multiply-add, backward = 2x forward);
+``activation_bytes`` estimates what the backward pass keeps per example, per remat policy.
+The presets are in presets.py; the planner (lm/plan.py) sets these beside XLA's analyses.
 
-FLOPs (used for MFU) count matrix multiplies only, 2 FLOPs per multiply-add; norms,
-softmax, activations, position biases and the embedding gather are not counted. A
-training step costs 3x the forward pass (backward = 2x forward). With D = emb_dim,
-NH = num_heads * head_dim, KH = num_kv_heads * head_dim (= NH without grouped-query
-attention), F = mlp_dim, V = vocab_size, M = number of MLP matrices (3 for
-gated_gelu/swiglu, 2 otherwise), Li = inputs_length, Lt = targets_length, forward FLOPs
-per example are:
+    training_flops(config, inputs_length, targets_length)   # per example and step
 
-  encoder-decoder (shared or not; Le / Ld encoder / decoder layers):
-    encoder, per layer:  2*Li*(2*D*NH + 2*D*KH + M*D*F)  q, o, k, v and MLP projections
-                         + 4*Li*Li*NH                   scores Q K^T and weights x V
-    decoder, per layer:  2*Lt*(2*D*NH + 2*D*KH + M*D*F) + 4*Lt*Lt*NH   self-attention + MLP
-                         + 2*Lt*2*D*NH + 2*Li*2*De*KH            cross q, o (on Lt) and k, v (on Li)
-                         + 4*Lt*Li*NH                             cross scores and values
-    logits:              2*Lt*D*V
-    An encoder of its own shape (``encoder_config``: T5Gemma 9B-2B) counts its layers with
-    its D, NH, KH, F; De is its width (D otherwise). Merged attention (T5Gemma 2) has no
-    cross q and o: the decoder's own q and o serve both, so its cross term is
-    2*Li*2*D*KH + 4*Lt*Li*NH (the activation estimate below still counts a cross block:
-    an upper bound).
-  decoder-only (prefix_lm / causal), L = Li + Lt (inputs and targets in one sequence):
-    per layer:           2*L*(2*D*NH + 2*D*KH + M*D*F) + 4*L*L*NH
-    logits:              2*L*D*V
-
-Attention is counted over the full L x S score matrix, as the dense implementation
-computes it (no discount for causal masking). For a decoder-only model this is the
-familiar 6*N*L + 12*layers*L^2*NH per sequence with N the non-embedding matmul
-params plus the output projection.
-
-Activation memory (``activation_bytes``) is the estimate of what the backward pass keeps
-from the forward pass, per example, in bytes; a = bytes of the activation dtype (2 for
-bfloat16), attention probabilities and logits are float32 (4 bytes). Per token and layer
-with remat_policy "none" (everything autodiff saves):
-  self-attention:  a*(2*D + 4*NH) + 4*N*S        block input and norm, q, k, v, context;
-                                                  softmax probabilities over S keys
-  MLP:             a*(2*D + F*(M == 3 ? 3 : 2))   block input and norm; gate, linear, product
-                                                  (or pre- and post-activation)
-  cross-attention: a*(2*D + 2*NH) + 4*N*Li       (decoder of an encoder-decoder) and k, v of
-                   + a*2*NH per encoder token     the encoded sequence per decoder layer
-  logits:          3 * 4*V per output token       float32 logits, softmax and gradient
-plus float32 masks (4*S per token and attention) and, transiently, the float32 gradients
-of one attention layer's scores and probabilities (2 * 4*N*L*S).
-The named policies keep each layer's input and the ``checkpoint_name`` tags they list,
-and hold one layer's activations while it is recomputed: "minimal" the q, k, v and out
-projections and the attention output (a*(2*D + 4*NH) per token and self-attention layer,
-a*(D + 2*NH) more with cross-attention), "minimal_with_mlp" also the MLP's input products
-(a*F*(M == 3 ? 2 : 1)), "minimal_offloaded" on the device what "full" keeps (the names wait in host memory).
-"dots_saveable" keeps only the matmul outputs (q, k, v, scores, context, output projection,
-MLP matrices) and each layer's input; "dots_with_no_batch_dims_saveable" the projections
-with weights only (no attention scores or context); "full" / "nothing_saveable" each
-layer's input plus one layer's activations while it is recomputed. The heads-, mlp- and
-vocab-sized parts split over a tensor-parallel mesh axis; the D-sized parts do not.
-With grouped-query attention (num_kv_heads < num_heads) k and v are still counted at N
-heads: the attention core keeps the heads repeated to N; the named policies' saved k and v
-projections have K heads, so for them the estimate is an upper bound.
+The per-layer formulas and what each remat policy keeps: docs/model.md, 'Accounting'.
 """
 from __future__ import annotations
 

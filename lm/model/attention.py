@@ -1,35 +1,14 @@
 """Multi-head dot-product attention (self, cross, merged) with a KV cache for decoding.
 
-The layer adds a given bias (masks.py's mask, any position bias); it builds no masks. As in
-T5 there is no 1/sqrt(H) logit scaling (the query init is divided by sqrt(H), t5x
-``layers.py``) unless ``query_scale`` is set (Gemma 2: queries times s**-0.5). Grouped-query
-attention: query head n reads key/value head n // (N / K). Merged attention (T5Gemma 2's
-decoder: ``encoded`` given to a self-attention) projects the encoder's outputs by the same
-key/value kernels (keys normed, not rotated) and runs one softmax over [own; encoder keys].
-fast_grads.py has the softmax core's gradient; docs/model.md the narrative.
-
-Params of ``MultiHeadAttention`` (no biases; init variance_scaling(1.0, "fan_in", "normal")
-over the contracted axes, query also / sqrt(H) without query_scale):
-  query:       float32[D, N, H]  ("embed", "heads", "kv")
-  key, value:  float32[D, K, H]  ("embed", "heads", "kv"); ("embed", "kv_heads", "kv")
-               when K < N (lm/partitioning.py replicates "kv_heads" by default)
-  out:         float32[N, H, D]  ("heads", "kv", "embed")
-  query_norm, key_norm: {scale: float32[H] ("kv",)}  (``qk_norm`` only: Gemma 3, T5Gemma 2)
-
-Cache collection ("cache"), laid out [B, K, H, S] so a step's two products read it without
-a transpose (with [B, S, N, H], XLA:CPU transposed every layer's cache at every step):
-  self-attention:  cached_key, cached_value: dtype[B, K, H, max_length]; prefill writes
-                   slots [0, P), each step writes the slots at ``cache_index``.
-  cross-attention: cached_key, cached_value: dtype[Bc, K, H, S_enc], written at prefill;
-                   a step's queries may have R * Bc rows (beam search: rows c * R + r read
-                   row c), so the encoder's keys are never copied per beam. Merged
-                   attention keeps them as ``ENCODER_CACHE_NAMES`` beside its self cache.
-
+The layer adds a given bias (masks.py's mask, any position bias); it builds no masks.
 ``choose_kernel`` alone decides which kernel computes ``softmax(Q K^T + bias) V``
-(``TransformerConfig.attention_impl``; kernels.py; docs/speed.md has the rules).
+(kernels.py); fast_grads.py has the softmax core's gradient.
 
 Einsum letters: B batch, L query length, S key length, D emb, N heads, H head_dim,
 K key/value heads, G = N / K query heads per key/value head.
+
+Scaling, grouped-query and merged attention, the params and the [B, K, H, S] cache layout:
+docs/model.md, 'Attention'; the kernel rules: docs/speed.md, 'Attention kernels'.
 """
 from __future__ import annotations
 

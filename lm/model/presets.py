@@ -1,46 +1,13 @@
 """Model presets: size tables per family; the architecture is always an argument.
 
     make_config("t5_1_1", "base", "encoder_decoder")      # T5.1.1 base, 12 + 12 layers
-    make_config("t5_1_0", "base", "causal")                # the paper's "LM" row: 12 layers
     make_config("gpt3", "125m", "causal", dtype="float32")
     from_name("cpu/tiny/prefix_lm")                        # family/size/architecture
 
-A size row is the per-stack shape (layers per stack, emb_dim, mlp_dim, num_heads, head_dim);
-`lm.architecture.model_fields` turns it into the model's stacks: encoder_decoder and shared
-have two stacks of `num_layers` (shared: one set of params run twice), the decoder-only
-architectures (prefix_lm, causal) one stack of `num_layers` (T5 Table 2: the decoder-only
-rows have as many layers as ONE stack of the encoder-decoder, P parameters).
-
-Families:
-- ``t5_1_1`` {small, base, large, xl, xxl}: T5.1.1 (docs/t5_reference.md §3.2), vocab 32128,
-  GEGLU, untied logits, RMSNorm, relative bias, dropout 0 (pre-training), bfloat16 activations.
-- ``t5_1_0`` {small, base, large, 3b, 11b}: the paper's T5 (paper §3.7; docs/t5_reference.md
-  §1.1, §3.2): tied embeddings (logits scaled by emb_dim**-0.5), ReLU MLP, dropout 0.1. The
-  paper's Table 2 rows are t5_1_0 base with each architecture; its "6 layers" row (P params,
-  M/2 compute) is t5_1_0 base with ``num_layers=6``.
-- ``gpt3`` {125m, 350m, 760m, 1_3b, 2_7b, 6_7b, 13b, 175b}: GPT-3 paper Table 2.1 shapes
-  (layers, d_model, heads, d_head; d_ff = 4 d_model; 2048 context), learned absolute
-  positions, GELU, pre-LayerNorm, tied embeddings without logit scaling (init std 0.02),
-  vocab 50304 (GPT-2's 50257 padded to a multiple of 128); GPT-3 itself is ``causal``.
-  d_model 5140 for 13B is the paper's printed value (40 heads x 128 = 5120 attention width);
-  for 1.3B the paper prints 24 heads x 128, which would give 1.5B params, so we use 16 x 128
-  = d_model (1.3B). Unlike GPT-3 these models have no biases on dense layers (only LayerNorm
-  has a shift) and dense (not sparse-banded) attention.
-- ``t5gemma`` {s, b, l, ml, xl, 2b, 9b}: T5Gemma (arXiv 2504.06225; docs/model.md): Gemma 2
-  blocks (GQA, RoPE, tanh-GEGLU, Gemma RMSNorm before and after each sub-block, sqrt(D)
-  embedding scale, attention / final soft-caps 50 / 30, local (4096-token window) and global
-  layers alternating, query scale head_dim**-0.5), vocab 256000, the head tied to the
-  decoder's table; as ``encoder_decoder`` the encoder reads its own table
-  (separate_encoder_embedding), the other architectures have one. 2b and 9b are Gemma 2's
-  shapes (as ``causal``: Gemma 2 2B / 9B, 2,614,341,888 / 9,241,705,984 params); s, b, l,
-  xl T5.1.1's sizes with multi-head attention; ml the released config.json's (26 layers,
-  1152 wide, 4 heads of 256). The encoder_decoder counts equal the released checkpoints'
-  (s 312,517,632; b 591,490,560; ml 2,200,345,344; xl 3,766,980,608; 9b 20,333,401,088);
-  l (1,241,761,792) has no published count to check it against. Not here: the unbalanced
-  9B-2B (lm's stacks share one width; its decoder's cross_attention_hidden_size is the
-  encoder's 3584).
-- ``cpu`` {tiny, small_cpu}: T5.1.1 blocks in float32 for CPU runs: tiny (emb 64, 2 layers
-  per stack), small_cpu (emb 256, 4 layers per stack).
+Families: ``t5_1_1``, ``t5_1_0``, ``gpt3``, ``t5gemma`` and ``cpu``. A size row is the
+per-stack shape; `lm.architecture.model_fields` turns it into the model's stacks. The
+parameter counting is in accounting.py, the config type in config.py.
+Each family's sizes, sources and checked parameter counts: docs/model.md, 'Presets'.
 """
 from __future__ import annotations
 
