@@ -1,53 +1,15 @@
 """Hugging Face T5 checkpoints <-> lm encoder-decoder params (NumPy + safetensors, no torch).
 
-Reads and writes the directory layout of ``transformers``' ``save_pretrained`` for
-``T5ForConditionalGeneration`` (T5.1.0, T5.1.1, flan-t5, ...): ``config.json`` plus
-``model.safetensors`` (or shards listed in ``model.safetensors.index.json``).
+Reads and writes ``transformers``' ``save_pretrained`` directories of
+``T5ForConditionalGeneration`` (T5.1.0, T5.1.1, flan-t5, ...).
 
     config, params = load_hf_t5("/ckpt/t5-v1_1-small", scan_layers=True)
-    logits = Transformer(config).apply({"params": params}, batch)
     save_hf_t5("/out/dir", config, params)   # transformers.from_pretrained("/out/dir") works
 
-The pure halves are ``hf_to_lm(hf_config, tensors, **overrides)`` and
-``lm_to_hf(config, params)``; ``load_hf_t5`` (through ``read_safetensors``) and ``save_hf_t5``
-do the I/O.
-
-Mapping (HF name -> lm param; HF ``nn.Linear`` weights are [out, in] and are transposed;
-N = num_heads, H = d_kv, D = d_model, F = d_ff, V = vocab_size):
-  shared.weight [V, D]                                  token_embedder/embedding [V, D]
-  {enc,dec}.block.0.layer.0.SelfAttention.relative_attention_bias.weight [32, N]
-                                                        {stack}/relpos_bias/rel_embedding [N, 32]
-  {stack}.block.i.layer.0.SelfAttention.{q,k,v}.weight [N*H, D]
-                                                        layers_i/self_attention/{query,key,value} [D, N, H]
-  {stack}.block.i.layer.0.SelfAttention.o.weight [D, N*H]   layers_i/self_attention/out [N, H, D]
-  {stack}.block.i.layer.0.layer_norm.weight             layers_i/pre_self_attention_layer_norm/scale
-  decoder.block.i.layer.1.EncDecAttention.*             layers_i/encoder_decoder_attention/*
-  decoder.block.i.layer.1.layer_norm.weight             layers_i/pre_cross_attention_layer_norm/scale
-  {stack}.block.i.layer.{1|2}.DenseReluDense.{wi,wi_0,wi_1} [F, D]   layers_i/mlp/{...} [D, F]
-  {stack}.block.i.layer.{1|2}.DenseReluDense.wo [D, F]  layers_i/mlp/wo [F, D]
-  {stack}.block.i.layer.{1|2}.layer_norm.weight         layers_i/pre_mlp_layer_norm/scale
-  {stack}.final_layer_norm.weight                       {stack}/final_norm/scale
-  lm_head.weight [V, D] (untied only)                   logits_dense/kernel [D, V]
-
-Conventions checked against transformers 5.x ``modeling_t5.py`` (and the golden test):
-- Neither codebase scales attention logits by 1/sqrt(d_kv) (HF ``scaling = 1.0``; lm folds
-  it into the query init), so q/k/v/o weights map unchanged.
-- HF keeps the relative bias table only in block 0 of each stack and reuses it in every
-  layer: that is lm's one table per stack. ``decoder.block.0.layer.1.EncDecAttention.
-  relative_attention_bias.weight`` (present in some old checkpoints) is ignored, as HF does.
-- Tied logits: HF multiplies the decoder output by d_model**-0.5 before ``lm_head`` when
-  ``scale_decoder_outputs`` (transformers 5) / ``tie_word_embeddings`` (4.x) is true; lm's
-  ``tie_embeddings=True, tied_logits_scale=True`` does the same. transformers 5 always
-  writes ``tie_word_embeddings: true`` and ties ``lm_head`` to ``shared`` only when the
-  checkpoint does not hold a different ``lm_head.weight``; so "tied" here means "no
-  lm_head.weight, or one equal to shared.weight". An untied head with the scale on (or a
-  tied one without it) is mapped exactly by folding the scale into ``logits_dense``.
-- ``feed_forward_proj``: "relu" -> relu, "gated-gelu" (HF ``gelu_new``, the tanh
-  approximation = flax ``nn.gelu`` default) -> gated_gelu, "gated-silu" -> swiglu,
-  "gelu_new" -> gelu. HF's exact-erf "gelu" / "gated-gelu_pytorch..." variants have no lm
-  equivalent and are refused.
-- HF's ``layer_norm_epsilon`` must be 1e-6 (lm's RMSNorm epsilon is fixed).
-- Masks: HF adds finfo.min, lm -1e10; identical after softmax for any row with a visible key.
+The pure halves are ``hf_to_lm`` and ``lm_to_hf``; ``load_hf_t5`` and ``save_hf_t5`` do the
+I/O. T5Gemma is hf_t5gemma.py, the choice by ``model_type`` hf.py. The name mapping and the
+conventions (logit scaling, relative bias, tied logits, activations, epsilon, masks):
+docs/evaluation.md, 'Hugging Face T5 checkpoints'.
 """
 from __future__ import annotations
 

@@ -3,36 +3,13 @@
     ckpt = CheckpointManager(workdir / "checkpoints", every_steps=1000, keep=3,
                              signature=run_signature(config.model.to_dict(), abstract_state))
     state, data_state = ckpt.restore_or_none(abstract_state, shardings) or (fresh_state, None)
-    ...
     ckpt.save(step, state, data_state=it.get_state(), metrics={"eval_loss": 2.1})
-    ...
     ckpt.save(final_step, state, data_state=..., force=True); ckpt.close()
 
-Each step directory holds three orbax items:
-  state  the TrainState pytree (PyTreeCheckpointHandler, tensorstore; sharded arrays
-         are written by every process, read back onto any target sharding),
-  data   the data iterator's state and the caller's `extra` dict (the trainer's partial
-         logging window) (JSON; bytes are base64-wrapped),
-  meta   {"signature": {...}, "step": n, "checksums": {leaf path: [c1, c2]}} (JSON).
-Orbax writes a step into `<step>.orbax-checkpoint-tmp-*` and renames it when all
-items are committed, so a save that died half-way is never listed (and stale tmp
-dirs are deleted when a manager opens the directory).
-
-Restoring checks the checkpoint's meta against the running model first and raises a
-one-line `IncompatibleCheckpointError` instead of silently starting over (the signature,
-signature.py, covers the model config, the parameter shapes and, when given, the
-tokenizer's content).
-
-Integrity: `save` records two 32-bit position-weighted checksums of every array's bits
-(computed on device, so sharded and multi-host states cost one small jit); `restore`
-recomputes them on the restored arrays. A step that cannot be read (missing or
-truncated items, manifest, metadata or tensor files) or whose checksums differ is
-damaged: `restore_or_none` then falls back to the newest intact older step with a
-warning and moves the damaged directory aside to `<step>.damaged` (kept for inspection,
-never deleted), so training continues and later saves can reuse the step number. When no
-step is intact, `CheckpointDamagedError` names the step directory and the steps tried.
-The verification and the fallback are integrity.py's, shared with the read-only loaders
-of loading.py (`restore_params`: lm.decode, lm.evaluate, ckpt.init_from).
+Restoring checks the signature (signature.py) and the checksums, and falls back to the newest
+intact step (integrity.py, shared with loading.py's read-only loaders). The items of a step
+directory, the fallback and the save errors: docs/robustness.md, 'Checkpoint integrity and
+fallback' and 'Checkpoint directory problems'.
 """
 from __future__ import annotations
 
