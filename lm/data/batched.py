@@ -1,55 +1,14 @@
 """Vectorised objectives: one NumPy pass over a BLOCK of examples instead of one call each.
 
-What lives here: the batched forms of the objectives of `lm.data.objectives` (span corruption,
-i.i.d. replace-spans, drop-tokens, BERT, MASS, prefix LM, full LM), named `<objective>_block`:
-fn(tokens int32[B, L], keys uint64[B], *, vocab_size, num_extra_ids, **params), where the
-per-example form takes int32[L] and an `np.random.Generator` (each objective's record,
-`objectives.OBJECTIVES[name].batched`, points here); the keyed noise masks
-(`random_spans_noise_mask_block`, `iid_noise_mask_block`); a batched `converters.convert`
-(`convert_batch`); the counter-based random numbers they draw from (`example_keys`,
-`random_words`). What does not: the per-example reference definitions
-(objectives.py, which this module follows), tokenization, and the pipeline stage that runs
-these over blocks of chunks and packs them (`blocks.py`: `BlockObjective`,
-`BlockExamplesIterDataset`).
+What lives here: the batched forms of `lm.data.objectives` (`<objective>_block`: tokens
+int32[B, L] and keys uint64[B] instead of int32[L] and a Generator), the keyed noise masks,
+`convert_batch`, and the counter-based random words they draw from (`example_keys`,
+`random_words`). What does not: the per-example reference definitions (objectives.py, which
+this module follows, not bit for bit), tokenization, and the grain stage that runs these over
+blocks of chunks and packs them (blocks.py).
 
-Definition (not a bit-for-bit replay of the per-example functions). The per-example
-functions draw from one `np.random.Generator` per example (`rng.permutation`,
-`rng.random`), which cannot be vectorised across examples. Here each example's randomness
-is a counter-based stream: example b gets a 64-bit key from (seed words..., chunk index)
-(`example_keys`), and its j-th random word is splitmix64(key + (j + 1) * golden) (Steele,
-Lea & Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014). So:
-
-  * an example's output depends only on its tokens, its key and the objective's
-    parameters, never on which block it was processed in, the block size or the other
-    examples of the block (tests check this); a pipeline can restart at any example;
-  * the distributions are the reference's: span corruption draws its noise/non-noise span
-    lengths as uniformly random compositions (Floyd's algorithm for a uniform (S-1)-subset
-    of the N-1 gaps, R. W. Floyd & J. Bentley, "Programming pearls: a sample of
-    brilliance", CACM 1987), exactly T5's `random_spans_noise_mask`; the i.i.d. masks are
-    Bernoulli(noise_density) per token. Uniform integers in [0, n) are
-    floor(u * n) with u a 53-bit uniform, so the bias is below n / 2**53 (the i.i.d. masks'
-    Bernoulli draws: see below);
-  * the exact invariants are the reference's (tests check them on every example): token
-    and sentinel counts, sentinel ids V-1-k in order, a span-corruption mask that starts
-    with non-noise and ends with noise, inputs/targets that rebuild the original tokens,
-    the same ValueErrors on too many spans / too few non-noise tokens, and the same
-    deterministic outputs wherever the reference has no randomness (lengths 0-3, one span,
-    density 0, all gaps cut);
-  * i.i.d. masks compare 32-bit halves of the words with round(p * 2**32) (`bernoulli`), so
-    a token is noise with probability within 2**-33 of noise_density.
-
-Span corruption without a mask. With span lengths m_k (non-noise) and n_k (noise),
-k = 0..S-1, cumulative A_k = m_0 + ... + m_k and C_k = n_0 + ... + n_k, the inputs are
-[non-noise span 0, sentinel 0, non-noise span 1, sentinel 1, ...] (L - N + S tokens:
-sentinel k at A_k + k) and the targets [sentinel 0, noise span 0, sentinel 1, ...]
-(N + S tokens: sentinel k at C_{k-1} + k). Both have the same length on every example of a
-given raw length, so a block of equal-length chunks gives dense [B, Li] / [B, Lt] arrays,
-built by one gather each (source index = position + a piecewise-constant offset, a cumsum of
-jumps at span starts) and no Python loop over examples or tokens. The only loop is Floyd's,
-over the S - 1 cuts (27 at T5's 512/0.15/3), each step one vector operation over the block.
-
-Examples of different lengths (e.g. the last chunk of a finite dataset) are processed in
-groups of equal length; outputs come back in input order.
+The definition (keys, distributions, invariants, span corruption without a mask):
+docs/speed.md, 'Batched objectives (`lm/data/batched.py`)'.
 """
 from __future__ import annotations
 

@@ -1,38 +1,15 @@
 """Feature converters: one {inputs, targets} example -> model features for an architecture.
 
-What lives here: `convert` (seqio's EncDecFeatureConverter / PrefixLMFeatureConverter /
-DecoderFeatureConverter layouts for ONE unpadded example, with T5's append_eos_after_trim),
-`shift_right` (seqio's make_autoregressive_inputs, segment-aware) and `Framing` (how a
-checkpoint frames its inputs and starts its decoder: T5's, below, or T5Gemma's; `FRAMINGS`,
-docs/decoding.md "Framing"). Pure NumPy.
-What does not: packing and padding (segment ids, positions; `lm.data.packing`), objectives
-(`lm.data.objectives`).
+What lives here: `convert` (seqio's encoder-decoder / prefix LM / decoder layouts for ONE
+unpadded example, with T5's append_eos_after_trim), `shift_right` (seqio's
+make_autoregressive_inputs, segment-aware) and `Framing` (how a checkpoint frames its inputs
+and starts its decoder; `FRAMINGS`). Pure NumPy. What does not: packing and padding
+(`lm.data.packing`), objectives (`lm.data.objectives`).
 
-Layouts (EOS = 1, BOS/pad = 0), for inputs [5 6 7] and targets [8 9], no trimming:
+    features = convert({"inputs": inputs, "targets": targets}, "prefix_lm", lengths=lengths)
 
-  encoder_decoder
-    encoder_input_tokens   5 6 7 1
-    decoder_target_tokens  8 9 1
-    decoder_input_tokens   0 8 9
-    decoder_loss_weights   1 1 1
-
-  prefix_lm (one decoder sequence: inputs + EOS + targets + EOS)
-    position                 0 1 2 3 4 5 6
-    decoder_target_tokens    5 6 7 1 8 9 1
-    decoder_input_tokens     0 5 6 7 1 8 9
-    decoder_causal_attention 1 1 1 1 1 0 0   (1 at 0..len(inputs + EOS) = 4 inclusive: where the
-                                              INPUT token is BOS or an inputs token; those
-                                              positions attend to each other bidirectionally)
-    decoder_loss_weights     0 0 0 0 1 1 1   (1 where the TARGET token is a targets token;
-                                              all 1 with loss_on_inputs=True)
-
-  causal: same sequence and loss weights as prefix_lm, decoder_causal_attention all 0.
-
-Empty inputs (full LM): the decoder-only sequence is just the targets (+ EOS unless
-targets_eos=False, as for full_lm's chunks; no inputs part, no inputs EOS), loss on every
-token, and prefix_lm's decoder_causal_attention is 1 only at position 0 (the BOS), so it
-behaves exactly like the causal layout. The encoder-decoder layout follows seqio and gives
-the encoder [EOS] (an empty encoder would leave cross-attention with nothing to attend to).
+The layouts, token by token, and the empty-inputs case: docs/pipeline.md, 'Feature layouts';
+the framings: docs/decoding.md, 'Framing'.
 """
 from __future__ import annotations
 
@@ -140,7 +117,7 @@ def convert(example: Mapping[str, np.ndarray], architecture: str, *, eos_id: int
             lengths: Mapping[str, int] | None = None,
             loss_on_inputs: bool = False, targets_eos: bool = True,
             framing: Framing = T5_FRAMING) -> dict[str, np.ndarray]:
-  """Lays out one {inputs, targets} example for an architecture (layouts in the module docstring).
+  """Lays out one {inputs, targets} example for an architecture (layouts: docs/pipeline.md).
 
   Inputs and targets are each trimmed to their length - 1 and get an EOS (seqio
   append_eos_after_trim), so encoder features are at most lengths["inputs"] long, decoder

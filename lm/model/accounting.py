@@ -74,7 +74,7 @@ def count_non_embedding_params(config: TransformerConfig) -> int:
 
 
 def forward_flops(config: TransformerConfig, inputs_length: int, targets_length: int) -> dict[str, Any]:
-  """Forward-pass matmul FLOPs per example, split by part (formula in the module docstring).
+  """Forward-pass matmul FLOPs per example, split by part (formulas: docs/model.md).
 
   Args:
     config: the model config.

@@ -252,7 +252,7 @@ def cached_attention(query, key, value, biases=(), *, dtype=jnp.float32,
 
   Args:
     query: [B, L, N, H] with B = R * Bc; query rows c * R + r (r < R) read cache row c.
-    key, value: [Bc, K, H, S], the cache layout (module docstring); K divides N, query
+    key, value: [Bc, K, H, S], the cache layout (docs/model.md); K divides N, query
       head n reads cache head n // (N / K).
     biases: tuple of float32 arrays broadcastable to [B, N, L, S] when R == 1; when R > 1,
       each has 1 or Bc rows and a query axis of size 1 (the cross-attention mask).
