@@ -515,7 +515,18 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
 
 
 def _parse_override_value(field: str, text: str, current: Any) -> Any:
-  """`text` converted to the type of the field's current value (lm.cli.parse_value)."""
+  """`text` converted to the type of the field's current value (lm.cli.parse_value); an
+  unset (None) model field takes its TransformerConfig type, as lm.main's placeholders do
+  (`model_section`), so `model.rope_local_max_wavelength=100` is the float 100.0 on both
+  roads. "None" keeps such a field unset."""
+  if current is None and field.startswith("model."):
+    name = field[len("model."):]
+    hint = _FIELD_TYPES.get(name, int | None if name == "encoder_num_layers" else None)
+    kinds = [t for t in typing.get_args(hint) or (hint,) if t not in (type(None), None)]
+    if len(kinds) == 1 and text.strip() != "None":
+      kind = typing.get_origin(kinds[0]) or kinds[0]
+      if kind in (bool, int, float, str, tuple):
+        current = kind()
   return cli.parse_value(text, current, name=f"--config.{field}")
 
 

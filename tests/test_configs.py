@@ -345,6 +345,33 @@ def test_ul2_mode_tokens_switch():
     config_lib.derive(t5.get_config("objective=span_corruption,mode_tokens=text"))
 
 
+def test_a_run_configs_unset_model_fields_take_their_own_type_from_overrides():
+  """lm.config.apply_overrides (lm.evaluate, lm.decode, launch: overrides on a run's
+  config.json, where unset fields are plain None) types an unset model field as lm.main's
+  placeholders do: `rope_local_max_wavelength=100` is the float 100.0, not the int 100."""
+  import dataclasses
+  import typing
+
+  from lm.model.config import TransformerConfig
+  run = config_lib.ml_collections.ConfigDict(t5.get_config("runlocal").to_dict())
+  hints = typing.get_type_hints(TransformerConfig)
+  samples = {bool: ("true", True), int: ("7", 7), float: ("100", 100.0), str: ("ab", "ab")}
+  unset = [f.name for f in dataclasses.fields(TransformerConfig)
+           if f.name in run.model and run.model[f.name] is None]
+  assert {"eoi_id", "rope_local_max_wavelength", "num_kv_heads"} <= set(unset)
+  for name in unset + ["encoder_num_layers"]:
+    kind = int if name == "encoder_num_layers" else next(
+        t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None))
+    text, want = samples[kind]
+    got = config_lib.apply_overrides(run, [f"--config.model.{name}={text}"]).model[name]
+    assert got == want and type(got) is kind, (name, got)
+    assert config_lib.apply_overrides(run, [f"--config.model.{name}=None"]).model[name] is None
+  with pytest.raises(ValueError, match="eoi_id='five': expected an int"):
+    config_lib.apply_overrides(run, ["--config.model.eoi_id=five"])
+  # A field set in the run keeps its own type, as before.
+  assert config_lib.apply_overrides(run, ["--config.model.num_heads=4"]).model.num_heads == 4
+
+
 def test_every_unset_model_field_takes_its_own_type_from_the_command_line():
   """config.model's None fields are placeholders of the TransformerConfig field's type, so
   that lm.main's `--config.model.eoi_id=5` (absl parses by the placeholder) is the int 5: a
