@@ -1,29 +1,12 @@
 """The embedded default corpus: Python standard-library documentation.
 
-Every machine with Python has it, so tokenizers and smoke runs work without a
-download. The documents are, in a fixed order:
-
-1. the docstrings of every module, class and function of the standard library,
-   read by parsing the source files with `ast` (nothing is imported, so no module
-   prints, opens windows or touches the network), files in sorted path order,
-   nodes in `ast.walk` order, cleaned with `inspect.cleandoc`;
-2. the help topics of `pydoc_data.topics` (the reference-manual text `help()`
-   shows), in sorted key order.
-
-Test folders (`test`, `tests`, `idle_test`) and `site-packages` are skipped, so the
-corpus depends only on the Python version (about 2.5 MB, 9k documents on 3.11).
-The result is cached as JSON lines under `~/.cache/lm/corpus/` (or `$LM_CACHE_DIR`)
-keyed by the Python version and a digest of the standard library's file list; the
-cache is only a speed-up (parsing takes a few seconds) and is rebuilt identically,
-also when it is found damaged (its bytes differ from the SHA-256 in the `.sha256` file
-beside it, which also catches a file cut short at a line boundary; not UTF-8; a line that
-is not `{"text": str}`; empty): a warning names the file and it is replaced.
-
-`comment_documents` reads the same files' comments (one document per file), which the
-corpus leaves out: prose that pre-training on it never reads (the yardstick's items,
-lm/downstream/nlu_items.py).
+Every machine with Python has it, so tokenizers and smoke runs work without a download: the
+standard library's docstrings (parsed with `ast`, nothing imported) and `pydoc_data.topics`,
+in a fixed order, cached as JSON lines and rebuilt when damaged. `comment_documents` reads
+the same files' comments, which the corpus leaves out (the yardstick's items).
 
 What does not live here: reading user corpora (`sources.py`).
+The documents' order, what is skipped and the cache: docs/data.md, 'Raw sources'.
 """
 from __future__ import annotations
 

@@ -1,33 +1,14 @@
 """Noise masks and inputs/targets functions: T5's preprocessors, pure NumPy.
 
-What lives here: the pieces the objectives (`objectives.py`) are built from, ported from the
-T5 reference code (Raffel et al. 2020, `t5/data/preprocessors.py`): the noise masks
-(`random_spans_noise_mask`, `iid_noise_mask`, `random_prefix_noise_mask`), the functions that
-turn tokens and a mask into inputs or targets (`noise_span_to_unique_sentinel`,
-`nonnoise_span_to_unique_sentinel`, `drop_noise_tokens`, ...), the sentinel ids and the
-argument checks the objectives share. What does not: the objectives and their registry
-(`objectives.py`), mixtures (`mixtures.py`), length arithmetic (`lengths.py`), EOS
-(`converters.py`). No JAX, no TF.
+What lives here: the pieces the objectives (`objectives.py`) are built from, ported from
+T5's `t5/data/preprocessors.py`: the noise masks (`random_spans_noise_mask`, `iid_noise_mask`,
+`random_prefix_noise_mask`), the functions that turn tokens and a mask into inputs or targets
+(`noise_span_to_unique_sentinel`, ...), the sentinel ids and the shared argument checks.
+What does not: the objectives and their registry (`objectives.py`), mixtures (`mixtures.py`),
+length arithmetic (`lengths.py`), EOS (`converters.py`). No JAX, no TF.
 
-Conventions:
-  * tokens: int32[L], no padding, no EOS. vocab_size counts the extra ids, which sit at the top
-    of the vocabulary: sentinel k (k-th span, 0-based, left to right) = vocab_size - 1 - k, as in
-    T5 (32099, 32098, ... for the 32100-entry T5 vocabulary). The BERT/MASS mask token is
-    sentinel 0 (T5's `sentinel_id`).
-  * Unlike T5, needing more than `num_extra_ids` sentinels raises ValueError instead of running
-    into ordinary word pieces (T5 silently spills over, e.g. i.i.d. 50 % noise at 511 tokens needs
-    about 128 sentinels). `objectives.check_lengths` tells a config up front whether that can
-    happen.
-  * Randomness comes only from the `np.random.Generator` passed in: same generator state, same
-    output. Where T5 draws a stateless shuffle/uniform we draw the equivalent from the
-    generator, so distributions match T5 exactly but not bit-for-bit streams.
-  * Rounding is half-to-even everywhere, as `tf.round` and Python's `round`. Where T5 computes in
-    float32 (`random_spans_noise_mask`) we do too, so boundary cases round the same way.
-
-Worked example (T5 preprocessors.py), span corruption with noise mask [0 0 1 1 0 0 0 1 0 1]
-on tokens A..J and vocab_size 32100:
-    inputs  = A B 32099 E F G 32098 I 32097        noise_span_to_unique_sentinel
-    targets = 32099 C D 32098 H 32097 J            nonnoise_span_to_unique_sentinel
+Conventions (sentinels, running out of them, randomness, rounding) and a worked example:
+docs/objectives.md, 'The pieces: noise masks and inputs/targets functions'.
 """
 from __future__ import annotations
 
