@@ -1,34 +1,12 @@
 """Pure NumPy padding and packing of converted examples into fixed-length rows.
 
-Input: examples from `converters.convert`, dicts of 1-D arrays whose keys start with
-`encoder_` (encoder stack) or `decoder_` (decoder stack). Output rows add, per stack,
-`{stack}_segment_ids` and `{stack}_positions` (t5x names):
-
-  * segment ids are 1, 2, 3, ... for the examples of a row and 0 on padding; ONE id
-    per example, shared by its encoder and decoder features;
-  * positions restart at 0 for each example;
-  * padding is 0 in every feature (loss weights 0.0), at the end of the row.
-
-Because each example already starts its `decoder_input_tokens` with BOS 0 (the
-converter shifts per example), a packed row's decoder inputs restart with 0 at every
-segment start and no token of one example ever predicts another's.
-
-Example, Lt = 6, two encoder-decoder examples with targets [8 9] and [7] (+EOS):
-  decoder_target_tokens  8 9 1 7 1 0
-  decoder_input_tokens   0 8 9 0 7 0
-  decoder_loss_weights   1 1 1 1 1 0
-  decoder_segment_ids    1 1 1 2 2 0
-  decoder_positions      0 1 2 0 1 0
-
-Policy of `pack_examples` (the reference; the pipeline uses grain's
-`FirstFitPackIterDataset`, which applies the same first-fit rule over a window of
-`num_packing_bins` rows and emits the same segment ids/positions, renamed by
-`rename_packed`): examples are taken in order; each goes into the first row where
-ALL its features fit; when one fits nowhere, a new row is opened. Examples longer
-than the row are an error (the converter has trimmed them already).
+Rows add, per stack, `{stack}_segment_ids` (1, 2, ... per example, 0 on padding) and
+`{stack}_positions` (restarting at 0 per example). `pack_examples` is the first-fit reference
+policy; the pipeline runs grain's `FirstFitPackIterDataset` and `rename_packed`.
 
 What does not live here: trimming/EOS (`converters.py`), the grain pipeline
 (`pipeline.py`), the feature names, dtypes and row lengths (`features.py`).
+A worked example and the packing rule: docs/pipeline.md, 'Packing'.
 """
 from __future__ import annotations
 

@@ -1,30 +1,13 @@
 """Virtual data shards: which process reads what, and the iterator state that survives.
 
-The documents are split into a FIXED number S of virtual shards (`DataSpec.num_shards`,
-default 8): shard k reads documents k::S and runs its own deterministic sub-pipeline
-(`pipeline.py`), which yields `batch_size // S` rows per batch. The GLOBAL batch is the
-concatenation of all shards' rows in shard order. Process p of P owns shards
-[p*S/P, (p+1)*S/P) (`owned_shards`) and yields the concatenation of its shards' rows, so the
-processes' local batches, in process order, make up exactly that global batch. Hence:
+The documents are split into a FIXED number S of virtual shards (`DataSpec.num_shards`):
+shard k reads documents k::S, process p of P owns shards [p*S/P, (p+1)*S/P), and the global
+batch is all shards' rows in shard order, so batches and saved positions do not depend on P.
 
-  * the global batch sequence does not depend on the process count: a 2-process x
-    4-device run sees the same batches (and losses) as a 1-process x 8-device run;
-  * the iterator state is a position PER SHARD, so a checkpointed data position
-    restores onto a different process count (each process takes its shards from
-    the merged state of all processes, see `merge_states`).
-
-Sharding documents by process instead (documents p::P) would tie both the batches
-and the saved positions to P. Why S = 8 by default: it divides the usual batch
-sizes (powers of two >= 8) and allows 1, 2, 4 or 8 data-loading processes; more
-shards cost more packers (fewer rows per packer, a little more padding) and more
-per-shard bookkeeping. Raise it (to a multiple of the process count that divides
-the batch size) for runs over more than 8 hosts.
-
-What lives here: shard ownership, the train iterator over the owned shards' batches
-(`TrainIterator`) and its state (`get_state`, `set_state`, `merge_states`: a small
-JSON-serialisable dict of per-shard grain positions under a version, the data spec's
-fingerprint and the shard count), and the eval batches' assembly (`eval_batches`: shards that
-have run out give all-zero rows). What does not: the per-shard sub-pipeline (`pipeline.py`).
+What lives here: shard ownership (`owned_shards`), the train iterator over the owned shards'
+batches (`TrainIterator`) and its state (`get_state`, `set_state`, `merge_states`), and the
+eval batches' assembly (`eval_batches`). What does not: the per-shard sub-pipeline
+(`pipeline.py`). Why shards and why S = 8: docs/pipeline.md, 'Virtual shards'.
 """
 from __future__ import annotations
 
