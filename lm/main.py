@@ -4,29 +4,15 @@ r"""Command-line entry point: train (or resume) one run.
   python -m lm.main --config=configs/t5.py:arch=prefix_lm,objective=span_corruption,size=base \
       --config.optim.name=adamw --config.schedule.base_lr=3e-4 --workdir=/data/runs/plm_base
 
-The config file's `get_config(arg)` takes the text after ':' (see configs/t5.py for the
-keys); `--config.<field>=<value>` overrides any field, and a misspelt field stops the run
-at start-up with its name. Running the same command on an existing workdir resumes it.
+The config file's `get_config(arg)` takes the text after ':' (docs/configs.md);
+`--config.<field>=<value>` overrides any field, and a misspelt field stops the run at
+start-up with its name. Running the same command on an existing workdir resumes it.
+Multi-process: TPU pods and SLURM jobs are detected from the environment (--distributed
+forces jax.distributed.initialize() elsewhere); otherwise pass
+--coordinator_address=host:port --num_processes=N --process_id=i.
 
-Multi-process (several hosts, or several CPU processes on one machine):
-  TPU pods and SLURM jobs (srun with several tasks) are detected from the environment and
-  jax.distributed.initialize() reads the rest (--distributed forces it elsewhere);
-  otherwise pass --coordinator_address=host:port --num_processes=N --process_id=i.
-
-Exit status (docs/robustness.md):
-  0   finished (or nothing left to do)
-  1   unexpected crash (a traceback: please report it)
-  2   bad input, one `error:` line: config, data, tokenizer, checkpoint (incompatible or
-      damaged with no intact step), workdir (in use by another run, unwritable, a file)
-  3   training diverged: a non-finite loss or gradient norm; nothing non-finite was saved
-  75  preempted (SIGTERM): a checkpoint was saved; run the same command again to resume
-      (launch/local.py and launch/slurm.sh treat it as "resume later")
-  130 interrupted (Ctrl-C, SIGINT): a checkpoint was saved as for SIGTERM (a second
-      Ctrl-C exits at once without saving); run the same command again to resume
-
-This is the training entry point's flag module; the other command-line tools (lm.evaluate,
-lm.decode, lm.plan; the `main` of lm.data.tokenizer, lm.checkpoint.hf_t5 and
-lm.mini_suite) parse their own arguments, and no library function does.
+Exit status: 0 finished, 1 crash, 2 bad input (one `error:` line), 3 diverged, 75 preempted
+and 130 interrupted (a checkpoint was saved: run again to resume); docs/robustness.md.
 """
 from __future__ import annotations
 

@@ -5,31 +5,12 @@
                         batch_size=128)
     data = FinetuneData(spec, tokenizer=tok, process_index=0, process_count=1)
     it = data.train_iterator()      # next / get_state / set_state / close / packing_efficiency
-    batch = next(it)                # dict of np arrays [batch_size // process_count, L]
     merged = data.merge_states([it.get_state(), ...])   # every process's: save this one
     for batch in data.eval_iterator(num_batches=None): ...   # validation rows, unpacked
 
-The same contract as lm/data/pipeline.py's DataPipeline / lm/data/shards.py's TrainIterator, so the trainer
-checkpoints the data position and resumes exactly (docs/finetuning.md).
-
-Per virtual shard k of S (as in the pre-training pipeline: the global batch is the
-concatenation of every shard's rows in shard order, process p owns shards
-[p S / P, (p + 1) S / P), so batches do not depend on the process count):
-
-  each task j: its `split` examples k::S (preprocessed by the task: {inputs, targets} text)
-    -> shuffle(seed(seed, k, j)), repeat forever (grain reshuffles every epoch)
-  -> mix the tasks by their rates (grain's deterministic weighted interleave; T5 mixes
-     tasks by rates, docs/t5_reference.md)
-  -> tokenize inputs and targets, converters.convert: EOS appended to both (T5's
-     append_eos_after_trim), trimmed to inputs_length / targets_length; decoder-only
-     architectures get one row "inputs EOS targets EOS" with loss on the targets (the
-     spec's framing: T5's; T5Gemma's is <bos> + inputs, no EOS, the decoder started from 2)
-  -> pack (grain FirstFitPackIterDataset; T5 fine-tunes with packing) or pad
-  -> batch [batch_size // S, L]
-
-Everything is a pure function of the spec and the examples: the same spec gives the
-same batches, and `set_state(get_state())` continues with exactly the batches an
-uninterrupted iterator would have produced.
+The same contract as lm/data/pipeline.py's DataPipeline / lm/data/shards.py's TrainIterator,
+so the trainer checkpoints the data position and resumes exactly. The steps per virtual
+shard (shuffle, mix by rates, tokenize, convert, pack, batch): docs/finetuning.md, 'Data'.
 """
 from __future__ import annotations
 

@@ -1,28 +1,12 @@
 """Downstream metrics as T5 computed them (t5/evaluation/metrics.py, qa_utils.py).
 
 Every metric is `(targets, predictions) -> {name: value}` over postprocessed lists (see
-lm.downstream.task), in T5's scale: percentages (accuracy 83.1, not 0.831). The names are
-T5's, so results read like the paper's tables:
+lm.downstream.task), in T5's scale and with T5's names (accuracy 83.1, not 0.831):
 
-  accuracy               {"accuracy"}                       sklearn accuracy_score
-  f1_score_with_invalid  {"f1"}                             binary F1; a prediction that is
-                                                            not 0/1 counts as wrong
-  matthews_corrcoef      {"matthews_corrcoef"}              sklearn (CoLA)
-  pearson_corrcoef       {"pearson_corrcoef"}               scipy.stats.pearsonr (STS-B)
-  spearman_corrcoef      {"spearman_corrcoef"}              scipy.stats.spearmanr (STS-B)
-  mean_multiclass_f1(n)  {"mean_<n>class_f1"}               unweighted mean of per-class F1
-  squad                  {"em", "f1"}                       SQuAD normalisation, max over
-                                                            the gold answers
-  multirc_f1_over_all_answers {"f1"}                        F1a: every answer option
-  multirc_exact_match    {"exact_match"}                    mean over questions of "all
-                                                            options of the question right"
-  record                 {"em", "f1"}                       squad on one example per query
-  rouge                  {"rouge1", "rouge2", "rougeLsum"}  rouge-score F, bootstrap mid
-  bleu                   {"bleu"}                           sacrebleu corpus BLEU, "exp"
-                                                            smoothing, "intl" tokenisation
+    squad(targets=[["Paris", "paris, France"]], predictions=["Paris"])  # {"em": 100.0, "f1": 100.0}
 
-scikit-learn, scipy, rouge-score and sacrebleu are the `downstream` extra; they are imported
-when a metric runs, so lm.downstream imports without them.
+The optional libraries (the `downstream` extra) are imported when a metric runs.
+Each metric's definition and the tasks that use it: docs/downstream.md, '3. Metrics'.
 """
 from __future__ import annotations
 
