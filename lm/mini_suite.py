@@ -1,46 +1,16 @@
-r"""The mini suite end to end: fine-tune a pre-trained run on it, report the "mini" column.
-
-The column measures decoder fluency (docs/downstream_mini.md), so each task is also scored
-with blank inputs (`mini.blank_inputs`): the blank-input control.
+"""The mini suite end to end: fine-tune a pre-trained run on it, report the "mini" column.
 
   python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_t5_local
-  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch \
-      --from_scratch                     # the same fine-tuning from random initialisation
-  python -m lm.mini_suite --workdir=RUN --output=DIR --steps=300 \
-      --max_eval_examples=200 --config=configs/finetune.py:mixture=MINI,size=small
+  python -m lm.mini_suite --workdir=/tmp/t5_local --output=/tmp/mini_scratch --from_scratch
   python -m lm.mini_suite --suite=acceptability --workdir=RUN --output=DIR
                                          # the yardstick's fine-tuned instrument instead
-                                         # (lm/downstream/nlu_accept.py, docs/yardstick.md)
 
-One fine-tuning run on an equal mixture of the suite's five tasks (`mini.SUITE`;
-docs/downstream_mini.md; `configs/finetune.py`'s settings: Adafactor, constant 1e-3,
-dropout 0.1, packing; inputs and targets of up to mini.MAX_TOKENS = 128 tokens, which the
-suite's examples need), started from the pre-trained run's parameters (`ckpt.init_from`)
-or, with --from_scratch, from random initialisation with the same seed and settings; then
-every suite task's validation split is scored by rank classification: each example's
-choices (`Task.choices`: the lines each pairing or option makes, the passage's candidate
-words, the 5 other orders of the pieces, the two options) are scored with lm.score
-(log-likelihood of the choice as the target) and the most likely one is the prediction, as
-T5-style evaluation treats multiple-choice tasks. With --decode every task is decoded
-greedily instead (T5's protocol for every task). Writes
-
-* `<output>/finetune/`: the fine-tuning run (checkpoints, metrics, `eval/tasks_step_<N>.json`
-  and predictions); running the same command again resumes or reuses it (a run there on
-  other tasks, made before the suite changed, is refused: remove it);
-* `<output>/mini_suite.json`: `results` {task: metrics}, `mini` (`mini.mini_average`, the
-  "mini" column), `blank` {task: metrics} and `mini_blank` (the same with every input
-  replaced by "": `score_blank_inputs`), `chance` {task: metrics}, `num_examples`, `init`
-  ("pretrained" / "scratch"), `init_from`, `steps`, `learning_rate`, `method` {task:
-  "rank_classification" / "decode"}, `train_loss` (the fine-tuning loss averaged over the
-  last 5 logged steps), `suite_version` (`mini.SUITE_VERSION`), `record_version`
-  (RECORD_VERSION), `seconds` (wall time of this call);
-
-and prints progress and a one-line summary per task. A mixture (not one run per task) keeps
-the suite to one fine-tuning run: about 4x cheaper, and T5 §3.5.3 found multi-task training
-close to per-task fine-tuning.
-
-The model in --config (default: configs/finetune.py's runlocal tiny model) must be the
-pre-trained run's; a mismatch is refused when its parameters are loaded.
+One fine-tuning run on an equal mixture of the suite's tasks (`mini.SUITE`), from the run's
+parameters or (--from_scratch) random initialisation; each task's validation split scored
+by rank classification (--decode: greedy decoding), and again with blank inputs (the
+blank-input control). Writes `<output>/finetune/` and `<output>/mini_suite.json`.
+The tasks live in lm/downstream/mini.py. The settings, the scoring and every field of
+mini_suite.json: docs/downstream_mini.md, 'The command'.
 """
 from __future__ import annotations
 

@@ -1,33 +1,14 @@
 """Optimizers and learning-rate schedules, built from optax.
 
-`make_schedule(ScheduleConfig)` -> step -> lr, and
-`make_optimizer(OptimConfig, schedule)` -> optax.GradientTransformation. The frozen
-settings objects below hold the one copy of every default (T5's Adafactor, GPT-3's AdamW);
-lm/config.py builds them from a run's config.optim / config.schedule sections, and the
-config files start their sections from them.
+    schedule = make_schedule(ScheduleConfig())            # step -> lr
+    tx = make_optimizer(OptimConfig(), schedule)          # optax.GradientTransformation
 
-T5 (docs/t5_reference.md §3.6): Adafactor(decay_rate=0.8, factored, clipping_threshold=1.0,
-multiply_by_parameter_scale, no momentum, epsilon1=1e-30, epsilon2=1e-3,
-min_dim_size_to_factor=128) with lr = 1/sqrt(max(step, 10^4)). `optax.adafactor`
-implements the same algorithm: second-moment decay 1 - (t+1)^-0.8, update clipping
-by block RMS, update scaled by lr * max(RMS(param), 1e-3) (epsilon2 is optax's fixed
-`min_scale=1e-3`). `adafactor` builds optax's chain with two stages of lm's own, same
-state: `scale_by_factored_rms`, optax's second-moment scaling with its `x ** -0.5` written
-as `lax.rsqrt` (a general power on XLA:CPU cost 12-15 % of the tiny model's step), and
-`scale_by_param_rms`, optax's parameter scale in one reduction.
-
-t5x chooses which dims to factor from logical axis names (embed = row; vocab/mlp/heads/kv
-= column), optax factors the two largest dims: the same for
-2-D kernels, but the 3-D attention kernels [D, N, H] / [N, H, D] (second-largest dim
-H = 64 < 128) would go unfactored. `as_t5_matrices` hands optax those kernels as the
-[D, N * H] / [N * H, D] matrices t5x (and Mesh TF's 2-D kernels) factor.
-
-Gradient accumulation is done in lm/steps.py (a lax.scan over microbatches inside one
-step) rather than optax.MultiSteps: the optimizer step, the schedule and the checkpoint
-step stay the same number, no extra gradient buffer lives in the optimizer state (so
-checkpoints do not depend on the accumulation setting), and the loss is normalised by
-the full batch's token count, which makes the accumulated gradient equal to the large
-batch's gradient exactly (not a mean of per-microbatch means).
+The frozen settings objects here hold the one copy of every default (T5's Adafactor, GPT-3's
+AdamW); lm/config.py builds them from a run's config, and gradient accumulation is
+lm/steps.py's. Also here: Adafactor's stages of lm's own (`scale_by_factored_rms`,
+`scale_by_param_rms`) and `as_t5_matrices`, which factors attention kernels as t5x does.
+T5's settings, the factoring and why accumulation is not optax.MultiSteps: docs/configs.md,
+'The optimizer and schedule'; the stages' speed: docs/speed.md.
 """
 from __future__ import annotations
 
