@@ -3,29 +3,14 @@
     r = load_run("runs/t5_local")                       # latest step, all devices on `data`
     r = load_run("runs/t5_local", step=500, overrides=["--config.model.dtype=float32"],
                  mesh_shape=(1, 1, 8))
-    r = load_hf("/ckpt/t5-v1_1-small")                  # config.json + model.safetensors
-                                                        # + spiece.model
-    r = load_hf("/ckpt/t5gemma-b-b-prefixlm")           # T5Gemma: + tokenizer.model; its
-                                                        # framing in r.framing
+    r = load_hf("/ckpt/t5gemma-b-b-prefixlm")           # T5 or T5Gemma; its framing in r.framing
     with partitioning.axis_rules(r.mesh, r.rules):
       logits = jax.jit(r.model.apply)({"params": r.params}, batch)
 
-`load_run` reads `<workdir>/config.json` (written by lm/train.py), rebuilds the model and
-the run's tokenizer exactly as training did (`data.tokenizer`, or the on-the-fly default
-tokenizer of `data.default_vocab_size` pieces), and restores ONLY the parameters of a
-checkpoint (never the optimizer state) onto a mesh of whatever devices are present:
-orbax reads the saved arrays onto the target NamedShardings, so another device count,
-mesh shape or process count than training used is fine.
-
-Before anything is read the checkpoint's signature (lm/checkpoint/manager.py's `meta` item) is
-compared with the config: a checkpoint of another architecture, vocabulary or shape than
-its config.json, an override that changes the model's shapes or architecture, or a
-tokenizer that does not fit the embedding is a one-line `IncompatibleCheckpointError`
-(a ValueError). A missing workdir, config.json or checkpoint is a FileNotFoundError
-(`StepNotFoundError` for a step that is not on disk, listing the available ones).
-The params read are verified against the checksums recorded at save time: without
-`step` a damaged newest step falls back to the newest intact one with one warning; a
-damaged `step`, or no intact step, is a `CheckpointDamagedError` (docs/robustness.md).
+Only the parameters are restored (never the optimizer state), with the run's tokenizer, onto
+a mesh of whatever devices are present; the checkpoint's signature and checksums are checked
+first. What is refused and how: docs/evaluation.md, 'Restore'; the fallback from a damaged
+step: docs/robustness.md, 'Checkpoint integrity and fallback'.
 """
 from __future__ import annotations
 

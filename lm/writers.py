@@ -8,21 +8,10 @@
 
 Only process 0 writes (other processes get a `NullWriter`). Nothing here reads
 metrics from devices: pass plain floats (after `jax.device_get` and `lm.metrics.compute`).
-
-Files go through `etils.epath` (lm/workdir.py), so `gs://` workdirs work. metrics.jsonl:
-a resumed run first drops the lines of steps after the one it resumes from (they are
-logged again), so the file of a resumed run equals that of an uninterrupted one; local
-files are appended to, remote ones (no append on object stores) rewritten at each write.
-
-wandb: mode from config.wandb.mode; "auto" means online when WANDB_API_KEY is set and
-offline otherwise. The run id is stored in `<workdir>/wandb_run_id.txt` (written
-atomically; an empty or malformed file is replaced by a new id), so a resumed run
-continues the same wandb run (`resume="allow"`, same id). wandb's own files go to
-`<workdir>/wandb/` for a local workdir and, for a remote one, to `$WANDB_DIR` or else
-`<tmp>/lm-wandb/<run id>/wandb/` on the local disk (wandb writes only local files). The
-config is logged with secret-looking keys (api keys, tokens, passwords, ...) removed and
-secret-looking substrings of strings (notes, name, group, tags too) replaced by
-"[filtered]"; wandb is told not to record the command line, git state or code.
+Files go through `etils.epath` (lm/workdir.py), so `gs://` workdirs work. How a resumed run's
+metrics.jsonl and wandb run continue, wandb's modes and files, and the secrets filter:
+docs/robustness.md, 'Workdirs, local or remote', 'Preemption, Ctrl-C and logs' and
+'Secrets and wandb'.
 """
 from __future__ import annotations
 
