@@ -1,8 +1,7 @@
 """The boundary between a run's ConfigDict and the library: typed settings, config.json.
 
-The config files (configs/*.py) are data: a locked ConfigDict that `lm.main` overrides from
-the command line. Everything the library takes from it is built here, once, into frozen
-objects; no other module reads the ConfigDict's sections for their meaning:
+The config files (configs/*.py) are data, a locked ConfigDict that `lm.main` overrides. All
+the library takes from it is built here, once, into frozen objects:
 
     config = derive(config)              # targets length, extra ids, vocab: after the overrides
     validate.validate(config, num_devices)  # lm/validate.py: every problem at once, first
@@ -16,10 +15,8 @@ objects; no other module reads the ConfigDict's sections for their meaning:
     finetune_settings(config)            # lm.downstream.finetune.FinetuneSettings, or None
     wandb_config(config), record(config) # lm.writers.WandbConfig; config.json's plain data
 
-The model section names its preset and `architecture`, from which the mask, the stacks
-(`num_layers` each) and the data layout are derived (docs/architecture.md); every other
-TransformerConfig field is resolved in it, so each can be overridden. Older config.json files
-are migrated on load (`load_config_json`).
+The model section names its preset and `architecture` and resolves every other field, so each
+can be overridden (docs/architecture.md); older config.json files migrate on load.
 """
 from __future__ import annotations
 
@@ -515,18 +512,15 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
 
 
 def _parse_override_value(field: str, text: str, current: Any) -> Any:
-  """`text` converted to the type of the field's current value (lm.cli.parse_value); an
-  unset (None) model field takes its TransformerConfig type, as lm.main's placeholders do
-  (`model_section`), so `model.rope_local_max_wavelength=100` is the float 100.0 on both
-  roads. "None" keeps such a field unset."""
+  """`text` as the type of the field's current value (lm.cli.parse_value); an unset model
+  field's as its TransformerConfig type, like lm.main's placeholders ("None": still unset)."""
   if current is None and field.startswith("model."):
     name = field[len("model."):]
     hint = _FIELD_TYPES.get(name, int | None if name == "encoder_num_layers" else None)
-    kinds = [t for t in typing.get_args(hint) or (hint,) if t not in (type(None), None)]
-    if len(kinds) == 1 and text.strip() != "None":
-      kind = typing.get_origin(kinds[0]) or kinds[0]
-      if kind in (bool, int, float, str, tuple):
-        current = kind()
+    kinds = [typing.get_origin(t) or t for t in typing.get_args(hint) or (hint,)
+             if t not in (type(None), None)]
+    if text.strip() != "None" and len(kinds) == 1 and kinds[0] in (bool, int, float, str, tuple):
+      current = kinds[0]()
   return cli.parse_value(text, current, name=f"--config.{field}")
 
 
@@ -534,8 +528,8 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str]
                     ) -> ml_collections.ConfigDict:
   """A copy of `config` with `--config.<field>=<value>` (or `<field>=<value>`) applied.
 
-  Values are parsed with the type of the field's current value (bool, int, float, str;
-  a Python literal for tuples and fields that were None).
+  Values are parsed with the type of the field's current value (bool, int, float, str; a
+  literal for tuples and other None fields), an unset model field's by its own type.
 
   Raises:
     ValueError: a malformed override or an unknown field (naming it).

@@ -43,7 +43,9 @@ import numpy as np
 
 from lm import cli, decoding, partitioning
 from lm import score as score_lib
+from lm import workdir as workdir_lib
 from lm.data import converters, packing
+from lm.downstream import task_mixtures
 from lm.downstream.task import Task
 
 EOS_ID = decoding.EOS_ID
@@ -272,13 +274,11 @@ RESULTS_DIR = "eval"
 
 def results_path(workdir, step: int):
   """`<workdir>/eval/tasks_step_<N>.json` (next to lm.evaluate's step_<N>.json)."""
-  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   return workdir_lib.as_path(workdir) / RESULTS_DIR / f"tasks_step_{int(step)}.json"
 
 
 def predictions_path(workdir, step: int, task_name: str, split: str):
   """`<workdir>/eval/tasks_step_<N>.<task>.<split>.jsonl`: one prediction per line."""
-  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   return (workdir_lib.as_path(workdir) / RESULTS_DIR /
           f"tasks_step_{int(step)}.{task_name}.{split}.jsonl")
 
@@ -312,7 +312,6 @@ def write_results(workdir, step: int, outputs: Mapping[str, Mapping[str, Any]], 
     "score": {task: mean of its metrics} and per task "num_examples", "method", "split".
   """
   import json  # pylint: disable=g-import-not-at-top
-  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   if jax.process_index() != 0:
     return None
   path = results_path(workdir, step)
@@ -349,7 +348,6 @@ def metric_groups(task_names: Iterable[str]) -> list[tuple[str, ...]]:
   GLUE_AVERAGE / SUPER_GLUE_AVERAGE): MNLI matched and mismatched share one step, as T5's
   "MNLI" group did. Groups come in the order of their first task in `task_names`.
   """
-  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   names = list(dict.fromkeys(task_names))
   joint: dict[str, tuple[str, ...]] = {}
   for spec in (task_mixtures.GLUE_AVERAGE, task_mixtures.SUPER_GLUE_AVERAGE):
@@ -437,8 +435,6 @@ def write_best_results(workdir, *, up_to_step: int | None = None) -> Any:
   plus the GLUE / SuperGLUE averages (lm.downstream.task_mixtures) when every task they need is
   there. Returns its path (process 0), else None."""
   import json  # pylint: disable=g-import-not-at-top
-  from lm import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  from lm.downstream import task_mixtures  # pylint: disable=g-import-not-at-top
   if jax.process_index() != 0:
     return None
   best = select_best(read_results(workdir, up_to_step=up_to_step))
