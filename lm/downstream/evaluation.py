@@ -5,29 +5,11 @@
     out["metrics"]        # {"matthews_corrcoef": 41.2}  (task.compute_metrics)
     out["predictions"]    # [{"inputs": ..., "target": ..., "prediction": ...}, ...]
 
-Two ways to predict (docs/finetuning.md):
-  decode (default)         the model generates the answer text from the task's inputs
-                           (lm.decoding: greedy unless `decode` says otherwise), it is
-                           detokenized and postprocessed like the target. This is the T5
-                           paper's protocol for every task (docs/t5_reference.md: all
-                           downstream numbers come from greedy decoding; a classification
-                           prediction outside the label set counts as wrong), so scores
-                           compare with the paper's tables.
-  rank classification      for tasks with `choices` only (`rank_classification=True`): each
-                           candidate target is scored with lm.score (log-likelihood of the
-                           target tokens + EOS given the inputs, the layout training used)
-                           and the best-scoring candidate is the prediction. It never
-                           produces an answer outside the label set, so it measures what a
-                           model prefers even before it has learned the output format
-                           (useful for barely trained or pre-trained-only models); it is an
-                           option, not the default, because the paper decoded.
-
-Both work for the three architectures: encoder-decoder (inputs in the encoder), prefix LM
-and causal LM (one decoder row "inputs EOS targets EOS", as lm/data/converters.py lays
-out fine-tuning examples). Inputs longer than `inputs_length` are cut to it (EOS
-included), as the training converter trims them, and framed by `framing`
-(lm.data.converters.Framing, T5's by default) as the run trained. Single-process (every example is
-decoded on this host; the mesh may span its devices).
+Decoding (the default, the T5 paper's protocol for every task) or, for tasks with `choices`,
+rank classification with lm.score; all three architectures, inputs trimmed and framed as the
+run trained, on one process. Also here: the results files of a run's task evaluations and the
+best step's. Why decoding is the default and the files written: docs/finetuning.md,
+'Evaluate a checkpoint on a task'.
 """
 from __future__ import annotations
 
