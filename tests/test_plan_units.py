@@ -239,6 +239,17 @@ def test_hlo_cost_extrapolates_depth_1_and_2_to_the_configs_depth(monkeypatch, e
                  "per_layer": {"flops": 130.0, "bytes_accessed": 10.0}}
 
 
+def test_hlo_cost_of_an_encoder_of_the_decoders_depth_past_small_ints(monkeypatch):
+  calls = []
+  monkeypatch.setattr(plan, "_one_cpu_cost", _affine_cost(calls))
+  config = ml_collections.ConfigDict({"model": {"num_layers": 300,
+                                                "encoder_num_layers": int("300")}})
+  got = plan.hlo_cost(config, ("data", "fsdp", "tensor"))
+  assert calls == [(None, 1), (None, 2)]   # compared by value: one layer is both
+  assert got == {"flops": 1000.0 + 300 * 130, "bytes_accessed": 50.0 + 300 * 10,
+                 "per_layer": {"flops": 130.0, "bytes_accessed": 10.0}}
+
+
 def test_hlo_cost_of_an_encoder_of_its_own_depth(monkeypatch):
   calls = []
   monkeypatch.setattr(plan, "_one_cpu_cost", _affine_cost(calls))
@@ -431,8 +442,8 @@ def test_format_plan_variants():
 
 def test_format_plan_of_an_analytic_plan():
   # The kind built at run time (as a plan read back from JSON): compared by value.
-  p = _plan_dict(kind="".join(["ana", "lytic"]), target="h100-8", topology=None, num_slices=1, xla=None,
-                 compile_seconds=None, flops={"analytic": 3.5e14},
+  p = _plan_dict(kind="".join(["ana", "lytic"]), target="h100-8", topology=None, num_slices=1,
+                 xla=None, compile_seconds=None, flops={"analytic": 3.5e14},
                  estimate={"basis": "lm's", "seconds": 0.002, "compute_s": 0.002,
                            "memory_s": 0.0, "compiler_seconds": None,
                            "tokens_per_s_per_chip": 1234.5, "mfu": 1.0})
@@ -475,6 +486,7 @@ def test_with_changes_dotted_fields_of_a_locked_copy():
 
 @pytest.mark.parametrize("batch_size, num_shards, want", [
     (48, 32, 16), (64, 32, 32), (32, 64, 32), (7, 3, 1), (12, 12, 12), (1, 1, 1),
+    (1, 4, 1),       # a batch of 1: one shard
     (0, 32, 32),     # no batch: left alone
     (-1, 4, 4),      # not a batch size: left for validation to refuse
     (48, 0, 0),      # no shards: left alone (no division by 0)
@@ -507,6 +519,7 @@ def _fake_plan(limit, seen, tokens_per_s=None, xla_total=None, compile_seconds=N
 
   def fake(config, target):
     b = config.data.batch_size
+    assert (config.model.remat_policy, tuple(config.mesh.shape), b) not in seen, "probed twice"
     fit = limit.get(tuple(config.mesh.shape)) if isinstance(limit, dict) else limit
     seen.append((config.model.remat_policy, tuple(config.mesh.shape), b))
     assert config.data.batch_size % config.data.num_shards == 0
@@ -589,6 +602,12 @@ def test_search_stops_at_max_batch_and_when_nothing_fits(monkeypatch):
                   log=lambda line: None)
   assert seen == [] and s["results"][0]["largest_fit"] is None
   assert s["results"][0]["first_fail"] is None and s["best"] is None
+  seen.clear()   # a batch step of 512 (past CPython's small ints, which `is` would hide)
+  monkeypatch.setattr(plan, "plan", _fake_plan(1500, seen))
+  s = plan.search(config, types.SimpleNamespace(num_devices=512), policies=("none",),
+                  meshes=[(1, 512, 1)], log=lambda line: None)
+  assert [b for _, _, b in seen] == [512, 1024, 2048, 1536]
+  assert s["results"][0]["largest_fit"] == 1024 and s["results"][0]["first_fail"] == 1536
 
 
 def test_search_picks_the_highest_estimated_throughput(monkeypatch):
@@ -608,6 +627,7 @@ def test_search_picks_the_highest_estimated_throughput(monkeypatch):
   for speeds, best in (({(1, 8, 1): None, (1, 2, 4): None}, 1),
                        ({(1, 8, 1): 3.0, (1, 2, 4): 3.0}, 1),
                        ({(1, 8, 1): 0.5, (1, 2, 4): None}, 0)):
+    seen.clear()
     monkeypatch.setattr(plan, "plan", _fake_plan({(1, 8, 1): 32, (1, 2, 4): 40}, seen,
                                                  tokens_per_s=speeds))
     s = plan.search(config, target, policies=("none",), meshes=[(1, 8, 1), (1, 2, 4)],
@@ -897,6 +917,15 @@ class Stdout:
 
   def flush(self):
     self.flushed.append(self.text)
+
+
+def test_main_locks_the_config_it_reads(monkeypatch, tmp_path):
+  seen = _stand_in_main(monkeypatch)
+  path = tmp_path / "unlocked.py"
+  path.write_text("from configs import t5\n\n\ndef get_config(arg=None):\n"
+                  "  config = t5.get_config(arg)\n  config.unlock()\n  return config\n")
+  assert plan.main(["lm.plan", f"--config={path}:runlocal", "--topology=h100-8"]) == 0
+  assert seen["plan"][0].is_locked
 
 
 def test_main_searches(monkeypatch):
