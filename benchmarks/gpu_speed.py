@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import results  # noqa: E402  (benchmarks/)
 from bench_train import memory_per_device, random_batch, time_steps  # noqa: E402
 from lm import config as config_lib  # noqa: E402
-from lm import losses, metrics, partitioning, plan, program, steps, validate  # noqa: E402
+from lm import costs, losses, metrics, partitioning, program, steps, validate  # noqa: E402
 from lm.model import accounting  # noqa: E402
 
 CONFIG_MODULES = ("t5", "gpt3")
@@ -87,7 +87,7 @@ def loss_and_grads(run, params, local):
     compiled = jax.jit(jax.value_and_grad(loss_fn)).lower(params, batch).compile()
     loss, grads = compiled(params, batch)
   return (float(loss), jax.tree.map(lambda g: np.asarray(g, np.float64), jax.device_get(grads)),
-          plan.custom_calls(compiled))
+          costs.custom_calls(compiled))
 
 
 FUSED_TARGETS = {"cudnn": ("cudnn", "fmha"), "pallas": ("tpu_custom_call",)}
@@ -98,7 +98,7 @@ def fell_back(overrides, calls: dict[str, int]) -> str | None:
 
   Args:
     overrides: the run's ``FIELD=VALUE`` overrides (``model.attention_impl=cudnn``, ...).
-    calls: {custom-call target: count} of its compiled program (``lm.plan.custom_calls``).
+    calls: {custom-call target: count} of its compiled program (``lm.costs.custom_calls``).
   Returns:
     None when no fused kernel was asked for or one is in the program; else one sentence.
   """
@@ -211,7 +211,7 @@ def speed(args) -> int:
     t0 = time.perf_counter()
     compiled = run.train_step.lower(state, batch).compile()
     out["compile_s"] = time.perf_counter() - t0
-  out["custom_calls"] = plan.custom_calls(compiled)
+  out["custom_calls"] = costs.custom_calls(compiled)
   out["fell_back"] = fell_back(args.set, out["custom_calls"])
   print(f"init {out['init_s']:.1f} s"
         + (f" (on the host: {out['host_init_s']:.1f} s)" if args.host_init else "")

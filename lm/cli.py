@@ -23,6 +23,17 @@ EXIT_DIVERGED = 3  # lm.main: a non-finite loss or gradient norm
 EXIT_PREEMPTED = 75  # lm.main after SIGTERM, sysexits EX_TEMPFAIL: "resume later"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell's status for Ctrl-C: not "resume later"
 
+# absl's help flags (-?, --help, -helpfull, ...): the absl commands (lm.main, lm.plan) print
+# their help and exit 0 when asked (`asks_for_help`).
+HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
+
+
+def asks_for_help(argv: list[str]) -> bool:
+  """True when argv[1:] (before a `--`) holds a help flag of HELP_FLAGS (--help, -?, ...)."""
+  args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
+  return any(a.lstrip("-").partition("=")[0] in HELP_FLAGS for a in args if a.startswith("-"))
+
+
 # The words a boolean value may be written as, lower-cased (parse_value strips and lowers);
 # "t" and "f" are absl's, which lm.main's overrides took before they used parse_value.
 TRUE_WORDS = ("1", "true", "yes", "y", "on", "t")

@@ -160,15 +160,6 @@ def _load_config_file(argv: list[str]):
   return module.get_config(config_arg) if sep else module.get_config()
 
 
-_HELP_FLAGS = ("help", "helpshort", "helpfull", "helpxml", "?")
-
-
-def _asks_for_help(argv: list[str]) -> bool:
-  """True when argv (before a `--`) holds one of absl's help flags (-?, --help, -helpfull, ...)."""
-  args = argv[1:argv.index("--")] if "--" in argv else argv[1:]
-  return any(a.lstrip("-").partition("=")[0] in _HELP_FLAGS for a in args if a.startswith("-"))
-
-
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing; a config-field typo or a bad config-file arg ends the run with one
   `error:` line (exit 2) instead of a traceback from ml_collections' override parsing."""
@@ -180,7 +171,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
   try:
     return flags.FLAGS(argv)
   except SystemExit as e:  # absl's --help (and --helpfull, ...) prints the help, then exits 1
-    sys.exit(0 if e.code == 1 and _asks_for_help(argv) else e.code)
+    sys.exit(0 if e.code == 1 and cli.asks_for_help(argv) else e.code)
   except Exception as e:  # pylint: disable=broad-except
     message = None
     try:  # mid-parse the flag holds no value yet: load the config file as ml_collections does

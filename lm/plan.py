@@ -1,61 +1,22 @@
-r"""Plan before launch: compile a run's real train step for a target that is not attached.
+r"""`python -m lm.plan`: compile a run's real train step for a target that is not attached.
 
   python -m lm.plan --config=configs/t5.py:size=xxl --topology=v5p-128 \
       --config.model.scan_layers=True --config.mesh.shape=1,64,1 [--search] [--json=plan.json]
 
-The train step is built by `lm.program.build_run`, the program `lm.train` trains,
-over the target's devices with abstract inputs only (nothing of size is allocated), then
-lowered and compiled. Targets (`--topology`):
-
-  TPU slices by Cloud TPU name, compiled with libtpu (`pip install -e '.[tpu]'`; no TPU
-  needed): v4-N and v5p-N (N TensorCores, 2 per chip: v5p-128 = 64 chips, 4x4x4),
-  v5e-N and v6e-N (N chips: v6e-16 = 4x4), or a libtpu topology such as v5p:4x4x4;
-  `--num_slices` for several slices (the data axis spans the slices).
-  cpu-N: N simulated CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=N).
-  local: the devices present (a GPU, when there is one).
-  a100-N, a100_80gb-N, h100-N, h200-N: no compiler for the target on this machine; the plan
-  is lm's analytic estimate alone, and says so in its first line.
-  (lm/hardware.py turns these names into devices and meshes.)
-
-Reported per device: parameters, optimizer state, gradients and activations from lm's own
-accounting (analytic: the shardings' shard shapes and `lm.model.accounting.activation_bytes`)
-beside XLA's memory analysis (argument, output, temporary, aliased; total = argument +
-output + temporary - aliased) and the chip's memory; whether it fits; training FLOPs per
-step (lm.model.accounting: matmuls only, 2 per multiply-add, backward = 2x forward) beside
-XLA's HLO cost analysis (all operations, summed over devices, every loop counted as often
-as it runs: see `hlo_cost`); and a step-time ESTIMATE: the
-roofline max(XLA FLOPs / peak FLOP/s, HBM traffic / HBM bandwidth) per device, the traffic
-being XLA's memory analysis read and written once (`hbm_traffic_lower_bound`). Both terms
-are lower bounds and communication is ignored, so the step time is a lower bound and the
-tokens/s per chip and the MFU (lm's matmul FLOPs / step time / peak) it implies are upper
-bounds. The compiler's own `optimal_seconds` is shown
-only when it is positive. Nothing here is a measurement.
-
-`--remat_policies=none,minimal,full`: the plan again with each remat policy, and a table
-(JSON: `remat_policies`) of their activation memory (lm's), XLA's temporaries and total per
-device, whether each fits and its step-time estimate.
-
-`--search`: for each rematerialisation policy and mesh layout, the largest global batch
-that fits (doubling, then bisection in steps of the batch shards; each probe is a
-compile), and the overrides that select the one with the best estimated throughput.
-
-Exit status: 0 when the plan fits (or the search found a fitting batch), 1 when it does
-not fit, 2 on bad input (one line on stderr).
-
-Why this module is long: it is the whole `lm.plan` command: the plan of one compile (lm's
-accounting, XLA's memory, cost and program beside it, the roofline), the batch search and
-the per-policy memory table that repeat it, its console table and flags; the target names
-and meshes are already in
-lm/hardware.py.
+Builds the step with `lm.program.build_run` over the target's devices (abstract inputs,
+nothing of size allocated), compiles it, and reports per device lm's memory and FLOP
+accounting beside XLA's (`lm/costs.py`), whether it fits, and a roofline step-time
+estimate (a lower bound, never a measurement). `--remat_policies` compares remat policies;
+`--search` finds the largest batch per policy and mesh. Targets (TPU slices, cpu-N, local,
+GPU names) are lm/hardware.py's. Exit status: 0 fits, 1 does not fit, 2 bad input.
+docs/planning.md has what each figure means and how far to trust it.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
 import logging
 import math
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -68,27 +29,13 @@ import numpy as np
 from lm import cli
 from lm import config as config_lib
 from lm import libtpu_env
-from lm import metrics as metrics_lib
+from lm import costs
 from lm import partitioning
 from lm import validate as validate_lib
 from lm import workdir as workdir_lib
 from lm.model import accounting
 from lm.hardware import GIB, PlanError, Target, make_target_mesh, resolve_target
 
-
-
-def _leaf_bytes(leaf, sharding) -> int:
-  """Bytes of one device's shard of an abstract array."""
-  shape = sharding.shard_shape(tuple(leaf.shape))
-  if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-    itemsize = 8  # threefry key data: 2 x uint32
-  else:
-    itemsize = np.dtype(leaf.dtype).itemsize
-  return int(math.prod(shape)) * itemsize
-
-
-def _tree_bytes(tree, shardings) -> int:
-  return sum(_leaf_bytes(l, s) for l, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
 
 
 def analytic_memory(config: ml_collections.ConfigDict, run) -> dict[str, float]:
@@ -99,72 +46,19 @@ def analytic_memory(config: ml_collections.ConfigDict, run) -> dict[str, float]:
   rows of one microbatch on a device; batch: the input features' shard.
   """
   state, shardings = run.abstract_state, run.state_shardings
-  params = _tree_bytes(state.params, shardings.params)
-  opt_state = _tree_bytes(state.opt_state, shardings.opt_state)
+  params = costs.tree_shard_bytes(state.params, shardings.params)
+  opt_state = costs.tree_shard_bytes(state.opt_state, shardings.opt_state)
   mesh = dict(run.mesh.shape)
   batch_shards = mesh.get("data", 1) * mesh.get("fsdp", 1)
   d = config.data
   rows = d.batch_size / batch_shards / max(int(config.optim.grad_accum_steps), 1)
   acts = accounting.activation_bytes(run.model_config, d.inputs_length, d.targets_length,
                                      tensor_shards=mesh.get("tensor", 1))["total"] * rows
-  batch = sum(_leaf_bytes(s, run.batch_shardings[k]) for k, s in run.batch_shapes.items())
+  batch = sum(costs.shard_bytes(s, run.batch_shardings[k]) for k, s in run.batch_shapes.items())
   grads = updates = params
   return {"params": float(params), "opt_state": float(opt_state), "grads": float(grads),
           "updates": float(updates), "activations": float(acts), "batch": float(batch),
           "total": float(params + opt_state + grads + updates + acts + batch)}
-
-
-_OOM_PATTERNS = (
-    re.compile(r"exceeded hbm capacity by ([\d.]+)\s*([kmgt]?)", re.I),
-    re.compile(r"used ([\d.]+)\s*([kmgt]?)i?b? of ([\d.]+)\s*([kmgt]?)i?b? hbm", re.I),
-    re.compile(r"required for hlo temporaries \(([\d.]+)\s*([kmgt]?)i?b?\) exceeds available "
-               r"hbm \(([\d.]+)\s*([kmgt]?)i?b?\)", re.I),
-)
-_UNITS = {"": 1, "k": 2 ** 10, "m": 2 ** 20, "g": 2 ** 30, "t": 2 ** 40}
-
-
-def out_of_memory(message: str) -> float | None:
-  """Bytes by which a failed compile exceeded device memory; None if it is no OOM.
-
-  XLA:TPU fails a program that does not fit with "RESOURCE_EXHAUSTED: ... Ran out of
-  memory in memory space hbm. Used 120.5G of 95.74G hbm. Exceeded hbm capacity by 24.8G."
-  or, when the temporaries alone are too large, "... the total memory required for HLO
-  temporaries (80.60G) exceeds available HBM (30.75G)".
-  Returns NaN for an OOM whose excess the message does not state.
-  """
-  low = message.lower()
-  if not ("resource_exhausted" in low or "out of memory" in low or "exceeded hbm" in low):
-    return None
-  m = _OOM_PATTERNS[0].search(message)
-  if m:
-    return float(m.group(1)) * _UNITS[m.group(2).lower()]
-  m = _OOM_PATTERNS[1].search(message) or _OOM_PATTERNS[2].search(message)
-  if m:
-    return (float(m.group(1)) * _UNITS[m.group(2).lower()]
-            - float(m.group(3)) * _UNITS[m.group(4).lower()])
-  return float("nan")
-
-
-def _first(x):
-  return x[0] if isinstance(x, (list, tuple)) else x
-
-
-def xla_memory(compiled) -> dict[str, float]:
-  """XLA's per-device memory analysis of a compiled step (bytes)."""
-  ma = _first(compiled.memory_analysis())
-  out = {"argument": float(ma.argument_size_in_bytes), "output": float(ma.output_size_in_bytes),
-         "temp": float(ma.temp_size_in_bytes), "alias": float(ma.alias_size_in_bytes),
-         "generated_code": float(ma.generated_code_size_in_bytes)}
-  out["total"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
-  return out
-
-
-def xla_cost(compiled) -> dict[str, float]:
-  """XLA's per-device cost analysis: flops, bytes accessed, optimal_seconds (TPU; NaN else)."""
-  ca = _first(compiled.cost_analysis()) or {}
-  return {"flops": float(ca.get("flops", float("nan"))),
-          "bytes_accessed": float(ca.get("bytes accessed", float("nan"))),
-          "optimal_seconds": float(ca.get("optimal_seconds", float("nan")))}
 
 
 def _one_cpu_cost(config: ml_collections.ConfigDict, axis_names, **changes) -> dict[str, float]:
@@ -175,7 +69,7 @@ def _one_cpu_cost(config: ml_collections.ConfigDict, axis_names, **changes) -> d
   cpu = jax.sharding.Mesh(np.array(jax.devices("cpu")[:1]).reshape(one["mesh.shape"]),
                           axis_names)
   settings = validate_lib.validate(_with(config, **one))
-  cost = _first(program.build_run(settings, mesh=cpu).lower_train_step()
+  cost = costs.one_analysis(program.build_run(settings, mesh=cpu).lower_train_step()
                 .cost_analysis()) or {}
   return {key: float(cost.get(key.replace("_", " "), float("nan")))
           for key in ("flops", "bytes_accessed")}
@@ -218,53 +112,6 @@ def hlo_cost(config: ml_collections.ConfigDict, axis_names: Sequence[str]) -> di
   return {**{k: c11[k] + (int(encoder_depth) - 1) * encoder_layer[k]
              + (depth - 1) * decoder_layer[k] for k in c11},
           "per_layer": decoder_layer, "per_encoder_layer": encoder_layer}
-
-
-def hbm_traffic_lower_bound(mem: dict[str, float]) -> float:
-  """Bytes a step must move through HBM at least (per device): its arguments read once,
-  its outputs written once, each temporary byte written and read once:
-  argument + output + 2 x temp, from XLA's memory analysis (`xla_memory`).
-
-  Used for the roofline's memory term instead of XLA's "bytes accessed": XLA:TPU's count
-  is not HBM traffic (the T5.1.1-small step at batch 128 on v5p-8, unscanned, counts 515 GB
-  per device, 56x its 9.1 GiB footprint, measured), and for a scanned step it counts the
-  loop body once.
-  """
-  return mem["argument"] + mem["output"] + 2 * mem["temp"]
-
-
-def _program_text(compiled) -> str:
-  try:
-    return compiled.as_text()
-  except Exception:  # pylint: disable=broad-except  # not every backend prints its program
-    return ""
-
-
-def windowed_einsum_loops(compiled) -> int:
-  """The number of all-gather + matmul loops XLA:TPU made (0 elsewhere); the compiled cost
-  analysis counts one iteration of each."""
-  return len(re.findall(r"condition=%?[\w.]*windowed_dot_general_cond", _program_text(compiled)))
-
-
-def custom_calls(compiled) -> dict[str, int]:
-  """{custom-call target: count} in the compiled program: whether a fused kernel is in it
-  ("tpu_custom_call": a Pallas kernel on TPU; "__cudnn$fmha...": cuDNN attention)."""
-  return dict(sorted(collections.Counter(
-      re.findall(r'custom_call_target="([^"]+)"', _program_text(compiled))).items()))
-
-
-def step_time_estimate(flops_per_device: float, bytes_per_device: float,
-                       chip: metrics_lib.ChipSpec | None) -> dict[str, float]:
-  """Roofline step time per device: max(FLOPs / peak, bytes / HBM bandwidth) (seconds).
-
-  An estimate (no communication, perfect overlap), never a measurement. NaN without a
-  chip spec (CPU).
-  """
-  if chip is None:
-    return {"compute_s": float("nan"), "memory_s": float("nan"), "seconds": float("nan")}
-  compute = flops_per_device / chip.peak_flops_bf16
-  memory = bytes_per_device / chip.hbm_bandwidth if np.isfinite(bytes_per_device) else 0.0
-  return {"compute_s": compute, "memory_s": memory, "seconds": max(compute, memory)}
 
 
 def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: bool = True
@@ -313,7 +160,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
       lowered = run.lower_train_step()
       compiled = lowered.compile()
     except Exception as e:  # pylint: disable=broad-except  # XLA's error types vary by backend
-      excess = out_of_memory(str(e))
+      excess = costs.out_of_memory(str(e))
       if excess is None:
         raise
       result["compile_seconds"] = time.perf_counter() - t0
@@ -322,13 +169,13 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
       result["compile_error"] = " ".join(str(e).split())[:500]
       return result
     result["compile_seconds"] = time.perf_counter() - t0
-    mem, cost = xla_memory(compiled), xla_cost(compiled)
+    mem, cost = costs.xla_memory(compiled), costs.xla_cost(compiled)
     whole = hlo_cost(config, mesh.axis_names)
     result["xla"] = {"memory": mem, "cost": cost, "hlo": whole,
-                     "windowed_einsum_loops": windowed_einsum_loops(compiled),
-                     "custom_calls": custom_calls(compiled)}
+                     "windowed_einsum_loops": costs.windowed_einsum_loops(compiled),
+                     "custom_calls": costs.custom_calls(compiled)}
     per_device_flops = whole["flops"] / target.num_devices
-    bytes_accessed = hbm_traffic_lower_bound(mem)
+    bytes_accessed = costs.hbm_traffic_lower_bound(mem)
     result["flops"]["xla"] = whole["flops"]
     used = mem["total"]
   else:
@@ -336,7 +183,7 @@ def plan(config: ml_collections.ConfigDict, target: Target, *, compile_step: boo
   capacity = target.memory_bytes
   result["fits"] = bool(used <= capacity) if capacity else None
   result["excess_bytes"] = max(used - capacity, 0.0) if capacity else None
-  est = step_time_estimate(per_device_flops, bytes_accessed, target.chip)
+  est = costs.step_time_estimate(per_device_flops, bytes_accessed, target.chip)
   optimal = (result["xla"] or {}).get("cost", {}).get("optimal_seconds", float("nan"))
   est["compiler_seconds"] = optimal if optimal > 0 else None
   est["basis"] = ("roofline: XLA's FLOPs at peak, XLA's memory read and written once at "
@@ -627,6 +474,9 @@ def main(argv=None) -> int:
   flags.DEFINE_string("json", None, "Also write the plan as JSON here (for launchers).",
                       flag_values=fv)
   argv = list(sys.argv if argv is None else argv)
+  if cli.asks_for_help(argv):
+    print(__doc__ + "\nFlags:\n" + fv.get_help())
+    return 0
   try:
     rest = fv(argv)
   except flags.Error as e:

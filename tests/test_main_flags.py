@@ -7,7 +7,7 @@ import sys
 import ml_collections
 import pytest
 
-from lm import main
+from lm import cli, main
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,5 +55,5 @@ def test_help_exits_0_with_the_usage_on_stdout(flag):
                        capture_output=True, text=True, timeout=120)
   assert out.returncode == 0, out.stderr
   assert "Exit status" in out.stdout and "--workdir" in out.stdout
-  assert main._asks_for_help(["lm.main", "-?"]) and not main._asks_for_help(
+  assert cli.asks_for_help(["lm.main", "-?"]) and not cli.asks_for_help(
       ["lm.main", "--config=c.py", "--", "--help"])

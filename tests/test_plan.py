@@ -8,7 +8,7 @@ import pytest
 
 from configs import t5
 from lm import config as common
-from lm import hardware, metrics, plan
+from lm import costs, hardware, metrics, plan
 from lm.model import accounting
 
 HAS_LIBTPU = hardware._libtpu_available()  # pylint: disable=protected-access
@@ -109,13 +109,13 @@ def test_chip_table_has_memory_and_bandwidth_for_every_target_generation():
 def test_out_of_memory_messages_are_parsed():
   msg = ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory "
          "space hbm. Used 120.50G of 95.74G hbm. Exceeded hbm capacity by 24.76G.")
-  assert plan.out_of_memory(msg) == pytest.approx(24.76 * 2**30)
-  assert plan.out_of_memory("RESOURCE_EXHAUSTED: Used 20.00G of 16.00G hbm.") == pytest.approx(
+  assert costs.out_of_memory(msg) == pytest.approx(24.76 * 2**30)
+  assert costs.out_of_memory("RESOURCE_EXHAUSTED: Used 20.00G of 16.00G hbm.") == pytest.approx(
       4 * 2**30)
-  assert plan.out_of_memory(
+  assert costs.out_of_memory(
       "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
       "temporaries (80.60G) exceeds available HBM (30.75G).") == pytest.approx(49.85 * 2**30)
-  assert plan.out_of_memory("INVALID_ARGUMENT: bad shape") is None
+  assert costs.out_of_memory("INVALID_ARGUMENT: bad shape") is None
 
 
 @pytest.fixture(scope="module")
@@ -297,9 +297,9 @@ def test_custom_calls_are_counted_from_the_compiled_program():
       return ('%a = f32[2] custom-call(%x), custom_call_target="tpu_custom_call"\n'
               '%b = f32[2] custom-call(%a), custom_call_target="tpu_custom_call", x=1\n'
               '%c = f32[2] custom-call(%b), custom_call_target="Sharding"\n')
-  assert plan.custom_calls(Compiled()) == {"Sharding": 1, "tpu_custom_call": 2}
+  assert costs.custom_calls(Compiled()) == {"Sharding": 1, "tpu_custom_call": 2}
   compiled = jax.jit(lambda x: x * 2).lower(np.ones(3, np.float32)).compile()
-  assert plan.custom_calls(compiled) == {}
+  assert costs.custom_calls(compiled) == {}
 
 
 def test_plan_table_rows_render_an_analytic_plan():

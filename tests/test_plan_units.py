@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from lm import metrics, plan
+from lm import costs, metrics, plan
 
 GIB = 2 ** 30
 NAN = float("nan")
@@ -35,17 +35,17 @@ def _sds(shape, dtype):
 
 
 def test_leaf_and_tree_bytes_are_one_devices_shard():
-  assert plan._leaf_bytes(_sds((8, 6), jnp.float32), Sharding(2, 3)) == 4 * 2 * 4
-  assert plan._leaf_bytes(_sds((8, 6), jnp.bfloat16), Sharding(1, 1)) == 48 * 2
-  assert plan._leaf_bytes(_sds((5,), jnp.int8), Sharding(1)) == 5
-  assert plan._leaf_bytes(_sds((), jnp.float32), Sharding()) == 4
+  assert costs.shard_bytes(_sds((8, 6), jnp.float32), Sharding(2, 3)) == 4 * 2 * 4
+  assert costs.shard_bytes(_sds((8, 6), jnp.bfloat16), Sharding(1, 1)) == 48 * 2
+  assert costs.shard_bytes(_sds((5,), jnp.int8), Sharding(1)) == 5
+  assert costs.shard_bytes(_sds((), jnp.float32), Sharding()) == 4
   keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), 6))
   assert keys.shape == (6,)
-  assert plan._leaf_bytes(keys, Sharding(2)) == 3 * 8  # 2 x uint32 per key
+  assert costs.shard_bytes(keys, Sharding(2)) == 3 * 8  # 2 x uint32 per key
   tree = {"b": _sds((8,), jnp.bfloat16), "w": _sds((8, 4), jnp.float32)}
   shardings = {"b": Sharding(1), "w": Sharding(2, 1)}
-  assert plan._tree_bytes(tree, shardings) == 8 * 2 + 4 * 4 * 4
-  assert plan._tree_bytes({}, {}) == 0
+  assert costs.tree_shard_bytes(tree, shardings) == 8 * 2 + 4 * 4 * 4
+  assert costs.tree_shard_bytes({}, {}) == 0
 
 
 def _run(mesh_shape):
@@ -111,24 +111,24 @@ def test_analytic_memory_adds_state_grads_updates_activations_and_batch(
      3 * 2 ** 40 - 512 * 2 ** 20),
 ])
 def test_out_of_memory_reads_the_excess_in_bytes(message, excess):
-  assert plan.out_of_memory(message) == pytest.approx(excess, rel=1e-12)
+  assert costs.out_of_memory(message) == pytest.approx(excess, rel=1e-12)
 
 
 def test_out_of_memory_without_a_figure_is_nan_and_other_errors_are_none():
   for message in ("RESOURCE_EXHAUSTED: too big", "Out of memory", "foo exceeded hbm",
                   "OUT OF MEMORY while allocating", "resource_exhausted"):
-    assert math.isnan(plan.out_of_memory(message)), message
+    assert math.isnan(costs.out_of_memory(message)), message
   for message in ("INVALID_ARGUMENT: bad shape", "", "exceeded memory", "out of  memory",
                   "Used 20G of 16G hbm", "resource exhausted"):
-    assert plan.out_of_memory(message) is None, message
+    assert costs.out_of_memory(message) is None, message
 
 
 def test_first_takes_the_first_of_a_list_or_tuple_and_leaves_anything_else():
-  assert plan._first([3, 4, 5]) == 3
-  assert plan._first((6, 7)) == 6
-  assert plan._first({"a": 1}) == {"a": 1}
-  assert plan._first("xy") == "xy"
-  assert plan._first(None) is None
+  assert costs.one_analysis([3, 4, 5]) == 3
+  assert costs.one_analysis((6, 7)) == 6
+  assert costs.one_analysis({"a": 1}) == {"a": 1}
+  assert costs.one_analysis("xy") == "xy"
+  assert costs.one_analysis(None) is None
 
 
 class Compiled:
@@ -156,17 +156,17 @@ def test_xla_memory_reads_the_analysis_and_totals_it():
   want = {"argument": 100.0, "output": 20.0, "temp": 7.0, "alias": 30.0,
           "generated_code": 5.0, "total": 97.0}
   for memory in (ma, [ma], (ma, None)):
-    got = plan.xla_memory(Compiled(memory=memory))
+    got = costs.xla_memory(Compiled(memory=memory))
     assert got == want and all(type(v) is float for v in got.values())
 
 
 def test_xla_cost_reads_flops_bytes_and_optimal_seconds():
   cost = {"flops": 12, "bytes accessed": 34, "optimal_seconds": 0.5, "bytes_accessed": 99}
   want = {"flops": 12.0, "bytes_accessed": 34.0, "optimal_seconds": 0.5}
-  assert plan.xla_cost(Compiled(cost=cost)) == want
-  assert plan.xla_cost(Compiled(cost=[cost, {}])) == want
+  assert costs.xla_cost(Compiled(cost=cost)) == want
+  assert costs.xla_cost(Compiled(cost=[cost, {}])) == want
   for empty in (None, [None], {}, [{}]):
-    got = plan.xla_cost(Compiled(cost=empty))
+    got = costs.xla_cost(Compiled(cost=empty))
     assert set(got) == {"flops", "bytes_accessed", "optimal_seconds"}
     assert all(math.isnan(v) for v in got.values()), empty
 
@@ -268,9 +268,9 @@ def test_hlo_cost_of_an_encoder_of_its_own_depth(monkeypatch):
 
 def test_hbm_traffic_reads_arguments_writes_outputs_and_temporaries_twice():
   mem = {"argument": 100.0, "output": 20.0, "temp": 7.0, "alias": 30.0, "total": 97.0}
-  assert plan.hbm_traffic_lower_bound(mem) == 134.0
-  assert plan.hbm_traffic_lower_bound({"argument": 0.0, "output": 3.0, "temp": 0.0}) == 3.0
-  assert plan.hbm_traffic_lower_bound({"argument": 5.0, "output": 0.0, "temp": 0.0}) == 5.0
+  assert costs.hbm_traffic_lower_bound(mem) == 134.0
+  assert costs.hbm_traffic_lower_bound({"argument": 0.0, "output": 3.0, "temp": 0.0}) == 3.0
+  assert costs.hbm_traffic_lower_bound({"argument": 5.0, "output": 0.0, "temp": 0.0}) == 5.0
 
 
 def test_windowed_einsum_loops_and_custom_calls_from_the_program_text():
@@ -283,25 +283,25 @@ def test_windowed_einsum_loops_and_custom_calls_from_the_program_text():
       '%c = f32[2] custom-call(%b), custom_call_target="tpu_custom_call"',
       '%d = f32[2] custom-call(%c), custom_call_target="__cudnn$fmhaSoftmax"'])
   compiled = Compiled(text=text)
-  assert plan.windowed_einsum_loops(compiled) == 2
-  calls = plan.custom_calls(compiled)
+  assert costs.windowed_einsum_loops(compiled) == 2
+  calls = costs.custom_calls(compiled)
   assert calls == {"Sharding": 1, "__cudnn$fmhaSoftmax": 1, "tpu_custom_call": 2}
   assert list(calls) == ["Sharding", "__cudnn$fmhaSoftmax", "tpu_custom_call"]  # sorted
   silent = Compiled(text=None)   # a backend that does not print its program
-  assert plan._program_text(silent) == "" and plan._program_text(compiled) == text
-  assert plan.windowed_einsum_loops(silent) == 0 and plan.custom_calls(silent) == {}
+  assert costs.program_text(silent) == "" and costs.program_text(compiled) == text
+  assert costs.windowed_einsum_loops(silent) == 0 and costs.custom_calls(silent) == {}
 
 
 def test_step_time_estimate_is_the_roofline():
   chip = metrics.ChipSpec(name="x", peak_flops_bf16=100.0, hbm_bytes=GIB, hbm_bandwidth=10.0)
-  assert plan.step_time_estimate(300.0, 50.0, chip) == {"compute_s": 3.0, "memory_s": 5.0,
+  assert costs.step_time_estimate(300.0, 50.0, chip) == {"compute_s": 3.0, "memory_s": 5.0,
                                                         "seconds": 5.0}
-  assert plan.step_time_estimate(700.0, 50.0, chip) == {"compute_s": 7.0, "memory_s": 5.0,
+  assert costs.step_time_estimate(700.0, 50.0, chip) == {"compute_s": 7.0, "memory_s": 5.0,
                                                         "seconds": 7.0}
   for unknown in (NAN, float("inf")):   # no byte count: the compute term alone
-    assert plan.step_time_estimate(300.0, unknown, chip) == {"compute_s": 3.0, "memory_s": 0.0,
+    assert costs.step_time_estimate(300.0, unknown, chip) == {"compute_s": 3.0, "memory_s": 0.0,
                                                              "seconds": 3.0}
-  none = plan.step_time_estimate(300.0, 50.0, None)
+  none = costs.step_time_estimate(300.0, 50.0, None)
   assert set(none) == {"compute_s", "memory_s", "seconds"}
   assert all(math.isnan(v) for v in none.values())
 
@@ -996,3 +996,14 @@ def test_python_m_lm_plan_runs_main(monkeypatch, capsys):
       runpy.run_module("lm.plan", run_name="__main__")
   assert e.value.code == 2
   assert capsys.readouterr().err.startswith("error: --config and --topology are required")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-help", "--helpfull", "-?"])
+def test_help_prints_the_usage_and_the_flags_and_exits_0(flag, capsys):
+  """absl's FlagValues of lm.plan defines no help flag: `--help` was 'Unknown command line
+  flag' and exit 2."""
+  assert plan.main(["lm.plan", flag]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("`python -m lm.plan`: compile") and "Exit status" in out
+  assert "--topology" in out and "--search_max_batch" in out
+  assert plan.main(["lm.plan", "--config=c.py", "--", "--help"]) == 2   # after --: an argument

@@ -104,6 +104,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/score.py": ["tests/test_score.py"],
     # The by-hand tests first (no compile; most mutants die there), then the compiled plans.
     "lm/plan.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
+    "lm/costs.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
     "lm/train.py": ["tests/test_train_helpers.py", "tests/test_parts.py",
                     "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
     "lm/program.py": ["tests/test_train_helpers.py"],
