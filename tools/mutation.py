@@ -109,7 +109,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                     "tests/test_robustness.py::test_check_finite_names_the_metric_and_the_last_checkpoint"],
     "lm/program.py": ["tests/test_train_helpers.py"],
     "lm/parts.py": ["tests/test_parts.py"],
-    "lm/downstream/metrics.py": ["tests/downstream/test_downstream_metrics.py"],
+    "lm/downstream/task_metrics.py": ["tests/downstream/test_task_metrics.py"],
     "lm/downstream/task.py": ["tests/downstream/test_t5_tasks.py", "tests/downstream/test_mini.py"],
     "lm/downstream/t5_tasks.py": ["tests/downstream/test_t5_tasks.py"],
     "lm/downstream/task_mixtures.py": ["tests/downstream/test_task_mixtures.py",

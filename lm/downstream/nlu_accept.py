@@ -17,7 +17,7 @@ from typing import Any
 
 from lm.downstream import nlu_items
 from lm.downstream import task as task_lib
-from lm.downstream.metrics import accuracy
+from lm.downstream.task_metrics import accuracy
 
 PREFIX = "nlu_accept_"
 TASKS = tuple(PREFIX + p for p in nlu_items.PAIR_PHENOMENA)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lm.downstream import metrics
+from lm.downstream import task_metrics
 from lm.downstream.task_files import directory_loader
 from lm.downstream.task import Example, Task, register
 
@@ -365,15 +365,15 @@ def _register(task: Task) -> None:
 
 
 _GLUE_SPLITS = ("train", "validation", "test")
-_CLS = (metrics.accuracy,)
-_F1_ACC = (metrics.f1_score_with_invalid, metrics.accuracy)
+_CLS = (task_metrics.accuracy,)
+_F1_ACC = (task_metrics.f1_score_with_invalid, task_metrics.accuracy)
 
 
 def _register_all() -> None:
   glue = [
       # name, subdir, benchmark, features (T5's order), labels, metrics, description
       ("glue_cola", "glue/cola", "cola", ("sentence",), ("unacceptable", "acceptable"),
-       (metrics.matthews_corrcoef,), "GLUE CoLA: acceptability; Matthews corr."),
+       (task_metrics.matthews_corrcoef,), "GLUE CoLA: acceptability; Matthews corr."),
       ("glue_sst2", "glue/sst2", "sst2", ("sentence",), ("negative", "positive"), _CLS,
        "GLUE SST-2: sentiment; accuracy."),
       ("glue_mrpc", "glue/mrpc", "mrpc", ("sentence1", "sentence2"),
@@ -410,7 +410,8 @@ def _register_all() -> None:
   _register(Task(
       name="glue_stsb", load=directory_loader("glue/stsb", "glue_stsb"),
       preprocess=stsb_preprocess, postprocess=string_to_float,
-      metric_fns=(metrics.pearson_corrcoef, metrics.spearman_corrcoef), splits=_GLUE_SPLITS,
+      metric_fns=(task_metrics.pearson_corrcoef, task_metrics.spearman_corrcoef),
+      splits=_GLUE_SPLITS,
       description="GLUE STS-B: similarity 0-5 as 0.2-rounded strings; Pearson, Spearman."))
 
   super_glue = [
@@ -418,7 +419,7 @@ def _register_all() -> None:
        "SuperGLUE BoolQ: yes/no question on a passage; accuracy."),
       ("super_glue_cb", "cb", ("hypothesis", "premise"),
        ("entailment", "contradiction", "neutral"),
-       (metrics.mean_multiclass_f1(3), metrics.accuracy),
+       (task_metrics.mean_multiclass_f1(3), task_metrics.accuracy),
        "SuperGLUE CB: 3-way entailment; mean 3-class F1 and accuracy."),
       ("super_glue_copa", "copa", ("choice1", "choice2", "premise", "question"),
        ("choice1", "choice2"), _CLS, "SuperGLUE COPA: cause / effect choice; accuracy."),
@@ -439,7 +440,7 @@ def _register_all() -> None:
                                                                "paragraph"),
           label_names=multirc_labels, task="super_glue_multirc"),
       postprocess=multirc_postprocess,
-      metric_fns=(metrics.multirc_f1_over_all_answers, metrics.multirc_exact_match),
+      metric_fns=(task_metrics.multirc_f1_over_all_answers, task_metrics.multirc_exact_match),
       splits=_GLUE_SPLITS, choices=lambda ex: multirc_labels,
       description="SuperGLUE MultiRC: is the answer right; F1 over all answers (F1a) and "
                   "exact match per question."))
@@ -449,7 +450,7 @@ def _register_all() -> None:
       load=directory_loader("super_glue/record", "super_glue_record",
                             transform=record_expand),
       preprocess=record_preprocess, postprocess=record_postprocess,
-      metric_fns=(metrics.record,), splits=_GLUE_SPLITS,
+      metric_fns=(task_metrics.record,), splits=_GLUE_SPLITS,
       choices=lambda ex: tuple(ex["entities"]),
       description="SuperGLUE ReCoRD: the entity filling @placeholder; F1 and EM, max over "
                   "answers."))
@@ -459,20 +460,20 @@ def _register_all() -> None:
       load=directory_loader("super_glue/wsc.fixed", "super_glue_wsc",
                             transform=wsc_train_filter),
       preprocess=wsc_simple_preprocess, postprocess=wsc_simple_postprocess,
-      metric_fns=(metrics.accuracy,), splits=_GLUE_SPLITS,
+      metric_fns=(task_metrics.accuracy,), splits=_GLUE_SPLITS,
       description="SuperGLUE WSC in T5's wsc_simple format (train: correct referents only; "
                   "eval: does the decoded referent match the candidate); accuracy."))
 
   _register(Task(
       name="squad_v1_1", load=directory_loader("squad", "squad_v1_1"),
       preprocess=squad_preprocess, postprocess=qa_postprocess,
-      metric_fns=(metrics.squad,), splits=("train", "validation"),
+      metric_fns=(task_metrics.squad,), splits=("train", "validation"),
       description="SQuAD v1.1: answer from the context; exact match and F1, max over "
                   "gold answers."))
 
   _register(Task(
       name="cnn_dailymail", load=directory_loader("cnn_dailymail", "cnn_dailymail"),
-      preprocess=summarize_preprocess, metric_fns=(metrics.rouge,),
+      preprocess=summarize_preprocess, metric_fns=(task_metrics.rouge,),
       splits=("train", "validation", "test"),
       description="CNN/DailyMail: summarise a news article; ROUGE-1/2/Lsum F."))
 
@@ -482,7 +483,7 @@ def _register_all() -> None:
     _register(Task(
         name=name, load=directory_loader(subdir, name),
         preprocess=functools.partial(translate_preprocess, source=src, target=tgt),
-        metric_fns=(metrics.bleu,), splits=("train", "validation", "test"),
+        metric_fns=(task_metrics.bleu,), splits=("train", "validation", "test"),
         description=f"WMT {LANGUAGE_NAMES[src]} to {LANGUAGE_NAMES[tgt]}; SacreBLEU."))
 
 
