@@ -41,7 +41,7 @@ from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
 from lm.data.tokenizer import padded_vocab_size
 from lm.downstream import finetune, finetune_data
 from lm.model import presets
-from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
+from lm.model.transformer_config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
 
 _FIELD_TYPES = typing.get_type_hints(TransformerConfig)  # field name -> its type

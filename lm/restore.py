@@ -33,7 +33,7 @@ from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf, hf
 from lm.checkpoint.signature import recorded_model
 from lm.data import features, packing
 from lm.data import tokenizer as tokenizer_lib
-from lm.model.config import EXECUTION_FIELDS
+from lm.model.transformer_config import EXECUTION_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
 
 CONFIG_FILE = config_lib.CONFIG_FILE  # written by lm/train.py

@@ -18,13 +18,13 @@ from launch import local
 from lm import config as config_lib
 from lm import optim
 from lm.model import presets
-from lm.model.config import ADDED_FIELDS
+from lm.model.transformer_config import ADDED_FIELDS
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = json.loads((REPO / "tests/testdata/config_golden.json").read_text())
 # Fields added after the golden was written, at their defaults: those that choose how, not
-# what, the model computes (lm.model.config.EXECUTION_FIELDS), and architecture knobs whose
-# default is T5's behaviour (lm.model.config.ADDED_FIELDS).
+# what, the model computes (lm.model.transformer_config.EXECUTION_FIELDS), and architecture knobs whose
+# default is T5's behaviour (lm.model.transformer_config.ADDED_FIELDS).
 ADDED = {"attention_impl": "auto", **ADDED_FIELDS}
 DEFAULTS = {**GOLDEN["transformer_config_defaults"], **ADDED}
 

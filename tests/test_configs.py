@@ -352,7 +352,7 @@ def test_a_run_configs_unset_model_fields_take_their_own_type_from_overrides():
   import dataclasses
   import typing
 
-  from lm.model.config import TransformerConfig
+  from lm.model.transformer_config import TransformerConfig
   run = config_lib.ml_collections.ConfigDict(t5.get_config("runlocal").to_dict())
   hints = typing.get_type_hints(TransformerConfig)
   samples = {bool: ("true", True), int: ("7", 7), float: ("100", 100.0), str: ("ab", "ab")}
@@ -379,7 +379,7 @@ def test_every_unset_model_field_takes_its_own_type_from_the_command_line():
   import dataclasses
   import typing
 
-  from lm.model.config import TransformerConfig
+  from lm.model.transformer_config import TransformerConfig
   model = t5.get_config("runlocal").model
   hints = typing.get_type_hints(TransformerConfig)
   unset = [f.name for f in dataclasses.fields(TransformerConfig)

@@ -324,7 +324,7 @@ def test_a_signature_stands_for_the_added_fields_it_leaves_out():
   default read as None refused every restore of a new run)."""
   import dataclasses as dc
   from lm.checkpoint import signature
-  from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS, TransformerConfig
+  from lm.model.transformer_config import ADDED_FIELDS, EXECUTION_FIELDS, TransformerConfig
   for config in (TransformerConfig(), TransformerConfig(scale_embeddings=True, num_kv_heads=3)):
     model = dc.asdict(config)
     recorded = signature.run_signature(model, {"params": {}})["model"]

@@ -187,7 +187,7 @@ def test_no_model_or_config_field_looks_like_a_secret():
   run would take the field's default instead of its value."""
   import dataclasses
 
-  from lm.model.config import TransformerConfig
+  from lm.model.transformer_config import TransformerConfig
   names = {f.name: 1 for f in dataclasses.fields(TransformerConfig)}
   assert writers.filter_secrets({"model": names}) == {"model": names}
   assert writers.filter_secrets({"model": {"eoi_token_id": 1}}) != {"model": {"eoi_token_id": 1}}

@@ -78,7 +78,7 @@ MODULE_TESTS: dict[str, list[str]] = {
                                 "tests/model/test_decoding.py",
                                 "tests/model/test_transformer.py"],
     "lm/model/accounting.py": ["tests/model/test_accounting.py"],
-    "lm/model/config.py": ["tests/model/test_model_config.py"],
+    "lm/model/transformer_config.py": ["tests/model/test_transformer_config.py"],
     "lm/model/presets.py": ["tests/model/test_accounting.py"],
     "lm/optim.py": ["tests/test_optim.py", "tests/test_optim_reference.py"],
     "lm/steps.py": ["tests/test_steps.py", "tests/test_steps_reference.py"],

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from lm.checkpoint import hf_t5, hf_t5gemma, hf_t5gemma2
-from lm.model.config import TransformerConfig
+from lm.model.transformer_config import TransformerConfig
 
 FAMILIES = {"t5gemma": hf_t5gemma.hf_to_lm, hf_t5gemma2.MODEL_TYPE: hf_t5gemma2.hf_to_lm}
 

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from lm.keypaths import path_names
-from lm.model.config import ADDED_FIELDS
+from lm.model.transformer_config import ADDED_FIELDS
 from lm.model.transformer import TransformerConfig, scan_to_unscanned, unscanned_to_scan
 
 CONFIG_NAME = "config.json"

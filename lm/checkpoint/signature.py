@@ -28,7 +28,7 @@ from lm.keypaths import named_leaves
 # Model fields that choose how, not what, the model computes: left out of the signature,
 # so a checkpoint resumes under another attention kernel, and checkpoints written before
 # such a field existed keep their hash.
-from lm.model.config import ADDED_FIELDS, EXECUTION_FIELDS
+from lm.model.transformer_config import ADDED_FIELDS, EXECUTION_FIELDS
 
 FORMAT = "lm.checkpoint/1"
 

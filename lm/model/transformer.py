@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from lm.model import masks as masks_lib
 from lm.model import position
 from lm.model.attention import AttentionMask, MultiHeadAttention
-from lm.model.config import REMAT_POLICIES, TransformerConfig
+from lm.model.transformer_config import REMAT_POLICIES, TransformerConfig
 from lm.model.fast_grads import dense
 from lm.model.layers import (Embed, MlpBlock, broadcast_dropout, make_norm, mlp_kernel_init,
                              param_with_axes)

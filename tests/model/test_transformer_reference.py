@@ -32,7 +32,7 @@ import pytest
 
 import flax.linen as nn
 
-from lm.model.config import ADDED_FIELDS
+from lm.model.transformer_config import ADDED_FIELDS
 from lm.model.transformer import Transformer, TransformerConfig
 
 V, D, N, H, F = 40, 16, 4, 6, 24

@@ -4,7 +4,7 @@ import dataclasses
 import jax.numpy as jnp
 import pytest
 
-from lm.model.config import (DTYPES, MASK_TYPES, NORM_POSITIONS, REMAT_POLICIES,
+from lm.model.transformer_config import (DTYPES, MASK_TYPES, NORM_POSITIONS, REMAT_POLICIES,
                              TransformerConfig)
 from lm.model.layers import MLP_ACTIVATIONS, NORM_TYPES
 from lm.model.position import POSITION_ENCODINGS
@@ -217,7 +217,7 @@ def test_added_knobs_at_their_defaults_keep_old_signatures_and_configs(tmp_path)
   from configs import t5
   from lm import config as config_lib
   from lm.checkpoint import signature
-  from lm.model.config import ADDED_FIELDS
+  from lm.model.transformer_config import ADDED_FIELDS
   now = dataclasses.asdict(make())
   old = {k: v for k, v in now.items() if k not in ADDED_FIELDS}
   sig = signature.run_signature(now, {"params": {}})
