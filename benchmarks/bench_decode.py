@@ -1,4 +1,4 @@
-"""Decoding benchmark: tokens/s of lm.decoding vs PyTorch transformers' ``generate``.
+"""Decoding benchmark: tokens/s of lm.generation vs PyTorch transformers' ``generate``.
 
     python benchmarks/bench_decode.py                      # T5.1.1-small shapes, batch 1 and 32
     python benchmarks/bench_decode.py --quick              # tiny shapes, a smoke run
@@ -7,7 +7,7 @@
 Models: an encoder-decoder with the T5.1.1-small shape (``t5_1_1_small``: 8+8 layers,
 d_model 512, vocab 32128; float32), initialised by lm with a fixed seed and written as a
 Hugging Face directory with ``lm.checkpoint.hf_t5.save_hf_t5``; lm decodes it through
-``lm.checkpoint.hf_t5.load_hf_t5`` + ``lm.decoding``, transformers through
+``lm.checkpoint.hf_t5.load_hf_t5`` + ``lm.generation``, transformers through
 ``T5ForConditionalGeneration.from_pretrained`` + ``generate`` (eager attention, KV cache).
 A decoder-only model (``t5_1_1/small/causal``: 8 layers of the same shape) is decoded by lm
 only: transformers has no T5 decoder-only model to compare with, so its rows show lm's
@@ -82,7 +82,7 @@ def _pin(threads: int) -> None:
 
 def lm_worker(args, cases) -> dict:
   import jax
-  from lm import decoding
+  from lm import generation
   from lm.checkpoint import hf_t5
   from lm.model import presets
   from lm.model.transformer import Transformer
@@ -103,10 +103,10 @@ def lm_worker(args, cases) -> dict:
     if kind == "encdec":
       features = {"encoder_input_tokens": prompts}
     else:
-      features = decoding.prompt_batch([list(p[:-1]) for p in prompts], model.config)
-    config = decoding.DecodeConfig(method=method, max_decode_length=args.max_decode_length,
+      features = generation.prompt_batch([list(p[:-1]) for p in prompts], model.config)
+    config = generation.DecodeConfig(method=method, max_decode_length=args.max_decode_length,
                                    beam_size=4, alpha=0.6, length_penalty="hf")
-    fn = decoding.make_decode_fn(model, config)
+    fn = generation.make_decode_fn(model, config)
     ids = np.arange(batch, dtype=np.int32)
     result = {}
 

@@ -11,7 +11,7 @@ cut with --truncate), written to --output (atomically) or stdout. The score is t
 of the output tokens' log-probabilities (greedy, sample) or the beam's length-penalised
 score (beam).
 
-Prompts are laid out as in training (``lm.decoding.prompt_batch``): prompt + EOS into the
+Prompts are laid out as in training (``lm.generation.prompt_batch``): prompt + EOS into the
 encoder, or BOS + prompt + EOS as the decoder-only prefix; a T5Gemma directory's as
 transformers lays them out (<bos> + prompt, decoder start 2: ``lm.restore.load_hf``'s
 framing, docs/checkpoints.md). A prompt longer than the
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> list[dict]:
   import jax
   from tqdm import tqdm
 
-  from lm import decoding, partitioning
+  from lm import generation, partitioning
 
   prompts = read_prompts(args.input)
   restored = _restore(args)
@@ -174,10 +174,10 @@ def run(args: argparse.Namespace) -> list[dict]:
   input_length = args.max_input_length or (data.inputs_length if data is not None else DEFAULT_HF_INPUT_LENGTH)
   max_decode_length = args.max_decode_length or (
       data.targets_length if data is not None else DEFAULT_MAX_DECODE_LENGTH)
-  config = decoding.DecodeConfig(
+  config = generation.DecodeConfig(
       method=args.method, max_decode_length=max_decode_length, beam_size=args.beam_size,
       alpha=args.alpha, length_penalty=args.length_penalty, eos_ids=restored.eos_ids,
-      sampling=decoding.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p))
+      sampling=generation.SamplingConfig(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p))
 
   tokenizer, framing = restored.tokenizer, restored.framing
   decoder_only = not model_config.is_encoder_decoder
@@ -202,13 +202,13 @@ def run(args: argparse.Namespace) -> list[dict]:
   shards = int(np.prod([restored.mesh.shape[a] for a in partitioning.BATCH_AXES
                         if a in restored.mesh.axis_names]))
   batch_size = -(-min(args.batch_size, len(prompts)) // shards) * shards
-  fn = decoding.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules)
+  fn = generation.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules)
   rng = jax.random.PRNGKey(args.seed)
   records = []
   for start in tqdm(range(0, len(prompts), batch_size), desc="decode", unit="batch", file=sys.stderr):
     rows = token_lists[start:start + batch_size]
     longest = max(len(r) for r in rows) + added
-    batch = decoding.prompt_batch(rows, model_config, batch_size=batch_size, framing=framing,
+    batch = generation.prompt_batch(rows, model_config, batch_size=batch_size, framing=framing,
                                   input_length=_bucket(longest, input_length + int(decoder_only)))
     ids = np.arange(start, start + batch_size, dtype=np.int32)
     tokens, scores = fn(restored.params, batch, rng, ids)

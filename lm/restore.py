@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lm import checkpoint, cli, decoding, partitioning
+from lm import checkpoint, cli, generation, partitioning
 from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf, hf_t5, hf_t5gemma
 from lm.checkpoint.signature import recorded_model
@@ -75,9 +75,9 @@ class Restored:
     objective: the pre-training objective the run was trained on (config.data.objective;
       None for an HF directory).
     framing: how the checkpoint frames prompts and starts its decoder (lm's and T5's:
-      decoding.T5_FRAMING; T5Gemma's: <bos> before the prompt, no EOS, decoder start 2).
+      generation.T5_FRAMING; T5Gemma's: <bos> before the prompt, no EOS, decoder start 2).
     eos_ids: the ids that end a generated sequence (EOS 1; an HF directory's
-      `hf_t5gemma.eos_ids`: the released T5Gemma's 1 and 107), for decoding.DecodeConfig.
+      `hf_t5gemma.eos_ids`: the released T5Gemma's 1 and 107), for generation.DecodeConfig.
   """
   config: ml_collections.ConfigDict | None
   model_config: TransformerConfig
@@ -90,8 +90,8 @@ class Restored:
   rules: tuple[tuple[str, Any], ...] = partitioning.DEFAULT_LOGICAL_AXIS_RULES
   source: str | None = None
   objective: str | None = None
-  framing: decoding.Framing = decoding.T5_FRAMING
-  eos_ids: tuple[int, ...] = (decoding.EOS_ID,)
+  framing: generation.Framing = generation.T5_FRAMING
+  eos_ids: tuple[int, ...] = (generation.EOS_ID,)
 
   @property
   def architecture(self) -> str:
@@ -297,12 +297,12 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
   overrides = {"dtype": dtype} if dtype else {}
   model_config, numpy_params = hf.checkpoint_to_lm(
       hf_config, hf_t5.read_safetensors(directory), **overrides)
-  framing = (decoding.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
-                              prompt_bos=tokenizer.bos_id, prompt_eos=False)
-             if gemma else decoding.T5_FRAMING)
-  generation = os.path.join(directory, HF_GENERATION_CONFIG)
-  eos_ids = hf_t5gemma.eos_ids(
-      hf_config, hf_t5.read_json(generation) if os.path.isfile(generation) else None)
+  framing = (generation.Framing(decoder_start=hf_t5gemma.decoder_start_id(hf_config),
+                                prompt_bos=tokenizer.bos_id, prompt_eos=False)
+             if gemma else generation.T5_FRAMING)
+  generation_config = os.path.join(directory, HF_GENERATION_CONFIG)
+  eos_ids = hf_t5gemma.eos_ids(hf_config, hf_t5.read_json(generation_config)
+                               if os.path.isfile(generation_config) else None)
   try:
     tokenizer_lib.check_vocab_size(tokenizer.vocab_size, model_config.vocab_size,
                                    what=f"checkpoint in {directory}")

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from lm import decode, decoding
+from lm import decode, generation
 from lm.data import tokenizer as tokenizer_lib
 from lm.checkpoint import hf_t5
 from lm.model.transformer import Transformer
@@ -44,13 +44,13 @@ def run_cli(argv, capsys, stdin_bytes=None, monkeypatch=None):
 
 
 def expected_greedy(directory, prompts, max_len):
-  """lm.decoding on the imported checkpoint, prompt by prompt (no CLI batching)."""
+  """lm.generation on the imported checkpoint, prompt by prompt (no CLI batching)."""
   config, params = hf_t5.load_hf_t5(directory)
   tok = tokenizer_lib.load_tokenizer(os.path.join(directory, "spiece.model"), extra_ids=24)
-  fn = decoding.make_decode_fn(Transformer(config), decoding.DecodeConfig(max_decode_length=max_len))
+  fn = generation.make_decode_fn(Transformer(config), generation.DecodeConfig(max_decode_length=max_len))
   out = []
   for i, p in enumerate(prompts):
-    batch = decoding.prompt_batch([tok.encode(p)], config)
+    batch = generation.prompt_batch([tok.encode(p)], config)
     tokens, score = fn(params, batch, jax.random.PRNGKey(0), np.array([i]))
     out.append((tok.decode(np.asarray(tokens)[0]), float(np.asarray(score)[0])))
   return out

@@ -1,4 +1,4 @@
-"""lm.decoding with options together, against independent NumPy references (float64).
+"""lm.generation with options together, against independent NumPy references (float64).
 
 Sampling: temperature with top-k and with top-p (top-p applies after temperature and top-k),
 the whole distribution compared with a reference, then draws through `temperature_sample`.
@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lm import decoding
+from lm import generation
 from test_decoding_search import prefix_code, table_model  # the constructed-table model
 
-EOS = decoding.EOS_ID
+EOS = generation.EOS_ID
 
 
 # ---------------------------------------------------------------------------------------
@@ -55,8 +55,8 @@ COMBINATIONS = [  # (temperature, top_k, top_p)
 @pytest.mark.parametrize("temperature,top_k,top_p", COMBINATIONS)
 def test_filtered_distribution_equals_the_reference(temperature, top_k, top_p):
   logits = _random_logits(64, 12, seed=int(temperature * 10) + top_k)
-  config = decoding.SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  got = np.asarray(jax.nn.softmax(decoding.filter_logits(jnp.asarray(logits), config), axis=-1))
+  config = generation.SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+  got = np.asarray(jax.nn.softmax(generation.filter_logits(jnp.asarray(logits), config), axis=-1))
   want = np.stack([reference_distribution(row, temperature, top_k, top_p) for row in logits])
   np.testing.assert_array_equal(got > 0, want > 0)
   np.testing.assert_allclose(got, want, atol=2e-6)
@@ -87,8 +87,8 @@ def test_sampling_draws_follow_the_reference(temperature=2.0, top_k=4, top_p=0.6
     del step
     return jnp.zeros((tokens.shape[0], vocab)), state
 
-  config = decoding.SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
-  toks, _ = jax.jit(lambda f, r: decoding.temperature_sample(
+  config = generation.SamplingConfig(temperature=temperature, top_k=top_k, top_p=top_p)
+  toks, _ = jax.jit(lambda f, r: generation.temperature_sample(
       f, {}, t2l, rng=r, max_decode_length=1, config=config))(first, jax.random.PRNGKey(3))
   counts = np.bincount(np.asarray(toks)[:, 0], minlength=vocab)
   want = reference_distribution(row, temperature, top_k, top_p)
@@ -103,7 +103,7 @@ def test_sampling_draws_follow_the_reference(temperature=2.0, top_k=4, top_p=0.6
 # Beam search.
 
 def reference_beam_search(table, example, beam_size, length, alpha):
-  """T5's beam search rules (lm.decoding's module docstring) run to `length` tokens with no
+  """T5's beam search rules (lm.generation's module docstring) run to `length` tokens with no
   early stop, in float64: each step the 2K best extensions of the live beams; those ending
   in EOS are scored log p / ((5 + len) / 6) ** alpha and kept if among the K best finished
   so far; the K best of the others stay live. Returns [(score, tokens)] best first: the
@@ -141,7 +141,7 @@ def test_beam_search_equals_a_search_without_early_stopping(beam_size, alpha):
     jax.debug.callback(lambda s: steps.append(int(s)), step)
     return t2l(tokens, state, step)
 
-  search = jax.jit(lambda f, s: decoding.beam_search(
+  search = jax.jit(lambda f, s: generation.beam_search(
       f, s, counting, beam_size=beam_size, max_decode_length=length, alpha=alpha))
   stopped_early = 0
   for e in range(examples):  # one example at a time: each stops on its own
@@ -170,7 +170,7 @@ def test_a_live_beam_that_can_still_win_keeps_the_search_going():
   table[0, prefix_code([2], vocab), EOS] = 0.0  # EOS after [2]: p = 1 - 3e-17
   first, state, t2l = table_model(table)
   for k in (1, 2):
-    seqs, scores = jax.jit(lambda f, s: decoding.beam_search(  # pylint: disable=cell-var-from-loop
+    seqs, scores = jax.jit(lambda f, s: generation.beam_search(  # pylint: disable=cell-var-from-loop
         f, s, t2l, beam_size=k, max_decode_length=length, alpha=alpha))(first, state)
     assert list(np.asarray(seqs)[0, 0]) == [2, EOS, 0]
     np.testing.assert_allclose(np.asarray(scores)[0, 0], np.log(0.4) / (7 / 6) ** alpha,
@@ -183,6 +183,6 @@ def test_a_live_beam_that_can_still_win_keeps_the_search_going():
 def test_configs_refuse_non_finite_alpha_and_temperature(bad):
   """nan passed every comparison the configs made (nan < 0 is False): refused by name."""
   with pytest.raises(ValueError, match="alpha must be finite"):
-    decoding.DecodeConfig(method="beam", alpha=bad)
+    generation.DecodeConfig(method="beam", alpha=bad)
   with pytest.raises(ValueError, match="temperature must be finite"):
-    decoding.SamplingConfig(temperature=bad)
+    generation.SamplingConfig(temperature=bad)

@@ -1,4 +1,4 @@
-"""lm.decoding's model glue: DecodeConfig, prompt_batch, the cache gather, model_decoder,
+"""lm.generation's model glue: DecodeConfig, prompt_batch, the cache gather, model_decoder,
 decode and make_decode_fn, against explicit expectations (the searches themselves:
 tests/test_decoding_search.py)."""
 import dataclasses
@@ -8,69 +8,69 @@ import sys
 import numpy as np
 import pytest
 
-from lm import decoding
+from lm import generation
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "model"))
 from model_helpers import runtime_str, tiny  # noqa: E402
 
 
 def test_decode_config_defaults_and_checks():
-  c = decoding.DecodeConfig()
+  c = generation.DecodeConfig()
   assert (c.method, c.max_decode_length, c.beam_size, c.alpha, c.length_penalty, c.eos_ids) == (
       "greedy", 64, 4, 0.6, "t5", (1,))
-  assert c.sampling == decoding.SamplingConfig()
+  assert c.sampling == generation.SamplingConfig()
   # eos_ids: any ids >= 0 (0 included), made a tuple of ints.
-  assert decoding.DecodeConfig(eos_ids=[np.int64(1), 107]).eos_ids == (1, 107)
-  assert decoding.DecodeConfig(eos_ids=(0,)).eos_ids == (0,)
+  assert generation.DecodeConfig(eos_ids=[np.int64(1), 107]).eos_ids == (1, 107)
+  assert generation.DecodeConfig(eos_ids=(0,)).eos_ids == (0,)
   for bad in ((), (-1,), (1, -2)):
     with pytest.raises(ValueError, match="eos_ids must be one or more ids >= 0"):
-      decoding.DecodeConfig(eos_ids=bad)
-  assert decoding.DecodeConfig(beam_size=1).beam_size == 1
+      generation.DecodeConfig(eos_ids=bad)
+  assert generation.DecodeConfig(beam_size=1).beam_size == 1
   for bad in (0, 1.5):
     with pytest.raises(ValueError, match="beam_size must be a positive int"):
-      decoding.DecodeConfig(beam_size=bad)
+      generation.DecodeConfig(beam_size=bad)
   for bad in (0, 2.0):
     with pytest.raises(ValueError, match="max_decode_length must be a positive int"):
-      decoding.DecodeConfig(max_decode_length=bad)
-  assert decoding.DecodeConfig(max_decode_length=1).max_decode_length == 1
+      generation.DecodeConfig(max_decode_length=bad)
+  assert generation.DecodeConfig(max_decode_length=1).max_decode_length == 1
   with pytest.raises(ValueError, match="unknown length_penalty 'gnmt'"):
-    decoding.DecodeConfig(length_penalty="gnmt")
+    generation.DecodeConfig(length_penalty="gnmt")
   # alpha: finite; >= 0 only where T5's beam search needs it (0 itself is fine).
   for ok in (dict(method="beam", alpha=0.0), dict(method="beam", alpha=0.6),
              dict(method="beam", alpha=-0.5, length_penalty="hf"), dict(method="greedy", alpha=-0.5),
              dict(method="sample", alpha=-0.5)):
-    assert decoding.DecodeConfig(**ok).alpha == ok["alpha"]
+    assert generation.DecodeConfig(**ok).alpha == ok["alpha"]
   # Names built at run time (a flag's value) are the same names.
   with pytest.raises(ValueError, match="alpha must be finite"):
-    decoding.DecodeConfig(method=runtime_str("beam"), length_penalty=runtime_str("t5"), alpha=-0.5)
+    generation.DecodeConfig(method=runtime_str("beam"), length_penalty=runtime_str("t5"), alpha=-0.5)
   with pytest.raises(dataclasses.FrozenInstanceError):
     c.beam_size = 2  # a config is a value (jit closes over it)
   for bad in (dict(method="beam", alpha=-0.5), dict(method="beam", alpha=-1e-9),
               dict(alpha=float("inf")), dict(alpha=float("-inf")), dict(alpha=float("nan"))):
     with pytest.raises(ValueError, match="alpha must be finite"):
-      decoding.DecodeConfig(**bad)
+      generation.DecodeConfig(**bad)
 
 
 def test_prompt_batch_sizes():
   cfg = tiny()
   # batch_size equal to the number of prompts adds nothing; fewer is an error.
-  same = decoding.prompt_batch([[5, 6], [7]], cfg, batch_size=2)
+  same = generation.prompt_batch([[5, 6], [7]], cfg, batch_size=2)
   np.testing.assert_array_equal(same["encoder_input_tokens"], [[5, 6, 1], [7, 1, 0]])
   with pytest.raises(ValueError, match="batch_size 1 < number of prompts 2"):
-    decoding.prompt_batch([[5, 6], [7]], cfg, batch_size=1)
+    generation.prompt_batch([[5, 6], [7]], cfg, batch_size=1)
   # input_length above the longest row pads; exactly the longest row fits.
-  padded = decoding.prompt_batch([[5, 6], [7]], cfg, input_length=5)
+  padded = generation.prompt_batch([[5, 6], [7]], cfg, input_length=5)
   np.testing.assert_array_equal(padded["encoder_input_tokens"], [[5, 6, 1, 0, 0], [7, 1, 0, 0, 0]])
-  exact = decoding.prompt_batch([[5, 6], [7]], cfg, input_length=3)
+  exact = generation.prompt_batch([[5, 6], [7]], cfg, input_length=3)
   np.testing.assert_array_equal(exact["encoder_input_tokens"], same["encoder_input_tokens"])
   with pytest.raises(ValueError, match="a prompt needs 3 tokens .* input_length is 2"):
-    decoding.prompt_batch([[5, 6], [7]], cfg, input_length=2)
+    generation.prompt_batch([[5, 6], [7]], cfg, input_length=2)
   # A mask type built at run time (a flag's value) is the same mask type.
-  prefix = decoding.prompt_batch([[5]], tiny(mask_type=runtime_str("prefix_lm")))
+  prefix = generation.prompt_batch([[5]], tiny(mask_type=runtime_str("prefix_lm")))
   np.testing.assert_array_equal(prefix["decoder_causal_attention"], [[1, 1, 1]])
   # No prompts at all: rows of length 1 (the smallest the model reads), none of them.
-  assert decoding.prompt_batch([], cfg)["encoder_input_tokens"].shape == (0, 1)
-  assert decoding.prompt_batch([], tiny(mask_type="causal"))["decoder_input_tokens"].shape == (0, 1)
+  assert generation.prompt_batch([], cfg)["encoder_input_tokens"].shape == (0, 1)
+  assert generation.prompt_batch([], tiny(mask_type="causal"))["decoder_input_tokens"].shape == (0, 1)
 
 
 def test_decode_runs_the_configs_search_with_its_settings(monkeypatch):
@@ -90,18 +90,18 @@ def test_decode_runs_the_configs_search_with_its_settings(monkeypatch):
     return search
 
   seqs, scores = np.arange(12).reshape(2, 3, 2), np.arange(6.0).reshape(2, 3)
-  monkeypatch.setattr(decoding, "model_decoder", fake_decoder)
-  monkeypatch.setattr(decoding, "greedy_search", fake("greedy", ("g", "gs")))
-  monkeypatch.setattr(decoding, "temperature_sample", fake("sample", ("s", "ss")))
-  monkeypatch.setattr(decoding, "beam_search", fake("beam", (seqs, scores)))
+  monkeypatch.setattr(generation, "model_decoder", fake_decoder)
+  monkeypatch.setattr(generation, "greedy_search", fake("greedy", ("g", "gs")))
+  monkeypatch.setattr(generation, "temperature_sample", fake("sample", ("s", "ss")))
+  monkeypatch.setattr(generation, "beam_search", fake("beam", (seqs, scores)))
   searched = ("first", "state", "t2l")
-  sampling = decoding.SamplingConfig(temperature=0.5, top_k=3)
+  sampling = generation.SamplingConfig(temperature=0.5, top_k=3)
   for method in ("greedy", "sample", "beam"):
     for name in (method, runtime_str(method)):
       calls.clear()
-      config = decoding.DecodeConfig(method=name, max_decode_length=5, sampling=sampling, beam_size=3,
+      config = generation.DecodeConfig(method=name, max_decode_length=5, sampling=sampling, beam_size=3,
                                      alpha=0.2, length_penalty="hf", eos_ids=(1, 7))
-      out = decoding.decode("model", {"w": 1}, {"x": 2}, config, rng="key", row_ids="ids")
+      out = generation.decode("model", {"w": 1}, {"x": 2}, config, rng="key", row_ids="ids")
       assert calls[0] == ("model_decoder", "model", {"w": 1}, {"x": 2}, 5)
       assert len(calls) == 2 and calls[1][0] == method and calls[1][1] == searched, calls
       kw = calls[1][2]
@@ -116,7 +116,7 @@ def test_decode_runs_the_configs_search_with_its_settings(monkeypatch):
         assert kw == dict(beam_size=3, max_decode_length=5, alpha=0.2, length_penalty="hf",
                           eos_id=(1, 7), gather_fn="gather")
   with pytest.raises(ValueError, match="sampling needs an rng key"):
-    decoding.decode("model", {}, {}, decoding.DecodeConfig(method="sample"))
+    generation.decode("model", {}, {}, generation.DecodeConfig(method="sample"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -133,10 +133,10 @@ def causal_model(seed=0):
 def test_model_decoder_wants_one_decoder_start_per_row():
   from lm.model.transformer import Transformer
   model = Transformer(tiny())
-  batch = decoding.prompt_batch([[5, 6], [7], [8]], tiny())
+  batch = generation.prompt_batch([[5, 6], [7], [8]], tiny())
   for shape in [(3, 2), (2, 1), (3,), (4, 1)]:
     with pytest.raises(ValueError, match=r"decoder_input_tokens must be \[B, 1\] = \[3, 1\]"):
-      decoding.model_decoder(model, None, dict(batch, decoder_input_tokens=np.zeros(shape, np.int32)), 4)
+      generation.model_decoder(model, None, dict(batch, decoder_input_tokens=np.zeros(shape, np.int32)), 4)
 
 
 def test_beam_gather_of_a_scanned_cache_takes_rows_on_axis_1():
@@ -150,9 +150,9 @@ def test_beam_gather_of_a_scanned_cache_takes_rows_on_axis_1():
   model = Transformer(cfg)
   params = random_params(model, {"encoder_input_tokens": np.ones((1, 4), np.int32),
                                  "decoder_input_tokens": np.zeros((1, 4), np.int32)})
-  batch = decoding.prompt_batch([[5, 9, 3], [11], [4, 4]], cfg)
-  state = jax.jit(lambda p, b: decoding.model_decoder(model, p, b, 4)[1])(params, batch)
-  gather = decoding._cache_gather_fn(cfg)  # what model_decoder returns for this config
+  batch = generation.prompt_batch([[5, 9, 3], [11], [4, 4]], cfg)
+  state = jax.jit(lambda p, b: generation.model_decoder(model, p, b, 4)[1])(params, batch)
+  gather = generation._cache_gather_fn(cfg)  # what model_decoder returns for this config
   expanded = gather(state, jnp.repeat(jnp.arange(3), 2))
   swapped = gather(expanded, jnp.asarray([1, 0, 3, 2, 5, 4]))
   layers = state["cache"]["decoder"]["layers"]
@@ -173,15 +173,15 @@ def test_sampling_on_a_mesh_equals_one_device():
   import jax
   cfg, model, params = causal_model()
   prompts = [[5, 9, 3], [11], [4, 4, 8], [7], [2, 3], [6], [12, 13], [9]]
-  batch = decoding.prompt_batch(prompts, cfg)
-  config = decoding.DecodeConfig(method="sample", max_decode_length=4,
-                                 sampling=decoding.SamplingConfig(temperature=3.0))
+  batch = generation.prompt_batch(prompts, cfg)
+  config = generation.DecodeConfig(method="sample", max_decode_length=4,
+                                 sampling=generation.SamplingConfig(temperature=3.0))
   ids = np.arange(8)[::-1]
   rng = jax.random.PRNGKey(0)
-  single = decoding.make_decode_fn(model, config)(params, batch, rng, ids)
+  single = generation.make_decode_fn(model, config)(params, batch, rng, ids)
   from lm import partitioning
   mesh = partitioning.make_mesh((4, 2, 1))
-  sharded = decoding.make_decode_fn(model, config, mesh=mesh)(params, batch, rng, ids)
+  sharded = generation.make_decode_fn(model, config, mesh=mesh)(params, batch, rng, ids)
   assert len(sharded[0].sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(sharded[0]), np.asarray(single[0]))
   np.testing.assert_allclose(np.asarray(sharded[1]), np.asarray(single[1]), rtol=1e-5)

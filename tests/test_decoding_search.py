@@ -1,4 +1,4 @@
-"""lm.decoding: greedy / sampling / beam search on constructed distributions and on the model."""
+"""lm.generation: greedy / sampling / beam search on constructed distributions and on the model."""
 import itertools
 import os
 import sys
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lm import decoding
+from lm import generation
 from lm.model.transformer import Transformer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "model"))
@@ -67,7 +67,7 @@ def test_beam_search_equals_exhaustive_search(alpha):
   # Large enough that nothing is pruned: 2K >= (V-1)^(L-1) * V live candidates.
   k = 12
   first, state, t2l = table_model(table)
-  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f, s: generation.beam_search(
       f, s, t2l, beam_size=k, max_decode_length=length, alpha=alpha))(first, state)
   seqs, scores = np.asarray(seqs), np.asarray(scores)
   assert seqs.shape == (3, k, length) and scores.shape == (3, k)
@@ -105,29 +105,29 @@ def test_greedy_and_sampled_tokens_and_log_probs_by_hand():
   def run(search, m, **kw):  # one compile per call instead of many eager ops
     return jax.jit(lambda f, s: search(f, s, t2l, max_decode_length=m, **kw))(first, state)
 
-  tokens, scores = run(decoding.greedy_search, length)
+  tokens, scores = run(generation.greedy_search, length)
   logp = np.asarray(jax.nn.log_softmax(jnp.asarray(table)), np.float64)
   for e in range(3):
     want, want_lp = numpy_greedy(table, e, length)
     assert list(np.asarray(tokens)[e]) == want, e
     np.testing.assert_allclose(np.asarray(scores)[e], want_lp, rtol=1e-5, atol=1e-5)
   assert list(np.asarray(tokens)[1]) == [2, 1, 0, 0]
-  one, one_lp = run(decoding.greedy_search, 1)
+  one, one_lp = run(generation.greedy_search, 1)
   np.testing.assert_array_equal(np.asarray(one), np.asarray(tokens)[:, :1])
   np.testing.assert_allclose(np.asarray(one_lp), [logp[e, 0, t] for e, t in enumerate(np.asarray(one)[:, 0])],
                              rtol=1e-5, atol=1e-6)
   # Temperature 0 is greedy; temperature 1 samples (64 draws from 4 tokens: not all the argmax).
-  zero = run(decoding.temperature_sample, length, rng=jax.random.PRNGKey(1),
-             config=decoding.SamplingConfig(temperature=0.0))
+  zero = run(generation.temperature_sample, length, rng=jax.random.PRNGKey(1),
+             config=generation.SamplingConfig(temperature=0.0))
   np.testing.assert_array_equal(np.asarray(zero[0]), np.asarray(tokens))
   np.testing.assert_array_equal(np.asarray(zero[1]), np.asarray(scores))
   flat = jnp.zeros((64, vocab))
-  drawn, _ = jax.jit(lambda f: decoding.temperature_sample(
+  drawn, _ = jax.jit(lambda f: generation.temperature_sample(
       f, {}, lambda t, s, i: (jnp.zeros((64, vocab)), s), rng=jax.random.PRNGKey(2),
       max_decode_length=1))(flat)
   assert len(set(np.asarray(drawn)[:, 0].tolist())) > 1
-  sampled, sampled_lp = run(decoding.temperature_sample, length, rng=jax.random.PRNGKey(1),
-                            config=decoding.SamplingConfig(temperature=2.0))
+  sampled, sampled_lp = run(generation.temperature_sample, length, rng=jax.random.PRNGKey(1),
+                            config=generation.SamplingConfig(temperature=2.0))
   for e, seq in enumerate(np.asarray(sampled).tolist()):
     n = seq.index(1) + 1 if 1 in seq else length
     assert all(t == 0 for t in seq[n:])
@@ -139,30 +139,30 @@ def test_search_arguments_are_checked():
   first, state, t2l = table_model(np.zeros((1, 25, 4), np.float32))
   for bad in (0, -1, 1.5, 2.0):
     with pytest.raises(ValueError, match="beam_size must be a positive int"):
-      decoding.beam_search(first, state, t2l, beam_size=bad, max_decode_length=2)
+      generation.beam_search(first, state, t2l, beam_size=bad, max_decode_length=2)
   with pytest.raises(ValueError, match="alpha >= 0"):
-    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5)
+    generation.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5)
   with pytest.raises(ValueError, match="unknown length_penalty 'gnmt'"):
-    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, length_penalty="gnmt")
+    generation.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, length_penalty="gnmt")
   # One beam, and HF's penalty with a negative alpha (it favours short sequences), are fine.
-  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=1, max_decode_length=2))(
+  seqs, _ = jax.jit(lambda f, s: generation.beam_search(f, s, t2l, beam_size=1, max_decode_length=2))(
       first, state)
   assert np.asarray(seqs).shape == (1, 1, 2)
-  seqs, _ = jax.jit(lambda f, s: decoding.beam_search(f, s, t2l, beam_size=3, max_decode_length=2,
+  seqs, _ = jax.jit(lambda f, s: generation.beam_search(f, s, t2l, beam_size=3, max_decode_length=2,
                                                       alpha=-0.5, length_penalty="hf"))(first, state)
   assert np.asarray(seqs).shape == (1, 3, 2)
   with pytest.raises(ValueError, match="top_k"):
-    decoding.SamplingConfig(top_k=-1)
+    generation.SamplingConfig(top_k=-1)
   with pytest.raises(ValueError, match="temperature must be finite"):
-    decoding.SamplingConfig(temperature=float("inf"))
-  assert decoding.SamplingConfig() == decoding.SamplingConfig(temperature=1.0, top_k=0, top_p=1.0)
-  assert decoding.SamplingConfig(top_p=0.5).top_p == 0.5
+    generation.SamplingConfig(temperature=float("inf"))
+  assert generation.SamplingConfig() == generation.SamplingConfig(temperature=1.0, top_k=0, top_p=1.0)
+  assert generation.SamplingConfig(top_p=0.5).top_p == 0.5
   for bad in (1.5, -0.5):
     with pytest.raises(ValueError, match="top_p"):
-      decoding.SamplingConfig(top_p=bad)
+      generation.SamplingConfig(top_p=bad)
   # A length_penalty name built at run time (a flag's value) is the same name.
   with pytest.raises(ValueError, match="alpha >= 0"):
-    decoding.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5,
+    generation.beam_search(first, state, t2l, beam_size=1, max_decode_length=2, alpha=-0.5,
                          length_penalty="".join(["t", "5"]))
 
 
@@ -170,14 +170,14 @@ def test_beam_search_an_unlikely_eos_still_finishes():
   """Only extensions of the empty initial beams (log p about NEG_INF = -1e7) are invalid: an
   EOS of log p -4e6 is a finished sequence, and beats the live beam at the end."""
   first = jnp.asarray([[0.0, -4e6]])
-  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f: generation.beam_search(
       f, {}, lambda t, s, i: (jnp.zeros((1, 2)), s), beam_size=1, max_decode_length=1))(first)
   np.testing.assert_array_equal(np.asarray(seqs), [[[1]]])
   np.testing.assert_allclose(np.asarray(scores), [[-4e6]], rtol=1e-6)
   # t5x's strict bound: a log p of exactly NEG_INF / 2 counts as a dead beam's extension.
-  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f: generation.beam_search(
       f, {}, lambda t, s, i: (jnp.zeros((1, 2)), s), beam_size=1, max_decode_length=1))(
-          jnp.asarray([[0.0, decoding.NEG_INF / 2]]))
+          jnp.asarray([[0.0, generation.NEG_INF / 2]]))
   np.testing.assert_array_equal(np.asarray(seqs), [[[0]]])
   np.testing.assert_array_equal(np.asarray(scores), [[0.0]])
 
@@ -191,7 +191,7 @@ def test_t5_beam_search_stops_only_when_no_live_beam_can_win():
   table[0, 0] = np.log([0.55, 0.45])
   table[0, prefix_code([0], 2)] = np.log([0.01, 0.99])
   first, state, t2l = table_model(table)
-  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f, s: generation.beam_search(
       f, s, t2l, beam_size=1, max_decode_length=3, alpha=2.0))(first, state)
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 1, 0]])
   np.testing.assert_allclose(np.asarray(scores)[0], [np.log(0.55 * 0.99) / (7 / 6) ** 2], rtol=1e-5)
@@ -202,7 +202,7 @@ def test_t5_beam_search_stops_only_when_no_live_beam_can_win():
   by_position[[0, 3, 4, 5], 0] = 30.0  # token 0, almost surely
   by_position[6, 1] = 30.0  # then EOS
   logp = np.asarray(jax.nn.log_softmax(jnp.asarray(by_position)), np.float64)
-  seqs, scores = jax.jit(lambda f: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f: generation.beam_search(
       f, {}, lambda t, s, i: (jnp.asarray(by_position)[i + 1][None], s), beam_size=1,
       max_decode_length=m, alpha=2.0))(jnp.asarray(by_position[:1]))
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0, 0, 0, 0, 0, 1]])
@@ -219,7 +219,7 @@ def test_hf_beam_search_finishes_only_the_top_beam_size_candidates():
   table[0, 0] = np.log([0.38, 0.12, 0.3, 0.2])
   table[0, prefix_code([0], 4)] = np.log([0.5, 0.1, 0.3, 0.1])
   first, state, t2l = table_model(table)
-  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f, s: generation.beam_search(
       f, s, t2l, beam_size=2, max_decode_length=2, alpha=0.0, eos_id=(1, 3),
       length_penalty="".join(["h", "f"])))(first, state)  # a name built at run time
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[0, 0], [0, 2]])
@@ -234,7 +234,7 @@ def test_beam_search_leaves_unfilled_finished_slots_empty():
   table[0, 0] = np.log([0.6, 0.4])
   table[0, prefix_code([0], 2)] = np.log([0.7, 0.3])
   first, state, t2l = table_model(table)
-  seqs, scores = jax.jit(lambda f, s: decoding.beam_search(
+  seqs, scores = jax.jit(lambda f, s: generation.beam_search(
       f, s, t2l, beam_size=3, max_decode_length=2))(first, state)  # alpha 0.6 by default
   np.testing.assert_array_equal(np.asarray(seqs)[0], [[1, 0], [0, 1], [0, 0]])
   np.testing.assert_allclose(np.asarray(scores)[0, :2],
@@ -244,7 +244,7 @@ def test_beam_search_leaves_unfilled_finished_slots_empty():
 
 def test_gather_rows_indexes_every_leaf_with_rows():
   state = {"a": jnp.arange(3), "b": jnp.arange(12).reshape(3, 2, 2), "step": jnp.int32(7)}
-  out = decoding.gather_rows(state, jnp.asarray([2, 2, 0, 1]))
+  out = generation.gather_rows(state, jnp.asarray([2, 2, 0, 1]))
   np.testing.assert_array_equal(out["a"], [2, 2, 0, 1])
   np.testing.assert_array_equal(out["b"], np.arange(12).reshape(3, 2, 2)[[2, 2, 0, 1]])
   assert int(out["step"]) == 7
@@ -262,7 +262,7 @@ def test_beam_search_t5_stops_early_and_hf_keeps_its_own_rules():
     jax.debug.callback(lambda s: calls.append(int(s)), step)
     return t2l(tokens, state, step)
 
-  seqs, _ = decoding.beam_search(first, state, counting, beam_size=2, max_decode_length=length, alpha=0.6)
+  seqs, _ = generation.beam_search(first, state, counting, beam_size=2, max_decode_length=length, alpha=0.6)
   jax.effects_barrier()
   assert list(np.asarray(seqs)[0, 0]) == [1, 0, 0, 0, 0, 0]
   # Step 0 finishes [EOS]; the second finished slot needs a step-1 EOS; then the best live
@@ -281,8 +281,8 @@ def test_beam_search_beats_greedy_on_a_constructed_case():
   after3 = prefix_code([3], vocab)
   table[0, after3, 1], table[0, after3, 0] = np.log(0.9), np.log(0.1)
   first, state, t2l = table_model(table)
-  greedy, greedy_lp = decoding.greedy_search(first, state, t2l, max_decode_length=length)
-  beam, beam_score = decoding.beam_search(first, state, t2l, beam_size=2, max_decode_length=length, alpha=0.0)
+  greedy, greedy_lp = generation.greedy_search(first, state, t2l, max_decode_length=length)
+  beam, beam_score = generation.beam_search(first, state, t2l, beam_size=2, max_decode_length=length, alpha=0.0)
   assert list(np.asarray(greedy)[0]) == [2, 0, 1]
   assert list(np.asarray(beam)[0, 0]) == [3, 1, 0]
   np.testing.assert_allclose(np.asarray(beam_score)[0, 0], np.log(0.36), rtol=1e-4)
@@ -295,7 +295,7 @@ def test_hf_length_penalty_scores_and_early_stopping():
   rng = np.random.default_rng(3)
   table = rng.normal(size=(2, (vocab + 1) ** length, vocab)).astype(np.float32)
   first, state, t2l = table_model(table)
-  seqs, scores = decoding.beam_search(first, state, t2l, beam_size=2, max_decode_length=length,
+  seqs, scores = generation.beam_search(first, state, t2l, beam_size=2, max_decode_length=length,
                                       alpha=1.3, length_penalty="hf")
   seqs, scores = np.asarray(seqs), np.asarray(scores)
   logp = np.asarray(jax.nn.log_softmax(jnp.asarray(table)))
@@ -325,16 +325,16 @@ def test_per_example_eos_in_a_batch():
                     jnp.where(jnp.arange(v)[None] == 4, 10.0, 0.0))
   state = {"row": rows}
   expected = np.array([[1, 0, 0, 0, 0], [4, 1, 0, 0, 0], [4, 4, 1, 0, 0], [4, 4, 4, 1, 0]])
-  greedy, _ = decoding.greedy_search(first, state, t2l, max_decode_length=length)
+  greedy, _ = generation.greedy_search(first, state, t2l, max_decode_length=length)
   np.testing.assert_array_equal(np.asarray(greedy), expected)
-  sampled, _ = decoding.temperature_sample(first, state, t2l, rng=jax.random.PRNGKey(0),
+  sampled, _ = generation.temperature_sample(first, state, t2l, rng=jax.random.PRNGKey(0),
                                            max_decode_length=length,
-                                           config=decoding.SamplingConfig(top_k=1))
+                                           config=generation.SamplingConfig(top_k=1))
   np.testing.assert_array_equal(np.asarray(sampled), expected)
-  beam, _ = decoding.beam_search(first, state, t2l, beam_size=2, max_decode_length=length)
+  beam, _ = generation.beam_search(first, state, t2l, beam_size=2, max_decode_length=length)
   np.testing.assert_array_equal(np.asarray(beam)[:, 0], expected)
   # Rows that never see EOS run to max_decode_length and are cut there.
-  long, _ = decoding.greedy_search(first, state, t2l, max_decode_length=3)
+  long, _ = generation.greedy_search(first, state, t2l, max_decode_length=3)
   np.testing.assert_array_equal(np.asarray(long), [[1, 0, 0], [4, 1, 0], [4, 4, 1], [4, 4, 4]])
 
 
@@ -347,7 +347,7 @@ def test_sampling_follows_the_distribution_and_is_reproducible():
     return jnp.zeros((tokens.shape[0], 5)), state
 
   def sample(config, seed=0, row_ids=None):
-    toks, _ = jax.jit(lambda f, r: decoding.temperature_sample(
+    toks, _ = jax.jit(lambda f, r: generation.temperature_sample(
         f, {}, t2l, rng=r, max_decode_length=1, config=config, row_ids=row_ids))(
             first, jax.random.PRNGKey(seed))
     return np.asarray(toks)[:, 0]
@@ -359,36 +359,36 @@ def test_sampling_follows_the_distribution_and_is_reproducible():
     e = n * expected_probs[keep]
     return float(np.sum((counts[keep] - e) ** 2 / e))
 
-  a = sample(decoding.SamplingConfig())
-  np.testing.assert_array_equal(a, sample(decoding.SamplingConfig()))  # same seed, same draws
-  assert (a != sample(decoding.SamplingConfig(), seed=1)).any()
+  a = sample(generation.SamplingConfig())
+  np.testing.assert_array_equal(a, sample(generation.SamplingConfig()))  # same seed, same draws
+  assert (a != sample(generation.SamplingConfig(), seed=1)).any()
   # 4 degrees of freedom: P(chi2 > 18.5) = 0.001.
   assert chi2(a, probs) < 18.5
   # Temperature 2: probs ** (1/2), renormalised.
   t = np.sqrt(probs) / np.sqrt(probs).sum()
-  assert chi2(sample(decoding.SamplingConfig(temperature=2.0)), t) < 18.5
+  assert chi2(sample(generation.SamplingConfig(temperature=2.0)), t) < 18.5
   # top_k=2 keeps tokens 3 and 4 (1 degree of freedom: P(chi2 > 10.8) = 0.001).
-  assert chi2(sample(decoding.SamplingConfig(top_k=2)), np.array([0, 0, 0, 3 / 7, 4 / 7])) < 10.8
+  assert chi2(sample(generation.SamplingConfig(top_k=2)), np.array([0, 0, 0, 3 / 7, 4 / 7])) < 10.8
   # top_p=0.6: 0.4 < 0.6, then 0.4 + 0.3 >= 0.6 -> {4, 3}; top_p=0.75 adds token 2.
-  assert chi2(sample(decoding.SamplingConfig(top_p=0.6)), np.array([0, 0, 0, 3 / 7, 4 / 7])) < 10.8
-  assert chi2(sample(decoding.SamplingConfig(top_p=0.75)),
+  assert chi2(sample(generation.SamplingConfig(top_p=0.6)), np.array([0, 0, 0, 3 / 7, 4 / 7])) < 10.8
+  assert chi2(sample(generation.SamplingConfig(top_p=0.75)),
               np.array([0, 0, 0.15, 0.3, 0.4]) / 0.85) < 13.8
   # A row's draw depends on its row id, not on the batch it is in.
   ids = jnp.arange(n, dtype=jnp.int32)[::-1]
-  np.testing.assert_array_equal(sample(decoding.SamplingConfig(), row_ids=ids)[::-1], a)
+  np.testing.assert_array_equal(sample(generation.SamplingConfig(), row_ids=ids)[::-1], a)
 
 
 def test_sampling_config_rejects_bad_values():
   with pytest.raises(ValueError, match="temperature"):
-    decoding.SamplingConfig(temperature=-1.0)
+    generation.SamplingConfig(temperature=-1.0)
   with pytest.raises(ValueError, match="top_p"):
-    decoding.SamplingConfig(top_p=0.0)
+    generation.SamplingConfig(top_p=0.0)
   with pytest.raises(ValueError, match="top_k"):
-    decoding.SamplingConfig(top_k=-2)
+    generation.SamplingConfig(top_k=-2)
   with pytest.raises(ValueError, match="method"):
-    decoding.DecodeConfig(method="nucleus")
+    generation.DecodeConfig(method="nucleus")
   with pytest.raises(ValueError, match="alpha"):
-    decoding.DecodeConfig(method="beam", alpha=-0.5)
+    generation.DecodeConfig(method="beam", alpha=-0.5)
 
 
 def numpy_filter(logits, temperature=1.0, top_k=0, top_p=1.0):
@@ -418,7 +418,7 @@ def test_filter_logits_equals_its_definition(temperature, top_k, top_p):
   rng = np.random.default_rng(11)
   logits = (2.0 * rng.normal(size=(6, 8))).astype(np.float32)
   want = numpy_filter(logits, temperature, top_k, top_p)
-  got = np.asarray(decoding.filter_logits(jnp.asarray(logits), decoding.SamplingConfig(
+  got = np.asarray(generation.filter_logits(jnp.asarray(logits), generation.SamplingConfig(
       temperature=temperature, top_k=top_k, top_p=top_p)))
   np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
   np.testing.assert_allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-6)
@@ -429,20 +429,20 @@ def test_filter_logits_at_its_boundaries():
   flat = jnp.zeros((1, 4))
   inf = -np.inf
   # The set stops at the first token that reaches top_p: mass 1/2 is reached by 2 tokens.
-  np.testing.assert_array_equal(decoding.filter_logits(flat, decoding.SamplingConfig(top_p=0.5)),
+  np.testing.assert_array_equal(generation.filter_logits(flat, generation.SamplingConfig(top_p=0.5)),
                                 [[0, 0, inf, inf]])
-  np.testing.assert_array_equal(decoding.filter_logits(flat, decoding.SamplingConfig(top_p=0.51)),
+  np.testing.assert_array_equal(generation.filter_logits(flat, generation.SamplingConfig(top_p=0.51)),
                                 [[0, 0, 0, inf]])
   # top_p = 1 keeps even tokens whose probability rounds to nothing next to 1.
   tiny = jnp.asarray([[0.0, -40.0, -80.0]])
-  np.testing.assert_array_equal(decoding.filter_logits(tiny, decoding.SamplingConfig()), tiny)
+  np.testing.assert_array_equal(generation.filter_logits(tiny, generation.SamplingConfig()), tiny)
   # top_k = 0 and top_k >= V keep every token; ties at the k-th value are kept.
   row = jnp.asarray([[3.0, 1.0, 1.0, 0.0]])
   for k in (0, 4, 5):
-    np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=k)), row)
-  np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=2)),
+    np.testing.assert_array_equal(generation.filter_logits(row, generation.SamplingConfig(top_k=k)), row)
+  np.testing.assert_array_equal(generation.filter_logits(row, generation.SamplingConfig(top_k=2)),
                                 [[3, 1, 1, inf]])
-  np.testing.assert_array_equal(decoding.filter_logits(row, decoding.SamplingConfig(top_k=1)),
+  np.testing.assert_array_equal(generation.filter_logits(row, generation.SamplingConfig(top_k=1)),
                                 [[3, inf, inf, inf]])
 
 
@@ -505,8 +505,8 @@ def test_cached_greedy_equals_full_forward_argmax(arch):
   cfg = tiny(**ARCHS[arch])
   model, params = model_and_params(cfg)
   m = 6
-  batch = decoding.prompt_batch(PROMPTS, cfg)
-  fn = decoding.make_decode_fn(model, decoding.DecodeConfig(method="greedy", max_decode_length=m))
+  batch = generation.prompt_batch(PROMPTS, cfg)
+  fn = generation.make_decode_fn(model, generation.DecodeConfig(method="greedy", max_decode_length=m))
   tokens, scores = fn(params, batch, jax.random.PRNGKey(0), np.arange(3))
   for i, p in enumerate(PROMPTS):
     ref, ref_lp = full_forward_greedy(model, params, p, m)
@@ -518,15 +518,15 @@ def test_cached_greedy_equals_full_forward_argmax(arch):
 def test_beam_size_one_and_top_k_one_equal_greedy():
   cfg = tiny(num_decoder_layers=2)
   model, params = model_and_params(cfg, seed=1)
-  batch = decoding.prompt_batch(PROMPTS, cfg)
+  batch = generation.prompt_batch(PROMPTS, cfg)
   args = (params, batch, jax.random.PRNGKey(3), np.arange(3))
-  greedy = decoding.make_decode_fn(model, decoding.DecodeConfig(max_decode_length=7))(*args)
-  for config in [decoding.DecodeConfig(method="beam", beam_size=1, alpha=0.0, max_decode_length=7),
-                 decoding.DecodeConfig(method="sample", max_decode_length=7,
-                                       sampling=decoding.SamplingConfig(top_k=1)),
-                 decoding.DecodeConfig(method="sample", max_decode_length=7,
-                                       sampling=decoding.SamplingConfig(temperature=0.0))]:
-    out = decoding.make_decode_fn(model, config)(*args)
+  greedy = generation.make_decode_fn(model, generation.DecodeConfig(max_decode_length=7))(*args)
+  for config in [generation.DecodeConfig(method="beam", beam_size=1, alpha=0.0, max_decode_length=7),
+                 generation.DecodeConfig(method="sample", max_decode_length=7,
+                                       sampling=generation.SamplingConfig(top_k=1)),
+                 generation.DecodeConfig(method="sample", max_decode_length=7,
+                                       sampling=generation.SamplingConfig(temperature=0.0))]:
+    out = generation.make_decode_fn(model, config)(*args)
     np.testing.assert_array_equal(np.asarray(out[0]), np.asarray(greedy[0]), err_msg=config.method)
     np.testing.assert_allclose(np.asarray(out[1]), np.asarray(greedy[1]), rtol=1e-5)
 
@@ -536,12 +536,12 @@ def test_beam_size_one_and_top_k_one_equal_greedy():
 def test_uneven_prompts_in_one_batch_equal_each_prompt_alone(method):
   cfg = tiny(mask_type="prefix_lm", num_decoder_layers=2)
   model, params = model_and_params(cfg, seed=2)
-  config = decoding.DecodeConfig(method=method, beam_size=3, max_decode_length=5)
-  fn = decoding.make_decode_fn(model, config)
+  config = generation.DecodeConfig(method=method, beam_size=3, max_decode_length=5)
+  fn = generation.make_decode_fn(model, config)
   rng = jax.random.PRNGKey(7)
-  tokens, scores = fn(params, decoding.prompt_batch(PROMPTS, cfg), rng, np.arange(3))
+  tokens, scores = fn(params, generation.prompt_batch(PROMPTS, cfg), rng, np.arange(3))
   for i, p in enumerate(PROMPTS):
-    alone = fn(params, decoding.prompt_batch([p], cfg), rng, np.array([i]))
+    alone = fn(params, generation.prompt_batch([p], cfg), rng, np.array([i]))
     np.testing.assert_array_equal(np.asarray(tokens)[i], np.asarray(alone[0])[0])
     np.testing.assert_allclose(np.asarray(scores)[i], np.asarray(alone[1])[0], rtol=1e-4, atol=1e-5)
 
@@ -551,13 +551,13 @@ def test_decoding_on_a_mesh_equals_one_device():
   cfg = tiny(num_decoder_layers=2)
   model, params = model_and_params(cfg, seed=4)
   prompts = PROMPTS + [[3, 3], [7, 8, 9, 10], [2], [6, 5], [12, 13]]
-  batch = decoding.prompt_batch(prompts, cfg)
-  config = decoding.DecodeConfig(method="beam", beam_size=2, max_decode_length=5)
+  batch = generation.prompt_batch(prompts, cfg)
+  config = generation.DecodeConfig(method="beam", beam_size=2, max_decode_length=5)
   ids = np.arange(8)
-  single = decoding.make_decode_fn(model, config)(params, batch, jax.random.PRNGKey(0), ids)
+  single = generation.make_decode_fn(model, config)(params, batch, jax.random.PRNGKey(0), ids)
   from lm import partitioning
   mesh = partitioning.make_mesh((4, 2, 1))
-  sharded = decoding.make_decode_fn(model, config, mesh=mesh)(params, batch, jax.random.PRNGKey(0), ids)
+  sharded = generation.make_decode_fn(model, config, mesh=mesh)(params, batch, jax.random.PRNGKey(0), ids)
   assert len(sharded[0].sharding.device_set) == 8
   np.testing.assert_array_equal(np.asarray(sharded[0]), np.asarray(single[0]))
   np.testing.assert_allclose(np.asarray(sharded[1]), np.asarray(single[1]), rtol=1e-5)
@@ -568,33 +568,33 @@ def test_the_encoder_decoder_starts_from_the_batchs_decoder_input():
   prefill's logits are the full forward's at a decoder input of that token."""
   cfg = tiny()
   model, params = model_and_params(cfg)
-  gemma = decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
-  for framing in (decoding.T5_FRAMING, gemma):
-    batch = decoding.prompt_batch(PROMPTS, cfg, framing=framing)
-    first = decoding.model_decoder(model, params, batch, 4)[0]
+  gemma = generation.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  for framing in (generation.T5_FRAMING, gemma):
+    batch = generation.prompt_batch(PROMPTS, cfg, framing=framing)
+    first = generation.model_decoder(model, params, batch, 4)[0]
     full = model.apply({"params": params}, {
         "encoder_input_tokens": batch["encoder_input_tokens"],
         "decoder_input_tokens": np.full((len(PROMPTS), 1), framing.decoder_start)})[:, 0]
     np.testing.assert_allclose(np.asarray(first), np.asarray(full), rtol=1e-5, atol=1e-5)
   with pytest.raises(ValueError, match=r"decoder_input_tokens must be \[B, 1\] = \[3, 1\]"):
-    decoding.model_decoder(model, params, dict(batch, decoder_input_tokens=np.zeros((3, 2))), 4)
+    generation.model_decoder(model, params, dict(batch, decoder_input_tokens=np.zeros((3, 2))), 4)
 
 
 def test_prompt_batch_layouts():
-  enc = decoding.prompt_batch([[5, 6], [7]], tiny())
+  enc = generation.prompt_batch([[5, 6], [7]], tiny())
   np.testing.assert_array_equal(enc["encoder_input_tokens"], [[5, 6, 1], [7, 1, 0]])
   np.testing.assert_array_equal(enc["decoder_input_tokens"], [[0], [0]])  # the decoder's start
-  gemma = decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
-  enc = decoding.prompt_batch([[5, 6], [7]], tiny(), framing=gemma, batch_size=3)
+  gemma = generation.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  enc = generation.prompt_batch([[5, 6], [7]], tiny(), framing=gemma, batch_size=3)
   np.testing.assert_array_equal(enc["encoder_input_tokens"], [[2, 5, 6], [2, 7, 0], [2, 0, 0]])
   np.testing.assert_array_equal(enc["decoder_input_tokens"], [[2], [2], [2]])
-  dec = decoding.prompt_batch([[5, 6], [], [7]], tiny(mask_type="prefix_lm"), batch_size=4)
+  dec = generation.prompt_batch([[5, 6], [], [7]], tiny(mask_type="prefix_lm"), batch_size=4)
   np.testing.assert_array_equal(dec["decoder_input_tokens"], [[0, 5, 6, 1], [0, 0, 0, 0], [0, 7, 1, 0], [0, 0, 0, 0]])
   np.testing.assert_array_equal(dec["decoder_segment_ids"], [[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0], [1, 0, 0, 0]])
   np.testing.assert_array_equal(dec["decoder_causal_attention"], dec["decoder_segment_ids"])
-  assert "decoder_causal_attention" not in decoding.prompt_batch([[5]], tiny(mask_type="causal"))
+  assert "decoder_causal_attention" not in generation.prompt_batch([[5]], tiny(mask_type="causal"))
   with pytest.raises(ValueError, match="input_length"):
-    decoding.prompt_batch([[5, 6, 7]], tiny(), input_length=3)
+    generation.prompt_batch([[5, 6, 7]], tiny(), input_length=3)
 
 
 HF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "hf_t5")
@@ -611,10 +611,10 @@ def test_hf_t5_checkpoints_decode_like_transformers_generate(name):
   batch = {"encoder_input_tokens": golden["encoder_input_tokens"]}
   m = golden["greedy_tokens"].shape[1]
   ids = np.arange(len(batch["encoder_input_tokens"]))
-  greedy = decoding.make_decode_fn(model, decoding.DecodeConfig(max_decode_length=m))(
+  greedy = generation.make_decode_fn(model, generation.DecodeConfig(max_decode_length=m))(
       params, batch, jax.random.PRNGKey(0), ids)
   np.testing.assert_array_equal(np.asarray(greedy[0]), golden["greedy_tokens"])
-  beam = decoding.make_decode_fn(model, decoding.DecodeConfig(
+  beam = generation.make_decode_fn(model, generation.DecodeConfig(
       method="beam", beam_size=4, alpha=float(golden["alpha"]), length_penalty="hf",
       max_decode_length=m))(params, batch, jax.random.PRNGKey(0), ids)
   np.testing.assert_array_equal(np.asarray(beam[0]), golden["beam_tokens"])
@@ -629,8 +629,8 @@ def test_beam_state_keeps_one_encoder_cache_per_example(knobs):
   continued positions each beam row carries its example's offset (``rope_offset``)."""
   cfg = tiny(num_decoder_layers=2, **knobs)
   model, params = model_and_params(cfg)
-  batch = decoding.prompt_batch(PROMPTS, cfg)
-  _, state, _, gather = decoding.model_decoder(model, params, batch, max_decode_length=4)
+  batch = generation.prompt_batch(PROMPTS, cfg)
+  _, state, _, gather = generation.model_decoder(model, params, batch, max_decode_length=4)
   expanded = gather(state, jnp.repeat(jnp.arange(3), 2))
   rows = {jax.tree_util.keystr(path): x.shape[0]
           for path, x in jax.tree_util.tree_leaves_with_path(expanded) if x.ndim}
@@ -650,17 +650,17 @@ def test_log_probs_and_first_argmax_by_value():
   logits[1, [3, 20]] = 50.0  # a tie: the first wins
   logits[2, :] = -1e9
   logits[2, 36] = -1e9 + 1e3
-  got = np.asarray(decoding.log_probs(jnp.asarray(logits)))
+  got = np.asarray(generation.log_probs(jnp.asarray(logits)))
   assert np.all(np.isfinite(got))
   for row, out in zip(logits.astype(np.float64), got):
     want = row - row.max() - np.log(np.sum(np.exp(row - row.max())))
     np.testing.assert_allclose(out, want, rtol=0, atol=8 * np.finfo(np.float32).eps * max(1.0, np.abs(row).max()))
-  np.testing.assert_array_equal(np.asarray(decoding.first_argmax(jnp.asarray(logits))),
+  np.testing.assert_array_equal(np.asarray(generation.first_argmax(jnp.asarray(logits))),
                                 [np.argmax(logits[0]), 3, 36, np.argmax(logits[3])])
-  assert int(decoding.first_argmax(jnp.full((1, 5), jnp.nan))[0]) == 4
+  assert int(generation.first_argmax(jnp.full((1, 5), jnp.nan))[0]) == 4
   # Leading axes of any number ([B, K, V] beam logits): the last axis is the vocabulary.
   cube = logits.reshape(2, 2, 37)
-  np.testing.assert_array_equal(np.asarray(decoding.first_argmax(jnp.asarray(cube))),
+  np.testing.assert_array_equal(np.asarray(generation.first_argmax(jnp.asarray(cube))),
                                 [[np.argmax(logits[0]), 3], [36, np.argmax(logits[3])]])
-  np.testing.assert_array_equal(np.asarray(decoding.log_probs(jnp.asarray(cube))),
+  np.testing.assert_array_equal(np.asarray(generation.log_probs(jnp.asarray(cube))),
                                 got.reshape(2, 2, 37))

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from lm import decoding, partitioning
+from lm import generation, partitioning
 from lm import score as score_lib
 from lm.data import converters
 from lm.downstream import evaluation
@@ -51,10 +51,10 @@ def test_decode_matches_one_example_at_a_time_and_metrics_follow(arch):
                                  max_decode_length=6, max_examples=7)
   assert out["method"] == "decode" and out["num_examples"] == 7
   examples = task.examples("validation")[:7]
-  cfg = decoding.DecodeConfig(max_decode_length=6)
+  cfg = generation.DecodeConfig(max_decode_length=6)
   for ex, pred in zip(examples, out["predictions"]):
-    batch = decoding.prompt_batch([tok.encode(ex["inputs"])], model.config)
-    tokens, _ = decoding.decode(model, params, batch, cfg)
+    batch = generation.prompt_batch([tok.encode(ex["inputs"])], model.config)
+    tokens, _ = generation.decode(model, params, batch, cfg)
     assert pred["prediction"] == tok.decode(np.asarray(tokens[0]))
     assert pred["target"] == ex["targets"]
   em = 100.0 * np.mean([p["prediction"].strip() == p["target"] for p in out["predictions"]])
@@ -208,7 +208,7 @@ def _fake_decode_fn(monkeypatch):
       calls.append((tokens.shape, np.asarray(row_ids).tolist(),
                     jax.random.key_data(rng).tolist(), decode.max_decode_length))
       out = np.full((len(row_ids), decode.max_decode_length), 3, np.int32)
-      out[:, 0], out[:, 1] = 10 + np.asarray(row_ids), decoding.EOS_ID
+      out[:, 0], out[:, 1] = 10 + np.asarray(row_ids), generation.EOS_ID
       return out, np.zeros(len(row_ids), np.float32)
     return fn
   monkeypatch.setattr(evaluation, "_decode_fn", fake_decode_fn)
@@ -217,7 +217,7 @@ def _fake_decode_fn(monkeypatch):
 
 def test_decode_inputs_batches_of_one_shape_with_global_row_ids(monkeypatch, capsys):
   calls = _fake_decode_fn(monkeypatch)
-  cfg = decoding.DecodeConfig(max_decode_length=4)
+  cfg = generation.DecodeConfig(max_decode_length=4)
   prompts = [np.arange(2, 2 + n) for n in (3, 9, 1, 4, 2)]
   assert evaluation.decode_inputs(_model(), None, prompts, batch_size=2, decode=cfg) == [
       [10], [11], [12], [13], [14]]
@@ -243,7 +243,7 @@ def test_score_candidates_pads_to_one_shape(monkeypatch, capsys):
   monkeypatch.setattr(evaluation, "_score_fn", fake_score_fn)
   pairs = [(np.arange(2, 2 + n), np.arange(20, 20 + m)) for n, m in ((3, 1), (6, 4), (1, 1))]
   # "inputs EOS targets EOS": the longest is 12 tokens -> 16.
-  expected = [float(i.sum() + t.sum() + 2 * decoding.EOS_ID) for i, t in pairs]
+  expected = [float(i.sum() + t.sum() + 2 * generation.EOS_ID) for i, t in pairs]
   assert evaluation.score_candidates(_model(), None, pairs, batch_size=2).tolist() == expected
   assert shapes == [(2, 16), (2, 16)]
   shapes.clear()
@@ -270,13 +270,13 @@ def test_score_candidates_pads_to_one_shape(monkeypatch, capsys):
 
 def test_learned_positions_bound_the_prompt_and_decoded_lengths(monkeypatch):
   _fake_decode_fn(monkeypatch)
-  cfg = decoding.DecodeConfig(max_decode_length=7)
+  cfg = generation.DecodeConfig(max_decode_length=7)
   # The name built at run time (as a flag's value is), not the interned literal.
   causal = _model("causal", position_encoding="".join(["lear", "ned"]), max_length=16)
   # 6 tokens + BOS + EOS -> 8 positions, + 7 or 8 decoded: 15 or 16 of 16.
   for m in (7, 8):
     assert evaluation.decode_inputs(causal, None, [np.arange(2, 8)], batch_size=2,
-                                    decode=decoding.DecodeConfig(max_decode_length=m)) == [[10]]
+                                    decode=generation.DecodeConfig(max_decode_length=m)) == [[10]]
   with pytest.raises(ValueError, match=r"prompts of 16 tokens \(\+ 7 decoded\) exceed the "
                      r"model's learned positions \(16\)"):
     evaluation.decode_inputs(causal, None, [np.arange(2, 9)], batch_size=2, decode=cfg)
@@ -297,7 +297,7 @@ def test_learned_positions_bound_the_prompt_and_decoded_lengths(monkeypatch):
 
 def test_decode_and_score_functions_compile_once():
   model = _model()
-  cfg = decoding.DecodeConfig(max_decode_length=4)
+  cfg = generation.DecodeConfig(max_decode_length=4)
   rules = tuple(partitioning.DEFAULT_LOGICAL_AXIS_RULES)
   assert evaluation._decode_fn(model, cfg, None, rules) is evaluation._decode_fn(
       model, cfg, None, rules)

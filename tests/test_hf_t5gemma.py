@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from lm import decoding
+from lm import generation
 from lm.checkpoint import hf_t5gemma
 from lm.checkpoint.hf_t5 import HFConversionError
 from lm.model.transformer import Transformer
@@ -60,9 +60,9 @@ def test_logits_match_transformers(loaded, golden):
 def test_greedy_decoding_matches_transformers_generate(loaded, golden):
   config, params = loaded
   want = golden["greedy_tokens"]
-  cfg = decoding.DecodeConfig(method="greedy", max_decode_length=want.shape[1])
+  cfg = generation.DecodeConfig(method="greedy", max_decode_length=want.shape[1])
   enc = golden["encoder_input_tokens"]
-  tokens = decoding.make_decode_fn(Transformer(config), cfg)(
+  tokens = generation.make_decode_fn(Transformer(config), cfg)(
       params, {"encoder_input_tokens": enc}, jax.random.PRNGKey(0), np.arange(len(enc)))[0]
   np.testing.assert_array_equal(np.asarray(tokens), want)
 
@@ -223,7 +223,7 @@ def test_load_hf_reads_t5gemma_with_its_framing(decode_golden, restored):
   """load_hf frames a T5Gemma prompt as transformers' GemmaTokenizer does (<bos> + pieces,
   no EOS) and starts its decoder from <bos> 2 (tests/testdata/make_t5gemma_decode_golden.py)."""
   r = restored
-  assert r.framing == decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  assert r.framing == generation.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
   assert (r.tokenizer.bos_id, r.tokenizer.unk_id, r.tokenizer.vocab_size) == (2, 3, 64)
   framed = [r.framing.frame(ids, decoder_only=False)
             for ids in r.tokenizer.encode_batch(decode_golden["texts"])]
@@ -238,16 +238,16 @@ def test_t5gemma_decoding_matches_transformers_generate_from_its_own_start(decod
   r = restored
   prompts = [ids[1:] for ids in decode_golden["input_ids"]]  # without the <bos>
   extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
-  cfg = decoding.DecodeConfig(method=method, max_decode_length=decode_golden["max_new_tokens"],
+  cfg = generation.DecodeConfig(method=method, max_decode_length=decode_golden["max_new_tokens"],
                               **extra)
 
   def run(framing):
-    batch = decoding.prompt_batch(prompts, r.model_config, framing=framing)
-    return np.asarray(decoding.make_decode_fn(r.model, cfg)(
+    batch = generation.prompt_batch(prompts, r.model_config, framing=framing)
+    return np.asarray(generation.make_decode_fn(r.model, cfg)(
         r.params, batch, jax.random.PRNGKey(0), np.arange(len(prompts)))[0]).tolist()
 
   assert run(r.framing) == decode_golden[f"{method}_tokens"]
-  assert run(decoding.T5_FRAMING) != decode_golden[f"{method}_tokens"]
+  assert run(generation.T5_FRAMING) != decode_golden[f"{method}_tokens"]
 
 
 def test_lm_decode_hf_reads_a_t5gemma_directory(decode_golden, restored, tmp_path):
@@ -323,12 +323,12 @@ def test_decoding_stops_at_every_stop_id_as_transformers_does(decode_golden, res
   eos_ids stop rows at 41 as transformers does; with EOS 1 alone they run on."""
   prompts = [ids[1:] for ids in decode_golden["input_ids"]]
   extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
-  batch = decoding.prompt_batch(prompts, restored.model_config, framing=restored.framing)
+  batch = generation.prompt_batch(prompts, restored.model_config, framing=restored.framing)
 
   def run(eos_ids):
-    cfg = decoding.DecodeConfig(method=method, eos_ids=eos_ids,
+    cfg = generation.DecodeConfig(method=method, eos_ids=eos_ids,
                                 max_decode_length=decode_golden["max_new_tokens"], **extra)
-    return np.asarray(decoding.make_decode_fn(restored.model, cfg)(
+    return np.asarray(generation.make_decode_fn(restored.model, cfg)(
         restored.params, batch, jax.random.PRNGKey(0), np.arange(len(prompts)))[0]).tolist()
 
   want = decode_golden[f"{method}_tokens_stop"]
@@ -369,4 +369,4 @@ def test_eos_ids_are_read_as_transformers_reads_them():
   with pytest.raises(HFConversionError, match=r"eos_token_id \['x'\] is not an id"):
     hf_t5gemma.eos_ids({"eos_token_id": ["x"]})
   with pytest.raises(ValueError, match=r"eos_ids must be one or more ids >= 0"):
-    decoding.DecodeConfig(eos_ids=())
+    generation.DecodeConfig(eos_ids=())

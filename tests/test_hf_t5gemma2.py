@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from lm import decoding
+from lm import generation
 from lm.data import converters
 from lm.checkpoint import hf, hf_t5gemma2
 from lm.checkpoint.hf_t5 import HFConversionError
@@ -91,9 +91,9 @@ def test_decoding_matches_transformers_generate(loaded, golden, method):
   config, params = loaded
   enc = golden["encoder_input_tokens"]
   extra = dict(beam_size=2, alpha=1.0, length_penalty="hf") if method == "beam" else {}
-  cfg = decoding.DecodeConfig(method=method, max_decode_length=8, **extra)
+  cfg = generation.DecodeConfig(method=method, max_decode_length=8, **extra)
   batch = {"encoder_input_tokens": enc, "decoder_input_tokens": np.full((2, 1), 2, np.int32)}
-  got = decoding.make_decode_fn(Transformer(config), cfg)(
+  got = generation.make_decode_fn(Transformer(config), cfg)(
       params, batch, jax.random.PRNGKey(0), np.arange(2))[0]
   np.testing.assert_array_equal(np.asarray(got), golden[f"{method}_tokens"])
 
@@ -171,7 +171,7 @@ def test_load_hf_and_lm_decode_read_a_t5gemma2_directory(with_tokenizer, tmp_pat
   python -m lm.decode --hf=DIR writes what lm's decoding of those framed prompts gives."""
   from lm import decode, restore
   r = restore.load_hf(with_tokenizer)
-  assert r.framing == decoding.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
+  assert r.framing == generation.Framing(decoder_start=2, prompt_bos=2, prompt_eos=False)
   assert r.model_config.merged_attention and r.eos_ids == (1,)
   texts = ["a cat sat", "the dog"]
   prompts = tmp_path / "prompts.txt"
@@ -179,10 +179,10 @@ def test_load_hf_and_lm_decode_read_a_t5gemma2_directory(with_tokenizer, tmp_pat
   out = tmp_path / "out.jsonl"
   assert decode.main([f"--hf={with_tokenizer}", f"--input={prompts}", f"--output={out}",
                       "--max_decode_length=6"]) == 0
-  batch = decoding.prompt_batch(r.tokenizer.encode_batch(texts), r.model_config,
+  batch = generation.prompt_batch(r.tokenizer.encode_batch(texts), r.model_config,
                                 framing=r.framing)
   assert batch["decoder_input_tokens"].tolist() == [[2], [2]]
-  tokens = decoding.make_decode_fn(r.model, decoding.DecodeConfig(max_decode_length=6))(
+  tokens = generation.make_decode_fn(r.model, generation.DecodeConfig(max_decode_length=6))(
       r.params, batch, jax.random.PRNGKey(0), np.arange(2))[0]
   want = [r.tokenizer.decode([int(t) for t in row]) for row in np.asarray(tokens)]
   assert [json.loads(line)["output"] for line in out.read_text().splitlines()] == want

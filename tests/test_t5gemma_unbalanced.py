@@ -9,7 +9,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from lm import config as config_lib
-from lm import decoding
+from lm import generation
 from lm.checkpoint import hf_t5gemma
 from lm.model.transformer import Transformer, TransformerConfig
 
@@ -47,8 +47,8 @@ def test_logits_and_cached_greedy_decoding_match_transformers(loaded, golden):
            "decoder_input_tokens": golden["decoder_input_tokens"]}
   logits = np.asarray(Transformer(config).apply({"params": params}, batch))
   np.testing.assert_allclose(logits, golden["logits"], atol=ATOL, rtol=0)
-  cfg = decoding.DecodeConfig(method="greedy", max_decode_length=golden["greedy_tokens"].shape[1])
-  tokens = decoding.make_decode_fn(Transformer(config), cfg)(
+  cfg = generation.DecodeConfig(method="greedy", max_decode_length=golden["greedy_tokens"].shape[1])
+  tokens = generation.make_decode_fn(Transformer(config), cfg)(
       params, {"encoder_input_tokens": golden["encoder_input_tokens"]}, jax.random.PRNGKey(0),
       np.arange(2))[0]
   np.testing.assert_array_equal(np.asarray(tokens), golden["greedy_tokens"])

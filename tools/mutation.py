@@ -9,7 +9,7 @@
                                                      # only an earlier run's survivors
     python tools/mutation.py lm/losses.py --lines 60-75,104 --workdir /tmp/lm-lines
                                                      # only mutants on lines rewritten since
-    python tools/mutation.py lm/decoding.py --functions filter_logits,beam_search
+    python tools/mutation.py lm/generation.py --functions filter_logits,beam_search
                                                      # only mutants inside these functions
     python tools/mutation.py lm/score.py --resume /tmp/lm-mutation --workdir /tmp/lm-rest
                                                      # the mutants a stopped run left pending
@@ -100,7 +100,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     # The searches on constructed score tables come first in the file (most mutants die
     # there); the model tests (prompt_batch, the cache glue, decode) after them; then the
     # glue's own tests (configs, prompt_batch and decode's dispatch first, the model last).
-    "lm/decoding.py": ["tests/test_decoding_search.py", "tests/test_decoding_glue.py"],
+    "lm/generation.py": ["tests/test_decoding_search.py", "tests/test_decoding_glue.py"],
     "lm/score.py": ["tests/test_score.py"],
     # The by-hand tests first (no compile; most mutants die there), then the compiled plans.
     "lm/plan.py": ["tests/test_plan_units.py", "tests/test_plan.py"],

@@ -35,7 +35,7 @@ class Framing:
   """How a checkpoint frames an input and starts its decoder (docs/decoding.md "Framing"):
   in lm and T5 / T5Gemma, decoder_start (the decoder's first input) is 0 / 2, prompt_bos
   (a token before every input) None / 2, and prompt_eos (an EOS after it) True / False.
-  Training (`convert`) and decoding (lm.decoding.prompt_batch) lay rows out by it."""
+  Training (`convert`) and decoding (lm.generation.prompt_batch) lay rows out by it."""
   decoder_start: int = 0
   prompt_bos: int | None = None
   prompt_eos: bool = True

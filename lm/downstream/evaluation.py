@@ -23,14 +23,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from lm import cli, decoding, partitioning
+from lm import cli, generation, partitioning
 from lm import score as score_lib
 from lm import workdir as workdir_lib
 from lm.data import converters, packing
 from lm.downstream import task_mixtures
 from lm.downstream.task import Task
 
-EOS_ID = decoding.EOS_ID
+EOS_ID = generation.EOS_ID
 
 
 def _round_up(n: int, k: int) -> int:
@@ -48,7 +48,7 @@ def strip_decoded(tokens: np.ndarray) -> list[int]:
   """Generated ids up to (not including) the first EOS or padding. int32[M] -> list."""
   out = []
   for t in np.asarray(tokens).tolist():
-    if t in (EOS_ID, decoding.PAD_ID):
+    if t in (EOS_ID, generation.PAD_ID):
       break
     out.append(int(t))
   return out
@@ -63,7 +63,7 @@ def _trim_inputs(ids: np.ndarray, inputs_length: int | None,
 
 
 def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: int,
-                  decode: decoding.DecodeConfig, mesh=None,
+                  decode: generation.DecodeConfig, mesh=None,
                   rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES, progress: bool = False,
                   desc: str = "decode",
                   framing: converters.Framing = converters.T5_FRAMING) -> list[list[int]]:
@@ -89,7 +89,7 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
   starts = range(0, len(inputs), batch_size)
   for start in cli.progress(starts, len(starts), desc, progress):
     chunk = inputs[start:start + batch_size]
-    batch = decoding.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size,
+    batch = generation.prompt_batch(chunk, cfg, input_length=length, batch_size=batch_size,
                                   framing=framing)
     row_ids = np.arange(start, start + batch_size, dtype=np.int32)
     tokens, _ = fn(params, batch, rng, row_ids)
@@ -101,7 +101,7 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
 @functools.lru_cache(maxsize=8)
 def _decode_fn(model, decode, mesh, rules):
   """make_decode_fn, cached: periodic evaluation during fine-tuning compiles once."""
-  return decoding.make_decode_fn(model, decode, mesh, rules)
+  return generation.make_decode_fn(model, decode, mesh, rules)
 
 
 def _choice_features(inputs: np.ndarray, target: np.ndarray, architecture: str,
@@ -153,7 +153,7 @@ def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray
 
 def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation", *,
                   data_dir: str | None = None, batch_size: int = 32,
-                  max_decode_length: int = 64, decode: decoding.DecodeConfig | None = None,
+                  max_decode_length: int = 64, decode: generation.DecodeConfig | None = None,
                   mesh=None, rules=partitioning.DEFAULT_LOGICAL_AXIS_RULES,
                   max_examples: int | None = None, inputs_length: int | None = None,
                   rank_classification: bool = False, progress: bool = False,
@@ -226,7 +226,7 @@ def evaluate_task(model, params, tokenizer, task: Task, split: str = "validation
                           "prediction": cands[best], "scores": [float(x) for x in s]})
     method = "rank_classification"
   else:
-    cfg = decode or decoding.DecodeConfig(max_decode_length=max_decode_length)
+    cfg = decode or generation.DecodeConfig(max_decode_length=max_decode_length)
     generated = decode_inputs(model, params, inputs, batch_size=batch_size, decode=cfg,
                               mesh=mesh, rules=rules, progress=progress, desc=task.name,
                               framing=framing)

@@ -33,7 +33,7 @@ projection's input) and the out projection [B, L, D]; remat policies save them b
 (config.REMAT_POLICIES)."""
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "pallas")
 # A merged attention's cache of the encoder's keys and values: one row per example, shared
-# by its beams (lm.decoding).
+# by its beams (lm.generation).
 ENCODER_CACHE_NAMES = ("cached_encoder_key", "cached_encoder_value")
 # What choose_kernel returns: the XLA path (fast_grads.attend) or a fused kernel.
 KERNELS = ("xla", "cudnn", "pallas_flash", "pallas_splash")

@@ -3,7 +3,7 @@
 Here: `Transformer` (encoder-decoder, prefix LM or causal LM by ``TransformerConfig.mask_type``),
 its stacks and their prefill / decode-step methods. Not here: attention, layers, masks and
 position encodings (their modules in lm/model), the loss (lm/losses.py), the search over
-decode steps (lm/decoding.py). The param tree, the decoding methods' contract and dropout:
+decode steps (lm/generation.py). The param tree, the decoding methods' contract and dropout:
 docs/model.md.
 
   model = Transformer(config)

@@ -13,7 +13,7 @@ different lengths (right-padded with 0, each ending in EOS) and stores:
                                         early_stopping=True, max_new_tokens=M)
   beam_scores           float32[8]      its sequences_scores
   alpha                 float32[]       ALPHA
-with M = 10. It then decodes the same batch with lm.decoding (greedy, and beam search with
+with M = 10. It then decodes the same batch with lm.generation (greedy, and beam search with
 length_penalty="hf") and stops on any difference. The tests read only the .npz files.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from lm import decoding  # noqa: E402
+from lm import generation  # noqa: E402
 from lm.checkpoint import hf_t5  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
 
@@ -81,9 +81,9 @@ def make(name: str) -> None:
   batch = {"encoder_input_tokens": enc}
   ours = {}
   for method in ("greedy", "beam"):
-    cfg = decoding.DecodeConfig(method=method, max_decode_length=MAX_NEW, beam_size=4,
+    cfg = generation.DecodeConfig(method=method, max_decode_length=MAX_NEW, beam_size=4,
                                 alpha=ALPHA[name], length_penalty="hf")
-    ours[method] = [np.asarray(x) for x in decoding.make_decode_fn(model_lm, cfg)(
+    ours[method] = [np.asarray(x) for x in generation.make_decode_fn(model_lm, cfg)(
         params, batch, jax.random.PRNGKey(0), np.arange(len(enc)))]
   eos_rows = int(np.sum(np.any(greedy == 1, axis=1))), int(np.sum(np.any(beam == 1, axis=1)))
   print(f"{name}: rows ending in EOS greedy {eos_rows[0]}/8, beam {eos_rows[1]}/8; "

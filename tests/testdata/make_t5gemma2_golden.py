@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from lm import decoding  # noqa: E402
+from lm import generation  # noqa: E402
 from lm.checkpoint import hf_t5gemma2  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
 
@@ -114,10 +114,10 @@ def hf_generate(model, enc, **kw):
 
 
 def lm_decode(config, params, enc, **kw):
-  cfg = decoding.DecodeConfig(max_decode_length=MAX_NEW, **kw)
+  cfg = generation.DecodeConfig(max_decode_length=MAX_NEW, **kw)
   batch = {"encoder_input_tokens": enc,
            "decoder_input_tokens": np.full((len(enc), 1), START, np.int32)}
-  return np.asarray(decoding.make_decode_fn(Transformer(config), cfg)(
+  return np.asarray(generation.make_decode_fn(Transformer(config), cfg)(
       params, batch, jax.random.PRNGKey(0), np.arange(len(enc)))[0])
 
 

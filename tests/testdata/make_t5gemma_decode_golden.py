@@ -19,7 +19,7 @@ length_penalty 1.0, early stopping), each also with a second stop id
 (`eos_token_id=[1, 41]`). As make_t5gemma_golden.py, generation runs with the
 encoder's window read as |i - j| < W (T5Gemma's original semantics; transformers 5.x's own
 reading differs for inputs longer than W). The script then checks lm against the golden
-(`lm.restore.load_hf` and `lm.decoding` with the restored framing) and stops on a mismatch.
+(`lm.restore.load_hf` and `lm.generation` with the restored framing) and stops on a mismatch.
 The tests read only the files.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ import sentencepiece as spm  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from lm import decoding, restore  # noqa: E402
+from lm import generation, restore  # noqa: E402
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_t5gemma")
 TINY = os.path.join(OUT, "tiny")
@@ -123,14 +123,14 @@ def main() -> None:
   r = restore.load_hf(TINY)
   framed = [r.framing.frame(ids, False) for ids in r.tokenizer.encode_batch(TEXTS)]
   assert framed == input_ids, (framed, input_ids)
-  batch = decoding.prompt_batch([ids[1:] for ids in input_ids], r.model_config,
+  batch = generation.prompt_batch([ids[1:] for ids in input_ids], r.model_config,
                                 framing=r.framing)
   beam_settings = dict(beam_size=2, alpha=1.0, length_penalty="hf")
   for method, want, extra in (("greedy", greedy, {}), ("beam", beam, beam_settings),
                               ("greedy", greedy_stop, dict(eos_ids=stop)),
                               ("beam", beam_stop, dict(eos_ids=stop, **beam_settings))):
-    cfg = decoding.DecodeConfig(method=method, max_decode_length=MAX_NEW, **extra)
-    got = decoding.make_decode_fn(r.model, cfg)(
+    cfg = generation.DecodeConfig(method=method, max_decode_length=MAX_NEW, **extra)
+    got = generation.make_decode_fn(r.model, cfg)(
         r.params, batch, jax.random.PRNGKey(0), np.arange(len(TEXTS)))[0]
     if np.asarray(got).tolist() != want:
       raise SystemExit(f"lm {method} {np.asarray(got).tolist()} != transformers {want}")

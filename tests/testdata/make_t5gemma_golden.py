@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
-from lm import decoding  # noqa: E402
+from lm import generation  # noqa: E402
 from lm.checkpoint import hf_t5gemma  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
 
@@ -135,8 +135,8 @@ def main() -> None:
   config, params = hf_t5gemma.load_hf_t5gemma(directory)
   ours = lm_logits(config, params, enc, dec)
   diff = float(np.max(np.abs(ours - logits)))
-  cfg = decoding.DecodeConfig(method="greedy", max_decode_length=MAX_NEW)
-  ours_greedy = np.asarray(decoding.make_decode_fn(Transformer(config), cfg)(
+  cfg = generation.DecodeConfig(method="greedy", max_decode_length=MAX_NEW)
+  ours_greedy = np.asarray(generation.make_decode_fn(Transformer(config), cfg)(
       params, {"encoder_input_tokens": enc}, jax.random.PRNGKey(0), np.arange(len(enc)))[0])
   with tempfile.TemporaryDirectory() as tmp:  # export: transformers reads lm's directory
     hf_t5gemma.save_hf_t5gemma(tmp, config, params)

@@ -30,7 +30,7 @@ import transformers  # noqa: E402
 
 from make_t5gemma_golden import (ATOL, MAX_NEW, MODULE, OUT, WINDOW, fixed_inputs,  # noqa: E402
                                  hf_greedy, hf_logits, lm_logits, set_weights)
-from lm import decoding  # noqa: E402
+from lm import generation  # noqa: E402
 from lm.checkpoint import hf_t5gemma  # noqa: E402
 from lm.model.transformer import Transformer  # noqa: E402
 
@@ -61,8 +61,8 @@ def main() -> None:
   config, params = hf_t5gemma.load_hf_t5gemma(directory)
   assert config.encoder_emb_dim == 24 and config.emb_dim == 16, config
   diff = float(np.max(np.abs(lm_logits(config, params, enc, dec) - logits)))
-  cfg = decoding.DecodeConfig(method="greedy", max_decode_length=MAX_NEW)
-  ours_greedy = np.asarray(decoding.make_decode_fn(Transformer(config), cfg)(
+  cfg = generation.DecodeConfig(method="greedy", max_decode_length=MAX_NEW)
+  ours_greedy = np.asarray(generation.make_decode_fn(Transformer(config), cfg)(
       params, {"encoder_input_tokens": enc}, jax.random.PRNGKey(0), np.arange(len(enc)))[0])
   with tempfile.TemporaryDirectory() as tmp:  # export: transformers reads lm's directory
     hf_t5gemma.save_hf_t5gemma(tmp, config, params)
