@@ -185,6 +185,27 @@ def test_the_docstring_check_finds_a_long_docstring(tmp_path):
   assert _docstring_lines(module) == 0 and _long_docstring(module) is None
 
 
+def _top_level_table(text: str) -> set[str]:
+  """The module paths in docs/architecture.md's "The top level's modules, by kind" table."""
+  start = text.index("The top level's modules, by kind")
+  table = text[start:text.index("\n\n", text.index("| kind |", start))]
+  return set(re.findall(r"`(lm/[a-z_]+\.py)`", table))
+
+
+def test_the_top_level_modules_are_each_in_the_architecture_table():
+  """docs/architecture.md sorts the flat modules of lm/ by kind; a new one is placed there."""
+  listed = _top_level_table((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+  present = {_rel(p) for p in (REPO / "lm").glob("*.py") if p.name != "__init__.py"}
+  assert listed == present, (f"missing from the table: {sorted(present - listed)}; "
+                             f"not modules: {sorted(listed - present)}")
+
+
+def test_the_top_level_table_reader_sees_only_the_table():
+  text = ("x `lm/a.py`\nThe top level's modules, by kind (...):\n\n  | kind | modules |\n"
+          "  |---|---|\n  | c | `lm/b.py`, `lm/c_d.py` |\n\nlater `lm/e.py`\n")
+  assert _top_level_table(text) == {"lm/b.py", "lm/c_d.py"}
+
+
 def test_every_long_docstring_exception_is_still_long():
   """An exception that is no longer needed is removed, so the list stays true."""
   for rel in LONG_DOCSTRINGS:
