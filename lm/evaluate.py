@@ -30,6 +30,7 @@ import jax
 
 from lm import heldout, restore
 from lm import cli
+from lm import config as config_lib
 from lm import libtpu_env
 from lm import workdir as workdir_lib
 from lm.downstream import nlu_items
@@ -73,6 +74,19 @@ def markdown_table(results: Sequence[Mapping[str, Any]]) -> str:
       row += [fmt(m.get("nll_per_token")), fmt(m.get("bits_per_byte"))]
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
+
+
+def heldout_settings(r: restore.Restored) -> heldout.HeldOutSettings:
+  """What held-out evaluation takes from the restored run's config.json (read here, at the
+  command, so that lm.heldout takes typed parts)."""
+  c = r.config
+  if c is None:
+    raise ValueError("evaluate needs a training run (restore.load_run), not an HF directory.")
+  return heldout.HeldOutSettings(
+      spec=config_lib.data_spec(c),
+      step_kwargs=config_lib.eval_step_kwargs(c) if "loss" in c else {},
+      eval_steps=int(c.train.eval_steps), batch_size=int(c.data.eval_batch_size or
+                                                          c.data.batch_size))
 
 
 def results_path(workdir: str, step: int) -> str:
@@ -339,8 +353,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     for w in workdirs:
       r = restore.load_run(w, step=args.step, overrides=overrides, mesh_shape=args.mesh_shape)
       names = heldout.parse_score(args.score, r.config.data.objective)
-      result = heldout.evaluate_run(r, score=names, num_batches=args.num_batches,
-                                    prefix_chars=args.prefix_chars,
+      result = heldout.evaluate_run(r, heldout_settings(r), score=names,
+                                    num_batches=args.num_batches, prefix_chars=args.prefix_chars,
                                     continuation_chars=args.continuation_chars,
                                     num_examples=args.num_examples, progress=progress)
       path = write_results(result)

@@ -1,7 +1,8 @@
 """Held-out evaluation of a restored run: the loss per objective and continuation scoring.
 
   r = restore.load_run("runs/t5_local")
-  result = heldout.evaluate_run(r, score=heldout.parse_score("all", "span_corruption"))
+  result = heldout.evaluate_run(r, lm.evaluate.heldout_settings(r),
+                                score=heldout.parse_score("all", "span_corruption"))
 
 Per objective: loss, cross-entropy, accuracy and perplexity on the run's held-out split (the
 run's own objective reproduces training's eval_loss). Continuation: each held-out document
@@ -15,7 +16,7 @@ import dataclasses
 import functools
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -23,7 +24,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from lm import cli
-from lm import config as config_lib
 from lm import metrics as metrics_lib
 from lm import partitioning, parts, restore, steps
 from lm import score as score_lib
@@ -35,6 +35,22 @@ CONTINUATION = "continuation"
 DEFAULT_PREFIX_CHARS = 256
 DEFAULT_CONTINUATION_CHARS = 128
 DEFAULT_NUM_EXAMPLES = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOutSettings:
+  """What held-out evaluation takes from a run's config (`lm.evaluate.heldout_settings`).
+
+  Attributes:
+    spec: the run's data (lm.config.data_spec): its objective, lengths and held-out split.
+    step_kwargs: lm.steps.eval_step's loss arguments as the run trained (z-loss, ...).
+    eval_steps: the batches training evaluated on (train.eval_steps; 0: the whole split).
+    batch_size: global rows per continuation-scoring batch (data.eval_batch_size).
+  """
+  spec: pipeline_lib.DataSpec
+  step_kwargs: Mapping[str, Any]
+  eval_steps: int
+  batch_size: int
 
 
 def parse_score(text: str, own_objective: str) -> list[str]:
@@ -154,20 +170,19 @@ def objective_spec(spec: pipeline_lib.DataSpec, name: str, *, max_length: int | 
 
 
 def evaluate_objective(r: restore.Restored, spec: pipeline_lib.DataSpec, *,
-                       num_batches: int | None, progress: bool = False) -> dict[str, float]:
+                       num_batches: int | None, step_kwargs: Mapping[str, Any] | None = None,
+                       progress: bool = False) -> dict[str, float]:
   """Loss / accuracy / perplexity of the restored model on `spec`'s held-out batches.
 
   Args:
     r: the restored run.
     spec: the data spec (the run's, or `objective_spec(...)`).
     num_batches: eval batches (None: one full pass over the held-out split).
+    step_kwargs: the run's eval-step loss arguments (`HeldOutSettings.step_kwargs`).
   """
   data = pipeline_lib.DataPipeline(spec, process_index=jax.process_index(),
                                    process_count=jax.process_count(), tokenizer=r.tokenizer)
-  # The training run's eval step: its loss settings (lm.config.eval_step_kwargs).
-  kwargs = (config_lib.eval_step_kwargs(r.config)
-            if r.config is not None and "loss" in r.config else {})
-  eval_fn = jax.jit(functools.partial(steps.eval_step, model=r.model, **kwargs))
+  eval_fn = jax.jit(functools.partial(steps.eval_step, model=r.model, **(step_kwargs or {})))
   with partitioning.axis_rules(r.mesh, r.rules):
     batches = cli.progress(data.eval_iterator(num_batches=num_batches), num_batches,
                         spec.objective, progress)
@@ -252,15 +267,17 @@ def evaluate_continuation(r: restore.Restored, documents: Iterable[str], *,
 # ---------------------------------------------------------------------------------------
 # One run.
 
-def evaluate_run(r: restore.Restored, *, score: Sequence[str] | None = None,
-             num_batches: int | None = -1, prefix_chars: int = DEFAULT_PREFIX_CHARS,
-             continuation_chars: int = DEFAULT_CONTINUATION_CHARS,
-             num_examples: int = DEFAULT_NUM_EXAMPLES, progress: bool = False
-             ) -> dict[str, Any]:
+def evaluate_run(r: restore.Restored, settings: HeldOutSettings, *,
+                 score: Sequence[str] | None = None, num_batches: int | None = -1,
+                 prefix_chars: int = DEFAULT_PREFIX_CHARS,
+                 continuation_chars: int = DEFAULT_CONTINUATION_CHARS,
+                 num_examples: int = DEFAULT_NUM_EXAMPLES, progress: bool = False
+                 ) -> dict[str, Any]:
   """Evaluates a restored run (see the module docstring).
 
   Args:
     r: from restore.load_run.
+    settings: what the run's config says (`lm.evaluate.heldout_settings(r)`).
     score: what to evaluate (`parse_score`'s output); None = "all".
     num_batches: eval batches per objective; -1 = the run's train.eval_steps (so the own
       objective's loss reproduces training's eval_loss); None or 0 = one full pass.
@@ -270,12 +287,10 @@ def evaluate_run(r: restore.Restored, *, score: Sequence[str] | None = None,
     {"workdir", "step", "architecture", "objective", "results": {name: metrics}, and
     "skipped": {name: reason}} (JSON-able).
   """
-  if r.config is None:
-    raise ValueError("evaluate needs a training run (restore.load_run), not an HF directory.")
-  spec = config_lib.data_spec(r.config)
+  spec = settings.spec
   names = list(score) if score is not None else parse_score("all", spec.objective)
   if num_batches == -1:
-    num_batches = int(r.config.train.eval_steps) or None
+    num_batches = settings.eval_steps or None
   num_batches = num_batches or None
   max_length = (r.model_config.max_length if r.model_config.position_encoding == "learned"
                 else None)
@@ -291,7 +306,8 @@ def evaluate_run(r: restore.Restored, *, score: Sequence[str] | None = None,
       skipped[name] = str(e)
       logging.warning("skipping %s: %s", name, e)
       continue
-    results[name] = evaluate_objective(r, s, num_batches=num_batches, progress=progress)
+    results[name] = evaluate_objective(r, s, num_batches=num_batches,
+                                       step_kwargs=settings.step_kwargs, progress=progress)
     logging.info("%s: %s", name, results[name])
   if CONTINUATION in names:
     own_data = pipeline_lib.DataPipeline(spec, tokenizer=r.tokenizer)
@@ -300,10 +316,9 @@ def evaluate_run(r: restore.Restored, *, score: Sequence[str] | None = None,
       raise ValueError("the run has no held-out split (data.validation_fraction=0 and no "
                        "data.eval_paths); set --config.data.eval_paths=...")
     docs = (source[i] for i in range(len(source)))
-    batch_size = int(r.config.data.eval_batch_size or r.config.data.batch_size)
     results[CONTINUATION] = evaluate_continuation(
         r, docs, joined=spec.objective == "full_lm", prefix_chars=prefix_chars,
         continuation_chars=continuation_chars, num_examples=num_examples,
-        batch_size=batch_size, progress=progress)
+        batch_size=settings.batch_size, progress=progress)
   return {"workdir": r.workdir, "step": r.step, "architecture": r.architecture,
           "objective": spec.objective, "results": results, "skipped": skipped}

@@ -126,7 +126,8 @@ def test_restore_and_evaluate_reproduces_the_logged_eval_loss_on_1_and_8_devices
                                              devices=jax.devices()[:1]))]:
     r = restore.load_run(workdir, **kwargs)
     results[name] = heldout.evaluate_run(
-        r, score=["span_corruption", "prefix_lm", "continuation"], num_examples=16)
+        r, evaluate.heldout_settings(r), score=["span_corruption", "prefix_lm", "continuation"],
+        num_examples=16)
   own = results["8"]["results"]["span_corruption"]
   np.testing.assert_allclose(own["loss"], logged["eval_loss"], rtol=1e-5)
   np.testing.assert_allclose(own["accuracy"], logged["eval_accuracy"], rtol=1e-6)
@@ -174,7 +175,7 @@ def test_cli_writes_json_table_and_wandb(tmp_path, monkeypatch, capsys):
 def test_decoder_only_runs_evaluate(arch):
   r = restore.load_run(trained_run(arch))
   names = heldout.parse_score("own,full_lm,continuation", r.config.data.objective)
-  result = heldout.evaluate_run(r, score=names, num_examples=8)
+  result = heldout.evaluate_run(r, evaluate.heldout_settings(r), score=names, num_examples=8)
   logged = _logged_eval(r.workdir, 4)
   own = result["results"][r.config.data.objective]
   np.testing.assert_allclose(own["loss"], logged["eval_loss"], rtol=1e-5)
@@ -192,8 +193,9 @@ def test_two_processes_evaluate_like_one(tmp_path):
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   args = ["--score=own,continuation", "--num_examples=8", f"--workdir={workdir}",
           "--wandb_mode=disabled"]
-  one = heldout.evaluate_run(restore.load_run(workdir),
-                          score=["span_corruption", "continuation"], num_examples=8)
+  r = restore.load_run(workdir)
+  one = heldout.evaluate_run(r, evaluate.heldout_settings(r),
+                             score=["span_corruption", "continuation"], num_examples=8)
   with socket.socket() as s:
     s.bind(("localhost", 0))
     port = s.getsockname()[1]
@@ -213,3 +215,21 @@ def test_two_processes_evaluate_like_one(tmp_path):
       if isinstance(value, float):
         np.testing.assert_allclose(two["results"][name][key], value, rtol=1e-5,
                                    err_msg=f"{name}/{key}")
+
+
+def test_heldout_settings_are_read_from_the_runs_config_at_the_command():
+  """lm.heldout takes typed parts; lm.evaluate reads them from the run's config.json."""
+  import types
+
+  from configs import t5
+  from lm import config as config_lib
+  config = config_lib.derive(t5.get_config("runlocal"))
+  config.train.eval_steps, config.data.eval_batch_size, config.loss.z_loss = 7, None, 1e-3
+  s = evaluate.heldout_settings(types.SimpleNamespace(config=config))
+  assert s.spec == config_lib.data_spec(config) and s.eval_steps == 7
+  assert s.batch_size == config.data.batch_size            # no eval_batch_size: the batch size
+  assert s.step_kwargs == config_lib.eval_step_kwargs(config) and s.step_kwargs["z_loss"] == 1e-3
+  config.data.eval_batch_size = 24
+  assert evaluate.heldout_settings(types.SimpleNamespace(config=config)).batch_size == 24
+  with pytest.raises(ValueError, match="needs a training run"):
+    evaluate.heldout_settings(types.SimpleNamespace(config=None))
