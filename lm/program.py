@@ -1,8 +1,7 @@
 """A run's compiled program: model, optimizer, mesh, shardings and jitted steps, from its settings.
 
   run = build_run(lm.validate.validate(config))      # nothing of size allocated
-  with run.axis_rules():
-    compiled = run.lower_train_step().compile()
+  compiled = run.lower_train_step().compile()        # traced under run.axis_rules()
 
 The one definition of what a run compiles: `lm.train` trains with it, `lm.plan` compiles it
 ahead of time for devices that are not attached, and the benchmarks time it.
