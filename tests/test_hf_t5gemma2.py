@@ -209,3 +209,199 @@ def test_t5gemma_export_refuses_t5gemma2_configs(loaded):
   config, params = loaded
   with pytest.raises(HFConversionError, match="merged_attention=True"):
     hf_t5gemma.lm_to_hf(config, params)
+
+
+# Hand-written cases of the config and tensor checks (added after the 2026-11-28 mutation run).
+
+def _tensors():
+  return load_file(os.path.join(TINY, "model.safetensors"))
+
+
+@pytest.mark.parametrize("encoder", [{"text_config": {}}, {}])
+def test_an_empty_text_config_takes_every_transformers_default(encoder):
+  got = hf_t5gemma2.config_from_hf({"model_type": "t5gemma2", "encoder": encoder, "decoder": {}})
+  assert (got.vocab_size, got.emb_dim, got.mlp_dim) == (262_208, 2304, 9216)
+  assert (got.num_heads, got.num_kv_heads, got.head_dim) == (8, 4, 256)
+  assert (got.num_encoder_layers, got.num_decoder_layers) == (26, 26)
+  assert (got.query_pre_attn_scalar, got.sliding_window, got.layer_pattern) == (256.0, 4096, "LLLLLG")
+  assert got.attn_logit_softcapping is None and got.final_logit_softcapping is None
+  assert (got.eoi_id, got.dropout_rate) == (256_000, 0.0)
+  assert (got.rope_max_wavelength, got.rope_local_max_wavelength) == (1_000_000.0, 10_000.0)
+  assert (got.encoder_emb_dim, got.encoder_num_heads, got.encoder_num_kv_heads,
+          got.encoder_head_dim, got.encoder_mlp_dim) == (None,) * 5
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"decoder": {}}, "no 'encoder' text config"),
+    ({"encoder": {"text_config": None}, "decoder": {}}, "no 'encoder' text config"),
+    ({"encoder": {"text_config": {}}}, "no 'decoder' text config"),
+    ({"encoder": {"text_config": {}}, "decoder": 3}, "no 'decoder' text config"),
+])
+def test_a_missing_text_config_is_named(config, message):
+  with pytest.raises(HFConversionError, match=message):
+    hf_t5gemma2.config_from_hf(dict(config, model_type="t5gemma2"))
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_layer_types_of_the_wrong_length_are_named(layers):
+  config = _hf_config()
+  _text(config)["num_hidden_layers"] = layers
+  with pytest.raises(HFConversionError, match="encoder.layer_types has 3 entries for "
+                     f"num_hidden_layers={layers}"):
+    hf_t5gemma2.config_from_hf(config)
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma", "t5gemma2_text"])
+def test_other_model_types_are_refused(model_type):
+  """One sorts before "t5gemma2", one after (the encoder's text config's own type)."""
+  with pytest.raises(HFConversionError, match=f"model_type '{model_type}' is not T5Gemma 2"):
+    hf_t5gemma2.config_from_hf(dict(_hf_config(), model_type=model_type))
+
+
+def test_a_wider_encoder_is_refused():
+  """The encoder 32 wide, the decoder 16 (the file-based test has the decoder wider)."""
+  config = _hf_config()
+  _text(config)["hidden_size"] = 32
+  with pytest.raises(HFConversionError, match="encoder hidden_size 32 differs from the "
+                     "decoder's 16"):
+    hf_t5gemma2.config_from_hf(config)
+
+
+def test_a_rope_type_sorting_before_default_is_refused():
+  """transformers' scaled types (linear, dynamic, yarn, ...) sort after "default"."""
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text["rope_parameters"]["sliding_attention"]["rope_type"] = "constant"
+  with pytest.raises(HFConversionError, match="sliding_attention.rope_type='constant'"):
+    hf_t5gemma2.config_from_hf(config)
+
+
+def test_300_layers_read_from_json():
+  """A count past CPython's cached small ints: len() and the parsed count are two objects."""
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text.update(num_hidden_layers=300, layer_types=["sliding_attention", "full_attention"] * 150)
+  got = hf_t5gemma2.config_from_hf(json.loads(json.dumps(config)))
+  assert (got.num_encoder_layers, got.num_decoder_layers, got.layer_pattern) == (300, 300, "LG")
+
+
+def test_equal_widths_read_from_json_are_one_width():
+  """Both stacks 1000 wide, parsed from text (two int objects of one value)."""
+  text = json.dumps(_hf_config()).replace('"hidden_size": 16', '"hidden_size": 1000')
+  got = hf_t5gemma2.config_from_hf(json.loads(text))
+  assert (got.emb_dim, got.encoder_emb_dim) == (1000, None)
+
+
+def test_rope_parameters_partly_given_or_not_an_object():
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text["rope_parameters"] = {"full_attention": {"rope_theta": 50.0}, "sliding_attention": None}
+  got = hf_t5gemma2.config_from_hf(config)
+  assert (got.rope_max_wavelength, got.rope_local_max_wavelength) == (50.0, 10_000.0)
+  config["decoder"]["rope_parameters"] = "x"
+  with pytest.raises(HFConversionError, match="decoder.rope_parameters must be an object"):
+    hf_t5gemma2.config_from_hf(config)
+
+
+def test_eoi_id_reads_the_top_level_then_the_encoder_and_stays_in_the_vocabulary():
+  config = _hf_config()
+  config["eoi_token_index"], config["encoder"]["eoi_token_index"] = 60, 59
+  assert hf_t5gemma2.config_from_hf(config).eoi_id == 60
+  del config["eoi_token_index"]
+  assert hf_t5gemma2.eoi_id(config) == 59 and hf_t5gemma2.config_from_hf(config).eoi_id == 59
+  for eoi in (1, 63):  # the smallest and largest ids accepted (vocab_size 64)
+    config["eoi_token_index"] = eoi
+    assert hf_t5gemma2.config_from_hf(config).eoi_id == eoi
+  for eoi in (0, -1, 65):
+    config["eoi_token_index"] = eoi
+    with pytest.raises(HFConversionError, match=f"eoi_token_index={eoi} is outside"):
+      hf_t5gemma2.config_from_hf(config)
+
+
+def test_softcaps_are_read_and_must_agree():
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text.update(attn_logit_softcapping=50, final_logit_softcapping=30)
+  got = hf_t5gemma2.config_from_hf(config)
+  assert (got.attn_logit_softcapping, got.final_logit_softcapping) == (50.0, 30.0)
+  config["decoder"]["final_logit_softcapping"] = 20
+  with pytest.raises(HFConversionError, match="final_logit_softcapping=30 differs"):
+    hf_t5gemma2.config_from_hf(config)
+
+
+def test_all_full_layers_have_no_window_and_no_local_base():
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text["layer_types"] = ["full_attention"] * text["num_hidden_layers"]
+  got = hf_t5gemma2.config_from_hf(config)
+  assert (got.layer_pattern, got.sliding_window, got.rope_local_max_wavelength) == (None, None, None)
+  assert got.rope_max_wavelength == 100.0
+
+
+def test_dropout_and_overrides_reach_the_config():
+  config = dict(_hf_config(), dropout_rate=0.1, attention_dropout=0.1)
+  got = hf_t5gemma2.config_from_hf(config, dtype="bfloat16")
+  assert (got.dropout_rate, got.dtype) == (0.1, "bfloat16")
+
+
+def test_an_encoder_of_its_own_mlp_width_is_read():
+  """The encoder's intermediate_size 32 (the decoder's 24): encoder_mlp_dim, and each
+  stack's MLP tensors checked against its own width."""
+  config = _hf_config()
+  _text(config)["intermediate_size"] = 32
+  tensors = _tensors()
+  rng = np.random.default_rng(0)
+  for i in range(3):
+    p = f"model.encoder.layers.{i}.mlp."
+    for name, shape in (("gate_proj", (32, 16)), ("up_proj", (32, 16)), ("down_proj", (16, 32))):
+      tensors[p + name + ".weight"] = rng.standard_normal(shape).astype(np.float32)
+  got, params = hf_t5gemma2.hf_to_lm(config, tensors)
+  assert (got.mlp_dim, got.encoder_mlp_dim, got.encoder_emb_dim, got.encoder_num_heads) == (
+      24, 32, None, None)
+  assert {np.shape(x) for x in jax.tree.leaves(params["encoder"]["layers_0"]["mlp"])} == {
+      (16, 32), (32, 16)}
+  assert {np.shape(x) for x in jax.tree.leaves(params["decoder"]["layers_0"]["mlp"])} == {
+      (16, 24), (24, 16)}
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.update({"model.decoder.embed_tokens.eoi_embedding":
+                         t["model.encoder.embed_tokens.eoi_embedding"] * 2}),
+     "model.decoder.embed_tokens.eoi_embedding differs"),
+    (lambda t: t.update({"lm_head.out_proj.weight": t["model.encoder.embed_tokens.weight"][:-1]}),
+     "lm_head.out_proj.weight differs"),
+    (lambda t: t.pop("model.encoder.embed_tokens.weight"),
+     "missing tensor.*model.encoder.embed_tokens.weight"),
+    (lambda t: t.pop("model.decoder.layers.1.self_attn.k_norm.weight"),
+     "missing tensor.*model.decoder.layers.1.self_attn.k_norm.weight"),
+    (lambda t: t.update({"model.encoder.layers.3.mlp.up_proj.weight": np.zeros((24, 16))}),
+     "unknown tensor.*model.encoder.layers.3.mlp.up_proj.weight"),
+    (lambda t: t.update({"model.encoder.layers.2.self_attn.q_norm.weight": np.zeros(7)}),
+     r"shape mismatch.*q_norm.weight \(7,\) != \(8,\)"),
+    (lambda t: t.update({"model.decoder.layers.0.self_attn.k_norm.weight": np.zeros(9)}),
+     r"shape mismatch.*k_norm.weight \(9,\) != \(8,\)"),
+    (lambda t: t.update({"model.encoder.embed_tokens.eoi_embedding": np.zeros(15)}),
+     r"shape mismatch.*eoi_embedding \(15,\) != \(16,\)"),
+    (lambda t: t.update({"model.encoder.embed_tokens.weight": np.zeros((63, 16))}),
+     r"shape mismatch.*embed_tokens.weight \(63, 16\) != \(64, 16\)"),
+])
+def test_hf_to_lm_names_untied_missing_unknown_and_misshapen_tensors(edit, message):
+  tensors = _tensors()
+  edit(tensors)
+  with pytest.raises(HFConversionError, match=message):
+    hf_t5gemma2.hf_to_lm(_hf_config(), tensors)
+
+
+def test_scan_layers_stacks_the_loaded_params():
+  """scan_layers needs one layer kind: all layers full here."""
+  from lm.model.transformer import unscanned_to_scan
+  config = _hf_config()
+  for text in (_text(config), config["decoder"]):
+    text["layer_types"] = ["full_attention"] * text["num_hidden_layers"]
+  _, params = hf_t5gemma2.hf_to_lm(config, _tensors())
+  got_config, got = hf_t5gemma2.hf_to_lm(config, _tensors(), scan_layers=True)
+  assert got_config.scan_layers and "layers_0" in params["encoder"]
+  want = unscanned_to_scan(params)
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(a, np.asarray(b))

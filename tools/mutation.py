@@ -102,6 +102,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     # glue's own tests (configs, prompt_batch and decode's dispatch first, the model last).
     "lm/generation.py": ["tests/test_decoding_search.py", "tests/test_decoding_glue.py"],
     "lm/score.py": ["tests/test_score.py"],
+    "lm/checkpoint/hf_t5gemma2.py": ["tests/test_hf_t5gemma2.py"],
     # The by-hand tests first (no compile; most mutants die there), then the compiled plans.
     "lm/plan.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
     "lm/costs.py": ["tests/test_plan_units.py", "tests/test_plan.py"],
