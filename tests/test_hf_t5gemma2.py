@@ -344,22 +344,24 @@ def test_dropout_and_overrides_reach_the_config():
   assert (got.dropout_rate, got.dtype) == (0.1, "bfloat16")
 
 
-def test_an_encoder_of_its_own_mlp_width_is_read():
-  """The encoder's intermediate_size 32 (the decoder's 24): encoder_mlp_dim, and each
-  stack's MLP tensors checked against its own width."""
+@pytest.mark.parametrize("width", [32, 16])
+def test_an_encoder_of_its_own_mlp_width_is_read(width):
+  """The encoder's intermediate_size wider or narrower than the decoder's 24:
+  encoder_mlp_dim, and each stack's MLP tensors checked against its own width."""
   config = _hf_config()
-  _text(config)["intermediate_size"] = 32
+  _text(config)["intermediate_size"] = width
   tensors = _tensors()
   rng = np.random.default_rng(0)
   for i in range(3):
     p = f"model.encoder.layers.{i}.mlp."
-    for name, shape in (("gate_proj", (32, 16)), ("up_proj", (32, 16)), ("down_proj", (16, 32))):
+    for name, shape in (("gate_proj", (width, 16)), ("up_proj", (width, 16)),
+                        ("down_proj", (16, width))):
       tensors[p + name + ".weight"] = rng.standard_normal(shape).astype(np.float32)
   got, params = hf_t5gemma2.hf_to_lm(config, tensors)
   assert (got.mlp_dim, got.encoder_mlp_dim, got.encoder_emb_dim, got.encoder_num_heads) == (
-      24, 32, None, None)
+      24, width, None, None)
   assert {np.shape(x) for x in jax.tree.leaves(params["encoder"]["layers_0"]["mlp"])} == {
-      (16, 32), (32, 16)}
+      (16, width), (width, 16)}
   assert {np.shape(x) for x in jax.tree.leaves(params["decoder"]["layers_0"]["mlp"])} == {
       (16, 24), (24, 16)}
 
