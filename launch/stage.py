@@ -50,7 +50,7 @@ class Stage:
   """One step of a point's pipeline.
 
   Attributes:
-    name: "pretrain", "mini", "evaluate", or "ft_<column>" at paper scale.
+    name: "pretrain", "mini", "evaluate", "nlu", or "ft_<column>" at paper scale.
     argv: the step's command, starting with the Python interpreter's name.
     done: its marker (launch.stage writes it when argv exits 0).
     every_process: run on every process of a multi-process job (lm.main); else on one.

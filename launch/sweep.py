@@ -23,6 +23,9 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
              `<root>/<name>/ft_<column>`, reading T5's task files under --data_dir
   evaluate   lm.evaluate on the pre-trained run (held-out loss of every objective, and the
              continuation score every architecture shares)
+  nlu        lm.evaluate --suite=nlu on the pre-trained run: the neutral yardstick's probes
+             and minimal pairs against the same model's random initialisation
+             (docs/yardstick.md), which the report's Contrasts and Controls read
 
 With --prepare_input and --prepare_tokenizer the study tokenizes its corpus once first, and
 every point pre-trains from it (launch/prepare.py; on SLURM its own job the points wait for,
@@ -71,7 +74,7 @@ from launch.tpu import (TpuTarget, plan_command, tpu_delete_command, tpu_point_c
 
 SCALES = ("tiny", "paper")
 BACKENDS = ("local", "slurm", "tpu")
-STAGE_NAMES = ("pretrain", "finetune", "evaluate")
+STAGE_NAMES = ("pretrain", "finetune", "evaluate", "nlu")
 EXIT_PREEMPTED = local.EXIT_PREEMPTED
 
 # Paper scale: one fine-tuning run per benchmark column of the T5 tables (configs/finetune.py
@@ -191,6 +194,10 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
   if "evaluate" in which:
     argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", *evaluate_extra]
     out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
+                     after=(marker("pretrain"),)))
+  if "nlu" in which:
+    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", "--suite=nlu"]
+    out.append(Stage("nlu", tuple(argv), marker("nlu"), every_process=False,
                      after=(marker("pretrain"),)))
   return out
 

@@ -329,10 +329,12 @@ def _round_up(n: int, k: int) -> int:
 
 
 def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: Callable, *,
-                batch_size: int, desc: str = "", progress: bool = False) -> list[Any]:
+                batch_size: int, desc: str = "", progress: bool = False,
+                lengths: Mapping[str, int] | None = None) -> list[Any]:
   """`fn(params, global batch)` over `examples` (converter features), padded into batches.
 
-  Each feature is padded to its stack's longest example (a multiple of 8); the global batch
+  Each feature is padded to its stack's longest example (a multiple of 8), or to
+  `lengths` ({stack: row length}, at least every example's) when given; the global batch
   is `batch_size` rounded up to the mesh's batch shards and the process count, its rows
   split over the processes; the last batch is filled with all-zero rows (their outputs
   are the caller's to drop: rows past len(examples)). Runs under r's axis rules.
@@ -343,8 +345,13 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
     ValueError: rows longer than the model's learned positions.
   """
   stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
-  lengths = {s: _round_up(max(max(e[k].size for e in examples), 1), 8)
+  longest = {s: max(max(e[k].size for e in examples), 1)
              for s, k in stacks.items() if k in examples[0]}
+  if lengths is None:
+    lengths = {s: _round_up(n, 8) for s, n in longest.items()}
+  elif set(lengths) != set(longest) or any(lengths[s] < n for s, n in longest.items()):
+    raise ValueError(f"lengths {dict(lengths)} do not hold the examples' stacks "
+                     f"(longest {longest}).")
   cfg = r.model_config
   if cfg.position_encoding == "learned" and max(lengths.values()) > cfg.max_length:
     raise ValueError(f"rows of {max(lengths.values())} tokens exceed the model's learned "

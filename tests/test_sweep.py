@@ -58,7 +58,7 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   tiny = points_lib.collect("experiments/t5_span_length.py", runlocal=True)
   span3 = next(p for p in tiny if p.name == "span_03")
   got = sweep.stages(span3, "runs/t7", scale="tiny", study="t5_span_length")
-  assert [s.name for s in got] == ["pretrain", "mini", "evaluate"]
+  assert [s.name for s in got] == ["pretrain", "mini", "evaluate", "nlu"]
   pre = list(got[0].argv)
   assert pre[:4] == ["python", "-m", "lm.main", f"--config={span3.config}"]
   assert "runlocal" in span3.config and "--workdir=runs/t7/span_03" in pre
@@ -72,14 +72,18 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   config = next(a for a in mini if a.startswith("--config="))[len("--config="):]
   mini_suite.suite_config(mini_suite.load_config(config), "runs/t7/span_03")
   assert [s.done for s in got] == [f"runs/t7/span_03/sweep/{n}.json"
-                                   for n in ("pretrain", "mini", "evaluate")]
-  assert [s.every_process for s in got] == [True, False, False]
+                                   for n in ("pretrain", "mini", "evaluate", "nlu")]
+  assert [s.every_process for s in got] == [True, False, False, False]
+  # The yardstick scores the pre-trained run, and runs again when pre-training does.
+  assert list(got[3].argv) == ["python", "-m", "lm.evaluate", "--workdir=runs/t7/span_03",
+                               "--suite=nlu"]
+  assert got[3].after == ("runs/t7/span_03/sweep/pretrain.json",)
   paper = next(p for p in points_lib.collect("experiments/t5_span_length.py")
                if p.name == "span_03")
   assert "runlocal" not in paper.config
   got = sweep.stages(paper, "gs://b/t7", scale="paper", study="s", data_dir="gs://b/data")
   assert [s.name for s in got] == ["pretrain", "ft_glue", "ft_super_glue", "ft_cnndm",
-                                   "ft_squad", "ft_ende", "ft_enfr", "ft_enro", "evaluate"]
+                                   "ft_squad", "ft_ende", "ft_enfr", "ft_enro", "evaluate", "nlu"]
   glue = list(got[1].argv)
   assert "--config.ckpt.init_from=gs://b/t7/span_03" in glue
   assert "--config.finetune.data_dir=gs://b/data" in glue
@@ -198,7 +202,7 @@ def test_model_overrides_and_architecture_reach_the_fine_tuning_config():
 def test_local_dry_run_tokens_are_literal(capsys, tmp_path):
   root = str(tmp_path / "root with space;$(x)")
   lines = _dry_run(capsys, _hostile_experiment(tmp_path), f"--root={root}")
-  assert len(lines) == 7  # 2 points x (pretrain, mini, evaluate) + the random-init suite
+  assert len(lines) == 9  # 2 points x (pretrain, mini, evaluate, nlu) + the random-init suite
   scratch = shlex.split(lines[-1])
   assert scratch[3] == f"--done={root}/random_init/sweep/mini.json"
   assert scratch[-1] == "--from_scratch" and f"--output={root}/random_init/mini" in scratch
@@ -223,8 +227,9 @@ def test_slurm_dry_run_scripts_are_valid_and_literal(capsys, tmp_path):
   assert check.returncode == 0, check.stderr
   assert "#SBATCH --nodes=2" in script and "#SBATCH '--partition=gpu x'" in script
   runs = [shlex.split(line)[1:] for line in _shell_lines(script) if line.startswith("run ")]
-  assert [r[:2] for r in runs] == [["srun", "--kill-on-bad-exit=1"]] * 3
-  assert runs[1][2:4] == ["--nodes=1", "--ntasks=1"]  # the mini suite on one task
+  assert [r[:2] for r in runs] == [["srun", "--kill-on-bad-exit=1"]] * 4
+  for single in (runs[1], runs[3]):  # the mini suite and the nlu suite on one task
+    assert single[2:4] == ["--nodes=1", "--ntasks=1"]
   assert f"--config.wandb.notes={HOSTILE}" in runs[0]
   assert "--workdir=/shared/r t/p1.x" in runs[0]
 
@@ -263,7 +268,7 @@ def test_tpu_dry_run_commands_are_literal_on_the_workers(capsys, tmp_path):
   parts = remote.split(" && ")
   assert parts[:2] == ["cd lm", ". .venv/bin/activate"]
   stage_argv = [shlex.split(p) for p in parts[2:]]
-  assert [a[1:3] for a in stage_argv] == [["-m", "launch.stage"]] * 3
+  assert [a[1:3] for a in stage_argv] == [["-m", "launch.stage"]] * 4
   assert f"--config.wandb.notes={HOSTILE}" in stage_argv[0]
   assert tokens[-1][:5] == ["gcloud", "compute", "tpus", "queued-resources", "delete"]
 
@@ -662,8 +667,8 @@ def test_scaling_report_from_run_directories(tmp_path):
 
 @pytest.mark.slow
 def test_a_two_point_micro_sweep_end_to_end(tmp_path):
-  """pretrain -> mini suite -> evaluate for two points, then the report with its rankings
-  and plot; a second call skips every finished stage."""
+  """pretrain -> mini suite -> evaluate -> nlu for two points, then the report with its
+  rankings, the yardstick's sections and the plot; a second call skips every finished stage."""
   exp = tmp_path / "micro.py"
   exp.write_text(
       "def sweep(add):\n"
@@ -682,7 +687,8 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   for name in ("sc", "iid"):
     assert sorted(os.listdir(root / name / "sweep")) == ["evaluate.json", "mini.json",
-                                                         "pretrain.json"]
+                                                         "nlu.json", "pretrain.json"]
+    assert list((root / name / "eval").glob("nlu_step_20.json"))
     assert json.loads((root / name / "mini" / "mini_suite.json").read_text())["mini"] >= 0
     assert list((root / name / "eval").glob("step_20.json"))
   again = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -694,6 +700,9 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   text = (root / "report.md").read_text()
   assert "our decoder fluency (mini)" in text and "| mini | GLUE |" not in text
   assert "| sc (blank input) |" in text and "| random init (blank input) |" in text
+  # The nlu stage's results reach the yardstick's sections: a row of controls per point.
+  assert "## Controls: random initialisation and training steps" in text
+  assert "| sc | 1 |" in text and "| iid | 1 |" in text
   assert (root / "eval_loss.png").stat().st_size > 1000
 
 

@@ -240,18 +240,66 @@ def pair_outcomes(margins: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 # Model passes (under the run's mesh and axis rules).
 
+def bucket_length(n: int) -> int:
+  """The row length a text of n tokens is padded to: n rounded up to a multiple of 16 up to
+  64, of 32 up to 128, of 64 up to 256, ... (under 16 tokens of padding, or a quarter of n).
+  """
+  step = max(16, 2 ** (max(n, 1).bit_length() - 3))
+  return -(-max(n, 1) // step) * step
+
+
+def length_buckets(examples: Sequence[Mapping[str, np.ndarray]], max_length: int | None = None
+                   ) -> list[tuple[dict[str, int], np.ndarray]]:
+  """Groups examples by the row lengths they pad to (`bucket_length` of each stack).
+
+  Args:
+    examples: N converter features (encoder_input_tokens and/or decoder_target_tokens).
+    max_length: a cap on the bucket lengths (the model's learned positions), never below
+      an example's own length rounded up to 8.
+
+  Returns:
+    [(lengths {stack: row length}, int64[n] example indices in input order)], by lengths.
+  """
+  stacks = [(s, k) for s, k in (("encoder", "encoder_input_tokens"),
+                                ("decoder", "decoder_target_tokens")) if k in examples[0]]
+
+  def bound(n: int) -> int:
+    b = bucket_length(n)
+    return b if max_length is None else max(min(b, max_length), -(-max(n, 1) // 8) * 8)
+
+  keys = [tuple(bound(e[k].size) for _, k in stacks) for e in examples]
+  groups: dict[tuple[int, ...], list[int]] = {}
+  for i, key in enumerate(keys):
+    groups.setdefault(key, []).append(i)
+  return [(dict(zip([s for s, _ in stacks], key)), np.asarray(groups[key], np.int64))
+          for key in sorted(groups)]
+
+
 def _batches(r: restore.Restored, examples: Sequence[Mapping[str, np.ndarray]],
-             batch_size: int, fn, desc: str, progress: bool) -> list[Any]:
-  """restore.run_batches, each batch's per-row outputs gathered to every process.
+             batch_size: int, fn, desc: str, progress: bool) -> Any:
+  """fn over every example, rows of like length together (`length_buckets`), gathered to
+  every process and put back in the examples' order.
 
   fn(params, batch) -> a pytree of arrays with leading axis B (the global batch), jitted
-  (cached per model, so the trained and random-init passes compile once).
+  (cached per model, so the trained and random-init passes compile once per length).
+
+  Returns:
+    fn's pytree with leading axis N = len(examples), NumPy.
   """
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  outs = restore.run_batches(r, examples, fn, batch_size=batch_size, desc=desc,
-                             progress=progress)
-  return [jax.tree.map(np.asarray, multihost_utils.process_allgather(o, tiled=True))
-          for o in outs]
+  cfg = r.model_config
+  cap = cfg.max_length if cfg.position_encoding == "learned" else None
+  parts, order = [], []
+  for lengths, idx in length_buckets(examples, cap):
+    outs = restore.run_batches(r, [examples[i] for i in idx], fn, batch_size=batch_size,
+                               desc=f"{desc} ({'+'.join(map(str, lengths.values()))} tokens)",
+                               progress=progress, lengths=lengths)
+    gathered = [jax.tree.map(np.asarray, multihost_utils.process_allgather(o, tiled=True))
+                for o in outs]
+    parts.append(jax.tree.map(lambda *xs, n=len(idx): np.concatenate(xs)[:n], *gathered))
+    order.append(idx)
+  inverse = np.argsort(np.concatenate(order), kind="stable")
+  return jax.tree.map(lambda *xs: np.concatenate(xs)[inverse], *parts)
 
 
 def _capture(module, method_name: str) -> bool:
@@ -342,8 +390,8 @@ def representations(r: restore.Restored, texts: Sequence[str], *, batch_size: in
     float32[num_layers + 1, N, d_model] (num_layers of the stack that reads the text).
   """
   examples = [text_features(r.tokenizer.encode(t), r.architecture) for t in texts]
-  outs = _batches(r, examples, batch_size, _states_fn(r.model), "representations", progress)
-  return np.moveaxis(np.concatenate(outs)[:len(texts)], 0, 1).astype(np.float32)
+  states = _batches(r, examples, batch_size, _states_fn(r.model), "representations", progress)
+  return np.moveaxis(states, 0, 1).astype(np.float32)
 
 
 def pair_margins(r: restore.Restored, pairs: Sequence[Any], *, fmt: str | None = None,
@@ -370,8 +418,8 @@ def pair_margins(r: restore.Restored, pairs: Sequence[Any], *, fmt: str | None =
       if blank_inputs:
         ex = {**ex, "inputs": np.zeros(0, np.int32)}
       examples.append(converters.convert(ex, r.architecture))
-  outs = _batches(r, examples, batch_size, _score_fn(r.model), "pairs", progress)
-  ll = np.concatenate(outs)[:len(examples)].astype(np.float64)
+  ll = _batches(r, examples, batch_size, _score_fn(r.model), "pairs", progress
+                ).astype(np.float64)
   return ll[0::2] - ll[1::2]
 
 

@@ -5,6 +5,7 @@ import json
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from sklearn import linear_model, model_selection, pipeline, preprocessing
@@ -225,6 +226,56 @@ def test_representations_shape_ends_and_padding(runs, arch):
   if cfg.scale_embeddings:
     emb = emb * np.sqrt(cfg.emb_dim)
   np.testing.assert_allclose(reps[0, 1], emb.mean(0), rtol=1e-4, atol=1e-5)
+
+
+def test_bucket_length_ladder():
+  got = {n: nlu.bucket_length(n) for n in (0, 1, 16, 17, 64, 65, 80, 127, 128, 129, 250, 257, 324)}
+  assert got == {0: 16, 1: 16, 16: 16, 17: 32, 64: 64, 65: 80, 80: 80, 127: 128, 128: 128,
+                 129: 160, 250: 256, 257: 320, 324: 384}
+  for n in range(1, 2000):  # never shorter; under 16 padding, or a quarter of n past 64
+    b = nlu.bucket_length(n)
+    assert b >= n and b % 16 == 0 and b - n < max(16, n / 4), n
+
+
+def test_length_buckets_group_by_padded_lengths_and_cap():
+  def ex(enc, dec):
+    return {"encoder_input_tokens": np.ones(enc, np.int32),
+            "decoder_target_tokens": np.ones(dec, np.int32)}
+  examples = [ex(40, 3), ex(10, 3), ex(33, 2), ex(100, 20), ex(12, 17)]
+  got = [(lengths, idx.tolist()) for lengths, idx in nlu.length_buckets(examples)]
+  assert got == [({"encoder": 16, "decoder": 16}, [1]), ({"encoder": 16, "decoder": 32}, [4]),
+                 ({"encoder": 48, "decoder": 16}, [0, 2]),
+                 ({"encoder": 112, "decoder": 32}, [3])]
+  # A learned-position cap: never past it, never below the example rounded up to 8.
+  capped = nlu.length_buckets([ex(97, 1), ex(60, 1)], max_length=100)
+  assert [(l["encoder"], i.tolist()) for l, i in capped] == [(64, [1]), (104, [0])]
+  decoder_only = nlu.length_buckets([{"decoder_target_tokens": np.ones(n, np.int32)}
+                                     for n in (5, 70, 9)])
+  assert [(l, i.tolist()) for l, i in decoder_only] == [({"decoder": 16}, [0, 2]),
+                                                        ({"decoder": 80}, [1])]
+
+
+def test_run_batches_pads_to_given_lengths_and_refuses_short_ones(runs):
+  r = runs["causal"]
+  examples = [nlu.text_features(r.tokenizer.encode(t), "causal") for t in ("abc", "abc def")]
+  shape = lambda params, batch: jnp.zeros(batch["decoder_target_tokens"].shape)
+  assert restore.run_batches(r, examples, shape, batch_size=2)[0].shape[1] == 8
+  assert restore.run_batches(r, examples, shape, batch_size=2,
+                             lengths={"decoder": 48})[0].shape[1] == 48
+  longest = max(e["decoder_target_tokens"].size for e in examples)
+  for bad in ({"decoder": longest - 1}, {"encoder": 48}):
+    with pytest.raises(ValueError, match="do not hold the examples"):
+      restore.run_batches(r, examples, shape, batch_size=2, lengths=bad)
+
+
+@pytest.mark.parametrize("arch", ["encoder_decoder", "causal"])
+def test_representations_of_mixed_lengths_keep_the_texts_order(runs, arch):
+  # Texts in three length buckets, interleaved: each row is that text's alone.
+  r = runs[arch]
+  texts = ["abc " * 30, "fed", "cab bca " * 12, "", "abc def", "bbb " * 30]
+  reps = nlu.representations(r, texts, batch_size=2)
+  for i, text in enumerate(texts):
+    np.testing.assert_allclose(nlu.representations(r, [text])[:, 0], reps[:, i], atol=1e-5)
 
 
 def test_scanned_layers_give_the_same_representations(runs):
