@@ -324,10 +324,6 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
 # ---------------------------------------------------------------------------------------
 # Running a restored model over examples.
 
-def _round_up(n: int, k: int) -> int:
-  return -(-n // k) * k
-
-
 def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: Callable, *,
                 batch_size: int, desc: str = "", progress: bool = False,
                 lengths: Mapping[str, int] | None = None) -> list[Any]:
@@ -348,7 +344,7 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
   longest = {s: max(max(e[k].size for e in examples), 1)
              for s, k in stacks.items() if k in examples[0]}
   if lengths is None:
-    lengths = {s: _round_up(n, 8) for s, n in longest.items()}
+    lengths = {s: features.round_up(n, 8) for s, n in longest.items()}
   elif set(lengths) != set(longest) or any(lengths[s] < n for s, n in longest.items()):
     raise ValueError(f"lengths {dict(lengths)} do not hold the examples' stacks "
                      f"(longest {longest}).")
@@ -358,8 +354,8 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
                      f"positions ({cfg.max_length}); use shorter texts.")
   rows = [packing.pad_example(e, lengths) for e in examples]
   shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
-  batch_size = _round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
-  num_rows = _round_up(len(rows), batch_size)
+  batch_size = features.round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
+  num_rows = features.round_up(len(rows), batch_size)
   zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
   rows += [zeros] * (num_rows - len(rows))
   per_process = batch_size // jax.process_count()

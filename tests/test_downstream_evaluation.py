@@ -11,7 +11,7 @@ import pytest
 
 from lm import generation, partitioning
 from lm import score as score_lib
-from lm.data import converters
+from lm.data import converters, features
 from lm.downstream import evaluation
 from lm.downstream import task as task_lib
 from lm.model.transformer import Transformer, TransformerConfig
@@ -128,8 +128,8 @@ def test_strip_decoded():
 
 
 def test_round_up_trim_inputs_and_batch_multiple():
-  assert [evaluation._round_up(n, 8) for n in (0, 1, 7, 8, 9, 16, 17)] == [0, 8, 8, 8, 16, 16, 24]
-  assert evaluation._round_up(5, 1) == 5
+  assert [features.round_up(n, 8) for n in (0, 1, 7, 8, 9, 16, 17)] == [0, 8, 8, 8, 16, 16, 24]
+  assert features.round_up(5, 1) == 5
   ids = np.arange(2, 12)
   assert evaluation._trim_inputs(ids, None).tolist() == ids.tolist()
   assert evaluation._trim_inputs(ids, 4).tolist() == [2, 3, 4]  # and the EOS: 4

@@ -61,6 +61,11 @@ def feature_lengths(architecture: str, inputs_length: int, targets_length: int
   return {"decoder": int(inputs_length) + int(targets_length)}
 
 
+def round_up(n: int, k: int) -> int:
+  """n rounded up to a multiple of k (a row length or a batch size): round_up(9, 8) == 16."""
+  return -(-n // k) * k
+
+
 def stack_of(key: str) -> str:
   """The stack a feature belongs to: "encoder_input_tokens" -> "encoder"."""
   stack = key.split("_", 1)[0]

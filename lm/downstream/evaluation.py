@@ -26,15 +26,11 @@ import numpy as np
 from lm import cli, generation, partitioning
 from lm import score as score_lib
 from lm import workdir as workdir_lib
-from lm.data import converters, packing
+from lm.data import converters, features, packing
 from lm.downstream import task_mixtures
 from lm.downstream.task import Task
 
 EOS_ID = generation.EOS_ID
-
-
-def _round_up(n: int, k: int) -> int:
-  return -(-n // k) * k
 
 
 def _batch_multiple(mesh) -> int:
@@ -74,9 +70,9 @@ def decode_inputs(model, params, inputs: Sequence[np.ndarray], *, batch_size: in
   compiles once; the last batch is filled with empty prompts.
   """
   cfg = model.config
-  batch_size = _round_up(max(batch_size, 1), _batch_multiple(mesh))
+  batch_size = features.round_up(max(batch_size, 1), _batch_multiple(mesh))
   extra = len(framing.frame([0], not cfg.is_encoder_decoder)) - 1  # BOS/EOS, decoder start
-  length = _round_up(max((len(x) for x in inputs), default=1) + extra, 8)
+  length = features.round_up(max((len(x) for x in inputs), default=1) + extra, 8)
   if cfg.position_encoding == "learned" and cfg.max_length is not None:
     need = length if cfg.is_encoder_decoder else length + decode.max_decode_length
     if need > cfg.max_length:
@@ -129,10 +125,10 @@ def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray
   architecture = model.config.mask_type
   feats = [_choice_features(i, t, architecture, framing) for i, t in pairs]
   stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
-  lengths = {s: _round_up(max(f[k].size for f in feats), 8) for s, k in stacks.items()
+  lengths = {s: features.round_up(max(f[k].size for f in feats), 8) for s, k in stacks.items()
              if k in feats[0]}
   rows = [packing.pad_example(f, lengths) for f in feats]
-  batch_size = _round_up(max(batch_size, 1), _batch_multiple(mesh))
+  batch_size = features.round_up(max(batch_size, 1), _batch_multiple(mesh))
   zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
   fn = _score_fn(model)
   out = np.zeros(len(rows), np.float32)

@@ -26,7 +26,7 @@ import numpy as np
 from lm import partitioning, restore
 from lm import workdir as workdir_lib
 from lm import score as score_lib
-from lm.data import converters, corpus, noise
+from lm.data import converters, corpus, features, noise
 from lm.downstream import contrasts, nlu_items
 from lm.model.layers import Embed
 from lm.model.transformer import Transformer, TransformerLayer
@@ -245,7 +245,7 @@ def bucket_length(n: int) -> int:
   64, of 32 up to 128, of 64 up to 256, ... (under 16 tokens of padding, or a quarter of n).
   """
   step = max(16, 2 ** (max(n, 1).bit_length() - 3))
-  return -(-max(n, 1) // step) * step
+  return features.round_up(max(n, 1), step)
 
 
 def length_buckets(examples: Sequence[Mapping[str, np.ndarray]], max_length: int | None = None
@@ -265,7 +265,7 @@ def length_buckets(examples: Sequence[Mapping[str, np.ndarray]], max_length: int
 
   def bound(n: int) -> int:
     b = bucket_length(n)
-    return b if max_length is None else max(min(b, max_length), -(-max(n, 1) // 8) * 8)
+    return b if max_length is None else max(min(b, max_length), features.round_up(max(n, 1), 8))
 
   keys = [tuple(bound(e[k].size) for _, k in stacks) for e in examples]
   groups: dict[tuple[int, ...], list[int]] = {}
@@ -434,7 +434,6 @@ def random_init(r: restore.Restored, seed: int = RANDOM_INIT_SEED) -> restore.Re
 @functools.lru_cache(maxsize=4)
 def _init_fn(model: Transformer, mesh, rules):
   """jit of the model's init, unboxed, out_shardings as restore places a checkpoint."""
-  from lm.data import features  # pylint: disable=g-import-not-at-top
   _, shardings = restore.abstract_params(model, mesh, rules)
   batch = features.zero_batch(model.config.mask_type, 4, 4, segments=False)
   return jax.jit(lambda key: nn.meta.unbox(model.init(key, batch)["params"]),
