@@ -122,8 +122,8 @@ def _finetune_arg(point: points_lib.Point, scale: str) -> str:
 
 def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python: str = "python",
            data_dir: str = "", extra: Sequence[str] = (), finetune_extra: Sequence[str] = (),
-           evaluate_extra: Sequence[str] = (), which: Sequence[str] = STAGE_NAMES
-           ) -> list[Stage]:
+           evaluate_extra: Sequence[str] = (), nlu_extra: Sequence[str] = (),
+           which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
   """A point's stages at `scale` (module docstring), workdirs under `root`.
 
   Args:
@@ -137,6 +137,7 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
     finetune_extra: more arguments for the fine-tuning commands (the mini suite's, e.g.
       --steps=100, at tiny scale; lm.main's at paper scale).
     evaluate_extra: more arguments for lm.evaluate (e.g. --num_batches=2).
+    nlu_extra: more arguments for lm.evaluate --suite=nlu (e.g. --items=heldout).
     which: the stage kinds to include (STAGE_NAMES).
 
   Raises:
@@ -196,7 +197,7 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
     out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
                      after=(marker("pretrain"),)))
   if "nlu" in which:
-    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", "--suite=nlu"]
+    argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", "--suite=nlu", *nlu_extra]
     out.append(Stage("nlu", tuple(argv), marker("nlu"), every_process=False,
                      after=(marker("pretrain"),)))
   return out
@@ -407,6 +408,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                  "(the mini suite's at tiny scale; lm.main's at paper scale; repeatable)")
   p.add_argument("--evaluate_extra", action="append", default=[],
                  help="argument for every lm.evaluate, e.g. --evaluate_extra=--num_batches=2")
+  p.add_argument("--nlu_extra", action="append", default=[],
+                 help="argument for every lm.evaluate --suite=nlu (the nlu stage), e.g. "
+                 "--nlu_extra=--items=heldout (the held-out split's few items: a quick check)")
   p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--no_validate", action="store_true", help="skip validating every config")
@@ -464,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = [(p, stages(p, args.root, scale=args.scale, study=study, python=python,
                        data_dir=args.data_dir, extra=train_extra,
                        finetune_extra=args.finetune_extra, evaluate_extra=args.evaluate_extra,
+                       nlu_extra=args.nlu_extra,
                        which=which))
             for p in selected]
   except ValueError as e:

@@ -78,6 +78,9 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   assert list(got[3].argv) == ["python", "-m", "lm.evaluate", "--workdir=runs/t7/span_03",
                                "--suite=nlu"]
   assert got[3].after == ("runs/t7/span_03/sweep/pretrain.json",)
+  quick = sweep.stages(span3, "r", scale="tiny", study="s", which=("nlu",),
+                       nlu_extra=("--items=heldout",))
+  assert list(quick[0].argv)[-2:] == ["--suite=nlu", "--items=heldout"]
   paper = next(p for p in points_lib.collect("experiments/t5_span_length.py")
                if p.name == "span_03")
   assert "runlocal" not in paper.config
@@ -680,7 +683,7 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
           "--extra=--config.train.num_steps=20", "--extra=--config.train.eval_every=10",
           "--extra=--config.wandb.mode=disabled", "--finetune_extra=--steps=10",
           "--finetune_extra=--max_eval_examples=8", "--evaluate_extra=--num_batches=1",
-          "--evaluate_extra=--num_examples=8"]
+          "--evaluate_extra=--num_examples=8", "--nlu_extra=--items=heldout"]
   # One CPU device per stage, as on a laptop (the tests' 8 simulated ones are 2x slower).
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", "XLA_FLAGS": ""}
   out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
