@@ -130,7 +130,6 @@ _LEAD, _TRAIL = "(\"'*`", ")\"'*`,.;:!?"
 # --------------------------------------------------------------------------------------
 # Documents -> sentences -> tokens.
 
-
 ITEM_SOURCES = ("comments", "heldout")  # see `documents`
 
 
@@ -154,9 +153,9 @@ def pretraining_text(data_dir: str | None = None) -> str:
   """The text of the documents pre-training reads, whitespace-collapsed, one per line.
 
   data_dir None: the embedded corpus's pre-training split (`mini_text.pretraining_documents`:
-  the pipeline's split with the configs' fraction and seed); its standard
-  library docstrings repeat, and a held-out sentence also found here is left out of the item
-  sets (`sentences(exclude_text=...)`), as the mini suite leaves such lines out. A path: ""
+  the pipeline's split with the configs' fraction and seed); its standard library docstrings
+  repeat, and a held-out sentence also found here is left out of the item sets
+  (`sentences(exclude_text=...)`), as the mini suite leaves such lines out. A path: ""
   (the yardstick cannot know what else a model read: point data_dir at held-out text).
   """
   return "\n".join(mini_text.clean(d) for d in mini_text.pretraining_documents(data_dir))
@@ -206,8 +205,7 @@ def sentences(documents: Sequence[str], exclude_text: str = "") -> list[tuple[in
   and cut into sentences after . ! or ? before a capital or quote (the mini suite's rule).
   Kept: sentences of MIN_WORDS..MAX_WORDS words that start with a capital, end with . ! or ?,
   hold no doctest (>>>), and are MIN_PLAIN_SHARE plain words at least (not code); each
-  sentence once (its first occurrence), and none that occurs in `exclude_text`
-  (`pretraining_text`).
+  sentence once (its first occurrence), none that occurs in `exclude_text` (pretraining_text).
   """
   out, kept = [], set()
   for d, document in enumerate(documents):
@@ -221,7 +219,6 @@ def sentences(documents: Sequence[str], exclude_text: str = "") -> list[tuple[in
 
 # --------------------------------------------------------------------------------------
 # Perturbations: a sentence -> its candidate (start, end, replacement) edits.
-
 
 def _recase(word: str, like: str) -> str:
   return word.capitalize() if like[:1].isupper() else word
@@ -464,11 +461,15 @@ def _subset(n: int, limit: int, rng: np.random.Generator) -> list[int]:
   return sorted(int(i) for i in rng.choice(n, limit, replace=False))
 
 
-def _pairs(phenomenon: str, sents: Sequence[tuple[int, str]], vocab: _Vocabulary, seed: int
-           ) -> list[Pair]:
-  """Every sentence's pair of `phenomenon` (uncapped), in sentence order."""
-  rng = _rng(seed, phenomenon, 0)
-  return [p for d, s in sents if (p := _pair_of(phenomenon, d, s, vocab, rng)) is not None]
+def _pairs(sents: Sequence[tuple[int, str]], vocab: _Vocabulary, seed: int
+           ) -> dict[str, list[Pair]]:
+  """{phenomenon: every sentence's pair of it (uncapped), in sentence order}."""
+  out = {}
+  for phenomenon in PAIR_PHENOMENA:
+    rng = _rng(seed, phenomenon, 0)
+    out[phenomenon] = [p for d, s in sents
+                       if (p := _pair_of(phenomenon, d, s, vocab, rng)) is not None]
+  return out
 
 
 def minimal_pairs(documents: Sequence[str], seed: int = 0, exclude_text: str = ""
@@ -481,13 +482,12 @@ def minimal_pairs(documents: Sequence[str], seed: int = 0, exclude_text: str = "
     seed: draws which edit of a sentence is made and which pairs a cap keeps.
     exclude_text: sentences found in it are left out (`pretraining_text`).
   """
-  sents, vocab = sentences(documents, exclude_text), _vocabulary(documents)
-  out = {}
-  for phenomenon in PAIR_PHENOMENA:
-    pairs = _pairs(phenomenon, sents, vocab, seed)
-    out[phenomenon] = [pairs[i] for i in _subset(len(pairs), MAX_PAIRS,
-                                                 _rng(seed, phenomenon, 1))]
-  return out
+  return _capped(_pairs(sentences(documents, exclude_text), _vocabulary(documents), seed), seed)
+
+
+def _capped(pairs: Mapping[str, list[Pair]], seed: int) -> dict[str, list[Pair]]:
+  return {ph: [ps[i] for i in _subset(len(ps), MAX_PAIRS, _rng(seed, ph, 1))]
+          for ph, ps in pairs.items()}
 
 
 def _binary(task: str, rows: Sequence[tuple[int, str, str]], seed: int) -> list[ProbeItem]:
@@ -540,22 +540,20 @@ def probe_sets(documents: Sequence[str], seed: int = 0, exclude_text: str = ""
   word_content: sentences holding exactly one of `word_content_words`, label = which.
   A task whose rarest class has no sentence gets []. Args as `minimal_pairs`.
   """
-  sents, vocab = sentences(documents, exclude_text), _vocabulary(documents)
-  out = {}
-  for phenomenon in PAIR_PHENOMENA:
-    out[phenomenon] = _binary(phenomenon, [(p.document, p.good, p.bad)
-                                           for p in _pairs(phenomenon, sents, vocab, seed)],
-                              seed)
+  sents = sentences(documents, exclude_text)
+  return _probe_sets(sents, _pairs(sents, _vocabulary(documents), seed), seed)
+
+
+def _probe_sets(sents, pairs: Mapping[str, list[Pair]], seed: int) -> dict[str, list[ProbeItem]]:
+  out = {ph: _binary(ph, [(p.document, p.good, p.bad) for p in pairs[ph]], seed)
+         for ph in PAIR_PHENOMENA}
   out["clause_swap"] = _binary("clause_swap", [(d, s, w) for d, s in sents
                                                if (w := clause_swap(s)) is not None], seed)
   out["sentence_length"] = _balanced("sentence_length", [
       (d, s, b) for d, s in sents if (b := _length_bin(s)) is not None], seed)
   words = word_content_words(sents)
-  rows = []
-  for d, s in sents:
-    hits = [k for k, w in enumerate(words) if w in {t.core for t in _tokens(s)}]
-    if len(hits) == 1:
-      rows.append((d, s, hits[0]))
+  rows = [(d, s, hit[0]) for d, s in sents if len(hit := [
+      k for k, w in enumerate(words) if w in {t.core for t in _tokens(s)}]) == 1]
   out["word_content"] = _balanced("word_content", rows, seed) if len(words) == (
       WORD_CONTENT_WORDS) else []
   return out
@@ -567,7 +565,9 @@ def item_sets(data_dir: str | None = None, seed: int = 0, source: str = "heldout
   sentences pre-training read (`pretraining_text` of data_dir; the embedded corpus's for
   the comments): what the instruments score."""
   docs, seen = documents(data_dir, source), pretraining_text(data_dir)
-  return minimal_pairs(docs, seed, seen), probe_sets(docs, seed, seen)
+  sents = sentences(docs, seen)  # cut, and every sentence's pairs made, once for both
+  pairs = _pairs(sents, _vocabulary(docs), seed)
+  return _capped(pairs, seed), _probe_sets(sents, pairs, seed)
 
 
 def num_classes(task: str) -> int:
