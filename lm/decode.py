@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> list[dict]:
   from tqdm import tqdm
 
   from lm import generation, partitioning
+  from lm.data import features
 
   prompts = read_prompts(args.input)
   restored = _restore(args)
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
   shards = int(np.prod([restored.mesh.shape[a] for a in partitioning.BATCH_AXES
                         if a in restored.mesh.axis_names]))
-  batch_size = -(-min(args.batch_size, len(prompts)) // shards) * shards
+  batch_size = features.round_up(min(args.batch_size, len(prompts)), shards)
   fn = generation.make_decode_fn(restored.model, config, mesh=restored.mesh, rules=restored.rules)
   rng = jax.random.PRNGKey(args.seed)
   records = []

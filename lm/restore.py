@@ -340,9 +340,8 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
   Raises:
     ValueError: rows longer than the model's learned positions.
   """
-  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
   longest = {s: max(max(e[k].size for e in examples), 1)
-             for s, k in stacks.items() if k in examples[0]}
+             for s, k in features.LENGTH_FEATURES.items() if k in examples[0]}
   if lengths is None:
     lengths = {s: features.round_up(n, 8) for s, n in longest.items()}
   elif set(lengths) != set(longest) or any(lengths[s] < n for s, n in longest.items()):

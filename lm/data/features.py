@@ -21,6 +21,8 @@ import numpy as np
 from lm.architecture import LAYOUTS
 
 STACKS = ("encoder", "decoder")
+# The feature whose size is an example's length in each stack (padding sizes rows by it).
+LENGTH_FEATURES = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
 ARCHITECTURES = LAYOUTS  # the data layouts, named in lm/architecture.py
 
 _DECODER_ONLY = ("decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights",

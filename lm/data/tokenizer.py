@@ -38,7 +38,7 @@ from etils import epath
 from sentencepiece import sentencepiece_model_pb2
 
 from lm import cli
-from lm.data import corpus
+from lm.data import corpus, features
 
 PAD_ID = 0
 EOS_ID = 1
@@ -58,7 +58,7 @@ def padded_vocab_size(vocab_size: int, multiple: int = VOCAB_MULTIPLE) -> int:
   """
   if vocab_size <= 0 or multiple <= 0:
     raise ValueError(f"vocab_size and multiple must be positive, got {vocab_size}, {multiple}")
-  return -(-vocab_size // multiple) * multiple
+  return features.round_up(vocab_size, multiple)
 
 
 def check_vocab_size(tokenizer_vocab_size: int, embedding_size: int, *,

@@ -124,9 +124,8 @@ def score_candidates(model, params, pairs: Sequence[tuple[np.ndarray, np.ndarray
   """
   architecture = model.config.mask_type
   feats = [_choice_features(i, t, architecture, framing) for i, t in pairs]
-  stacks = {"encoder": "encoder_input_tokens", "decoder": "decoder_target_tokens"}
-  lengths = {s: features.round_up(max(f[k].size for f in feats), 8) for s, k in stacks.items()
-             if k in feats[0]}
+  lengths = {s: features.round_up(max(f[k].size for f in feats), 8)
+             for s, k in features.LENGTH_FEATURES.items() if k in feats[0]}
   rows = [packing.pad_example(f, lengths) for f in feats]
   batch_size = features.round_up(max(batch_size, 1), _batch_multiple(mesh))
   zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}

@@ -260,8 +260,7 @@ def length_buckets(examples: Sequence[Mapping[str, np.ndarray]], max_length: int
   Returns:
     [(lengths {stack: row length}, int64[n] example indices in input order)], by lengths.
   """
-  stacks = [(s, k) for s, k in (("encoder", "encoder_input_tokens"),
-                                ("decoder", "decoder_target_tokens")) if k in examples[0]]
+  stacks = [(s, k) for s, k in features.LENGTH_FEATURES.items() if k in examples[0]]
 
   def bound(n: int) -> int:
     b = bucket_length(n)
