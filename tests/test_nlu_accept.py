@@ -46,7 +46,10 @@ def test_the_registered_tasks_on_the_comments_items():
   for name in nlu_accept.TASKS:
     task = task_lib.get_task(name)
     splits = {s: task.load(s, None) for s in nlu_accept.SPLITS}
-    assert len(splits["validation"]) >= 50 and len(splits["train"]) >= 200, name
+    # demonstrative's balanced pairs are 100 (docs/yardstick.md "Items"), the others 562+
+    small = name == nlu_accept.PREFIX + "demonstrative"
+    assert len(splits["validation"]) >= (20 if small else 50), name
+    assert len(splits["train"]) >= (50 if small else 200), name
     assert not ({r["document"] for r in splits["train"]}
                 & {r["document"] for r in splits["validation"]})
     for raws in splits.values():

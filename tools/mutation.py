@@ -133,6 +133,7 @@ MODULE_TESTS: dict[str, list[str]] = {
     "lm/downstream/finetune.py": ["tests/downstream/test_finetune_eval.py", "tests/test_parts.py",
                                   "tests/test_finetune.py"],
     "lm/downstream/nlu_items.py": ["tests/downstream/test_nlu_items.py"],
+    "lm/downstream/nlu_rules.py": ["tests/downstream/test_nlu_items.py"],
     "lm/downstream/nlu.py": ["tests/downstream/test_nlu.py"],
     "lm/downstream/contrasts.py": ["tests/downstream/test_contrasts.py",
                                    "tests/downstream/test_nlu_controls.py"],

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from lm.data import corpus
-from lm.downstream import mini_text
+from lm.downstream import mini_text, nlu_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,53 +82,15 @@ MIN_WORDS, MAX_WORDS = 4, 40  # a sentence's words (space-separated tokens)
 MIN_PLAIN_SHARE = 0.8  # of a sentence's tokens, plain words at least (leaves code out)
 MAX_PAIRS = 1000  # per phenomenon
 MAX_PROBE_ITEMS = 2000  # per probe task (an equal share per class)
-MIN_CLAUSE_WORDS = 3  # clause_swap: words on each side of the comma
 SENTENCE_LENGTH_BINS = ((4, 7), (8, 11), (12, 18), (19, 40))  # words, inclusive
 WORD_CONTENT_SKIP = 5  # word_content: the most frequent content words are not targets...
 WORD_CONTENT_WORDS = 5  # ...the next this many are (the classes)
-WORD_SWAP_NEIGHBOURS = 5  # word_swap: a replacement is drawn from this many nearest in rank
-
-# Closed-class words (lower case): never a noun after a demonstrative or article, never a
-# word_swap or word_content word.
-FUNCTION_WORDS = frozenset("""
-a an the this that these those some any each every no all both either neither such other
-another what which who whom whose where when why how whether if then than as so because
-though although while until unless since before after once and or but nor yet not only
-also just even very too here there now again always never often still
-i me my mine you your yours he him his she her hers it its we us our ours they them their
-theirs one ones
-is are was were be been being am has have had having do does did done doing
-can could may might must shall should will would
-of in on at by for with from to into onto upon about above below over under between
-through during without within along across against among around behind beyond near off
-out up down per via like unlike except
-""".split())
-AGREEMENT = {"is": "are", "are": "is", "has": "have", "have": "has", "was": "were",
-             "were": "was"}
-DEMONSTRATIVE = {"this": "these", "these": "this", "that": "those", "those": "that"}
-COORDINATORS = frozenset({"and", "but", "or", "so", "yet"})
-# Before these the verb agrees with an antecedent the rule does not find (relative pronouns).
-_RELATIVE = frozenset({"which", "that", "who", "whom", "whose", "what"})
-# Subjects of either number ("all is well", "all are here"): no agreement flip after them.
-_EITHER_NUMBER = frozenset({"all", "none", "some", "any", "most", "more", "half"})
-# After these "have" is not finite: flipping it tests verb form, not agreement.
-_NON_FINITE = frozenset({"to", "can", "could", "may", "might", "must", "shall", "should",
-                         "will", "would", "do", "does", "did", "not", "never"})
-# Before these was/were may be subjunctive ("if it were"), where both are grammatical.
-_SUBJUNCTIVE = frozenset({"if", "though", "wish"})
-# After a preposition "that" is a determiner ("in that case"); elsewhere mostly not.
-_PREPOSITIONS = frozenset("""of in on at by for with from to into onto upon about over under
-between through during without within against among like""".split())
-# Nouns whose form does not tell their number ("these data", "this series").
-_INVARIANT = frozenset({"data", "media", "criteria", "series", "species", "means", "news"})
 
 _PARAGRAPH = re.compile(r"\n\s*\n")
-_PLAIN = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")
-_LEAD, _TRAIL = "(\"'*`", ")\"'*`,.;:!?"
 
 
 # --------------------------------------------------------------------------------------
-# Documents -> sentences -> tokens.
+# Documents -> sentences.
 
 ITEM_SOURCES = ("comments", "heldout")  # see `documents`
 
@@ -161,36 +123,8 @@ def pretraining_text(data_dir: str | None = None) -> str:
   return "\n".join(mini_text.clean(d) for d in mini_text.pretraining_documents(data_dir))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Token:
-  """A space-separated token: lead + core + trail, core starting at `start` in the sentence."""
-  start: int
-  lead: str
-  core: str
-  trail: str
-
-  @property
-  def end(self) -> int:
-    return self.start + len(self.core)
-
-  @property
-  def plain(self) -> bool:
-    return _PLAIN.fullmatch(self.core) is not None
-
-
-def _tokens(sentence: str) -> list[_Token]:
-  out, pos = [], 0
-  for raw in sentence.split(" "):
-    core = raw.lstrip(_LEAD)
-    lead = raw[:len(raw) - len(core)]
-    stripped = core.rstrip(_TRAIL)
-    out.append(_Token(pos + len(lead), lead, stripped, core[len(stripped):]))
-    pos += len(raw) + 1
-  return out
-
-
 def _is_prose(sentence: str) -> bool:
-  tokens = _tokens(sentence)
+  tokens = nlu_rules.split_tokens(sentence)
   upper = sum(c.isupper() for c in sentence)
   return (MIN_WORDS <= len(tokens) <= MAX_WORDS and sentence[0].isupper()
           and sentence[-1] in ".!?" and ">>>" not in sentence and "|" not in sentence
@@ -217,231 +151,19 @@ def sentences(documents: Sequence[str], exclude_text: str = "") -> list[tuple[in
   return out
 
 
-# --------------------------------------------------------------------------------------
-# Perturbations: a sentence -> its candidate (start, end, replacement) edits.
 
-def _recase(word: str, like: str) -> str:
-  return word.capitalize() if like[:1].isupper() else word
-
-
-def _content_word(token: _Token) -> bool:
-  w = token.core
-  return len(w) >= 3 and w.isalpha() and w.islower() and w not in FUNCTION_WORDS
-
-
-def _suffix_class(word: str) -> str:
-  """-ing, -ed, -ly, plural-looking -s or none: a word_swap replacement has the same."""
-  for suffix in ("ing", "ed", "ly"):
-    if word.endswith(suffix):
-      return suffix
-  return "s" if _plural_looking(word) else ""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Vocabulary:
-  """Content words ranked by their count in the documents (most frequent first, ties by
-  spelling): `rank[word]`, `count[word]`, `by_class[suffix class]` (words in rank order),
-  `class_index[word]` (its place in its class's tuple)."""
-  rank: Mapping[str, int]
-  count: Mapping[str, int]
-  by_class: Mapping[str, tuple[str, ...]]
-  class_index: Mapping[str, int]
-
-
-def _vocabulary(documents: Sequence[str]) -> _Vocabulary:
-  count: dict[str, int] = {}
-  for document in documents:
-    for token in _tokens(mini_text.clean(document)):
-      if _content_word(token):
-        count[token.core] = count.get(token.core, 0) + 1
-  ranked = sorted(count, key=lambda w: (-count[w], w))
-  by_class: dict[str, list[str]] = {}
-  for w in ranked:
-    by_class.setdefault(_suffix_class(w), []).append(w)
-  return _Vocabulary({w: r for r, w in enumerate(ranked)}, count,
-                     {k: tuple(v) for k, v in by_class.items()},
-                     {w: i for v in by_class.values() for i, w in enumerate(v)})
-
-
-def _swap_candidates(word: str, avoid: Sequence[str], vocab: _Vocabulary) -> list[str]:
-  """Up to WORD_SWAP_NEIGHBOURS words of `word`'s suffix class nearest to it in frequency
-  rank (ties: the more frequent), each with a count within a factor 2 of its count, none in
-  `avoid`.
-
-  The class's words are in rank order, so the nearest are found by walking out from
-  `word`'s place, both ways at once (counts only fall along the way, so a side stops at
-  the first word outside the factor 2): a few steps instead of a scan of the class.
-  """
-  words, i = vocab.by_class[_suffix_class(word)], vocab.class_index[word]
-  rank, count = vocab.rank[word], vocab.count[word]
-
-  def near(j: int) -> bool:
-    return 0 <= j < len(words) and count <= 2 * vocab.count[words[j]] <= 4 * count
-
-  out: list[str] = []
-  left, right = i - 1, i + 1
-  while len(out) < WORD_SWAP_NEIGHBOURS and (near(left) or near(right)):
-    # Nearer in rank first; on a tie the left (more frequent) word, as the sort key was.
-    if near(left) and (not near(right) or
-                       rank - vocab.rank[words[left]] <= vocab.rank[words[right]] - rank):
-      w, left = words[left], left - 1
-    else:
-      w, right = words[right], right + 1
-    if w not in avoid:
-      out.append(w)
-  return out
-
-
-_Edit = tuple[int, int, tuple[str, ...]]  # (start, end, replacements): sentence[start:end]
-
-
-def _agreement_edits(tokens: list[_Token], vocab: _Vocabulary) -> list[_Edit]:
-  """is/are, has/have, was/were flipped, where the flip breaks agreement: not after a
-  relative pronoun or a subject of either number (all, none, ...), "have" not after to/a modal/do/not, was/were not after if/though/wish."""
-  del vocab
-  out = []
-  for i, t in enumerate(tokens):
-    word = t.core.lower()
-    if word not in AGREEMENT or t.core not in (word, word.capitalize()):
-      continue
-    prev = tokens[i - 1].core.lower() if i else ""
-    if prev in _RELATIVE or prev in _EITHER_NUMBER:
-      continue
-    if word == "have" and (prev in _NON_FINITE or prev.endswith("n't")):
-      continue
-    if word in ("was", "were") and any(u.core.lower() in _SUBJUNCTIVE for u in tokens[:i]):
-      continue
-    out.append((t.start, t.end, (_recase(AGREEMENT[word], t.core),)))
-  return out
-
-
-def _next_word(tokens: list[_Token], i: int) -> str | None:
-  """The plain lower-case word right after token i (no punctuation between), else None."""
-  if i + 1 >= len(tokens) or tokens[i].trail or tokens[i + 1].lead:
-    return None
-  word = tokens[i + 1].core
-  return word if tokens[i + 1].plain and word.islower() else None
-
-
-def _noun_like(word: str) -> bool:
-  return (len(word) >= 3 and word not in FUNCTION_WORDS and word not in _INVARIANT
-          and not word.endswith(("ly", "ed", "'s")))
-
-
-def _plural_looking(word: str) -> bool:
-  return word.endswith("s") and not word.endswith(("ss", "us", "is", "'s"))
-
-
-def _demonstrative_edits(tokens: list[_Token], vocab: _Vocabulary) -> list[_Edit]:
-  """this/these, that/those flipped before a noun-like word whose -s agrees with the written
-  demonstrative (this/that: no plural -s; these/those: -s); "that" only first or after a
-  preposition (elsewhere it is mostly a conjunction or a relative pronoun)."""
-  del vocab
-  out = []
-  for i, t in enumerate(tokens):
-    word = t.core.lower()
-    if word not in DEMONSTRATIVE or t.core not in (word, word.capitalize()):
-      continue
-    noun = _next_word(tokens, i)
-    if noun is None or not _noun_like(noun):
-      continue
-    if _plural_looking(noun) != (word in ("these", "those")):
-      continue
-    if word == "that" and i and tokens[i - 1].core.lower() not in _PREPOSITIONS:
-      continue
-    out.append((t.start, t.end, (_recase(DEMONSTRATIVE[word], t.core),)))
-  return out
-
-
-def _article_edits(tokens: list[_Token], vocab: _Vocabulary) -> list[_Edit]:
-  """a/an flipped where the written article follows the spelling rule (an before a vowel
-  letter), so exceptions ("a user", "an hour") are never flipped; not before acronyms,
-  single letters or closed-class words (there the article is a variable's name)."""
-  del vocab
-  out = []
-  for i, t in enumerate(tokens):
-    if t.core not in ("a", "an", "A", "An") or t.trail or i + 1 >= len(tokens):
-      continue
-    nxt = tokens[i + 1]
-    if (nxt.lead or not nxt.plain or len(nxt.core) < 2 or nxt.core.isupper()
-        or nxt.core.lower() in FUNCTION_WORDS):
-      continue
-    expected = "an" if nxt.core[0].lower() in "aeiou" else "a"
-    if t.core.lower() == expected:
-      out.append((t.start, t.end, (_recase("a" if expected == "an" else "an", t.core),)))
-  return out
-
-
-def _bigram_edits(tokens: list[_Token], vocab: _Vocabulary) -> list[_Edit]:
-  """Two adjacent different lower-case plain words swapped (punctuation stays in place)."""
-  del vocab
-  return [(a.start, b.end, (f"{b.core} {a.core}",)) for a, b in zip(tokens, tokens[1:])
-          if not (a.trail or b.lead) and a.plain and b.plain and a.core.islower()
-          and b.core.islower() and a.core != b.core]
-
-
-def _word_swap_edits(tokens: list[_Token], vocab: _Vocabulary) -> list[_Edit]:
-  """A content word replaced by one of the words nearest it in frequency rank
-  (`_swap_candidates`); words without a candidate give no edit."""
-  present = [t.core.lower() for t in tokens]
-  out = []
-  for t in tokens:
-    if _content_word(t) and t.core in vocab.rank:
-      candidates = _swap_candidates(t.core, present, vocab)
-      if candidates:
-        out.append((t.start, t.end, tuple(candidates)))
-  return out
-
-
-_EDITS = {"agreement": _agreement_edits, "demonstrative": _demonstrative_edits,
-          "article": _article_edits, "bigram_shift": _bigram_edits,
-          "word_swap": _word_swap_edits}
-
-
-def _pair_of(phenomenon: str, d: int, sentence: str, vocab: _Vocabulary,
+def _pair_of(phenomenon: str, d: int, sentence: str, vocab: nlu_rules.Vocabulary,
              rng: np.random.Generator) -> Pair | None:
   """The sentence's pair of `phenomenon`: one of its edits drawn at random, and one of that
   edit's replacements; None when the sentence has none."""
   edits = [(start, end, options) for start, end, options in
-           _EDITS[phenomenon](_tokens(sentence), vocab)
+           nlu_rules.EDITS[phenomenon](nlu_rules.split_tokens(sentence), vocab)
            if all(o != sentence[start:end] for o in options)]  # never bad == good
   if not edits:
     return None
   start, end, options = edits[int(rng.integers(len(edits)))]
   bad = options[int(rng.integers(len(options)))]
   return Pair(phenomenon, d, sentence[:start], sentence[start:end], bad, sentence[end:])
-
-
-def _balanced_marks(text: str) -> bool:
-  """Brackets closed and quotes paired within the text (a part can move as a whole)."""
-  return (all(text.count(a) == text.count(b) for a, b in ("()", "[]", "{}"))
-          and text.count('"') % 2 == 0 and text.count("`") % 2 == 0)
-
-
-def clause_swap(sentence: str) -> str | None:
-  """The sentence with its two comma-separated parts swapped, or None.
-
-  Only a sentence with exactly one comma, MIN_CLAUSE_WORDS+ words on each side, brackets and
-  quotes closed on each side, the second not opened by a relative pronoun (", which"):
-  "A, B." -> "B, a." and "A, and B." -> "B, and a." (and/but/or/so/yet stay between); the
-  capital moves with the first word (a first word in capitals, or "I", keeps its case).
-  """
-  body, end = sentence[:-1], sentence[-1]
-  if body.count(",") != 1 or ", " not in body:
-    return None
-  first, second = body.split(", ")
-  conjunction = ""
-  if second.split(" ")[0] in COORDINATORS:
-    conjunction, second = second.split(" ", 1)[0] + " ", second.split(" ", 1)[1]
-  if (min(len(first.split()), len(second.split())) < MIN_CLAUSE_WORDS
-      or second.split(" ")[0].lower() in _RELATIVE
-      or not (_balanced_marks(first) and _balanced_marks(second))):
-    return None
-  head = first.split(" ")[0]
-  if head[:1].isupper() and head[1:] == head[1:].lower() and head != "I":
-    first = first[0].lower() + first[1:]
-  swapped = f"{second[0].upper()}{second[1:]}, {conjunction}{first}{end}"
-  return swapped if swapped != sentence else None
 
 
 # --------------------------------------------------------------------------------------
@@ -461,33 +183,71 @@ def _subset(n: int, limit: int, rng: np.random.Generator) -> list[int]:
   return sorted(int(i) for i in rng.choice(n, limit, replace=False))
 
 
-def _pairs(sents: Sequence[tuple[int, str]], vocab: _Vocabulary, seed: int
+def form(pair: Pair) -> str | None:
+  """The good word's form ("is", "an", "these", ...) of a pair of a `nlu_rules.FORM_PARTNERS`
+  phenomenon (its bad word is the form's partner); None for the other phenomena."""
+  return pair.good_span.lower() if pair.phenomenon in nlu_rules.FORM_PARTNERS else None
+
+
+def _form_balanced(pairs: Sequence[Pair], limit: int, rng: np.random.Generator) -> list[Pair]:
+  """At most `limit` of the pairs (of one phenomenon), drawn at random, in their order.
+
+  A `nlu_rules.FORM_PARTNERS` phenomenon's are balanced: of each word pair ({is, are},
+  {a, an}, ...) as many pairs whose good word is one form as the other, the rarer form's
+  count (scaled down alike when that is over `limit` in all). A model that prefers one form
+  whatever the context then scores 50 % on them; unbalanced, the frequent form's share.
+  """
+  if not pairs or pairs[0].phenomenon not in nlu_rules.FORM_PARTNERS:
+    return [pairs[i] for i in _subset(len(pairs), limit, rng)]
+  partner = nlu_rules.FORM_PARTNERS[pairs[0].phenomenon]
+  by_form: dict[str, list[int]] = {f: [] for f in partner}
+  for i, p in enumerate(pairs):
+    by_form[form(p)].append(i)
+  per = {f: min(len(by_form[f]), len(by_form[partner[f]])) for f in partner}
+  if sum(per.values()) > limit:
+    total = sum(per.values())  # each word pair counted twice, as limit is
+    per = {f: n * (limit // 2) // (total // 2) for f, n in per.items()}
+  keep = [by_form[f][j] for f in sorted(partner) for j in _subset(len(by_form[f]), per[f], rng)]
+  return [pairs[i] for i in sorted(keep)]
+
+
+def every_pair(phenomenon: str, sents: Sequence[tuple[int, str]],
+               vocab: nlu_rules.Vocabulary, seed: int = 0) -> list[Pair]:
+  """Every (document, sentence)'s pair of `phenomenon` (`_pair_of`), in sentence order: what
+  the rules make, before any balance or cap."""
+  rng = _rng(seed, phenomenon, 0)
+  return [p for d, s in sents if (p := _pair_of(phenomenon, d, s, vocab, rng)) is not None]
+
+
+def _pairs(sents: Sequence[tuple[int, str]], vocab: nlu_rules.Vocabulary, seed: int
            ) -> dict[str, list[Pair]]:
-  """{phenomenon: every sentence's pair of it (uncapped), in sentence order}."""
+  """{phenomenon: every sentence's pair of it (uncapped; balanced between forms,
+  `_form_balanced`), in sentence order}."""
   out = {}
   for phenomenon in PAIR_PHENOMENA:
-    rng = _rng(seed, phenomenon, 0)
-    out[phenomenon] = [p for d, s in sents
-                       if (p := _pair_of(phenomenon, d, s, vocab, rng)) is not None]
+    made = every_pair(phenomenon, sents, vocab, seed)
+    out[phenomenon] = _form_balanced(made, len(made), _rng(seed, phenomenon, 3))
   return out
 
 
 def minimal_pairs(documents: Sequence[str], seed: int = 0, exclude_text: str = ""
                   ) -> dict[str, list[Pair]]:
   """{phenomenon: pairs} for every PAIR_PHENOMENA, each sentence at most once per
-  phenomenon, at most MAX_PAIRS each (drawn at random), in sentence order.
+  phenomenon, at most MAX_PAIRS each (drawn at random), in sentence order; agreement,
+  demonstrative and article pairs balanced between the two forms of each word
+  (`_form_balanced`).
 
   Args:
     documents: the held-out documents (`documents`), in a fixed order.
     seed: draws which edit of a sentence is made and which pairs a cap keeps.
     exclude_text: sentences found in it are left out (`pretraining_text`).
   """
-  return _capped(_pairs(sentences(documents, exclude_text), _vocabulary(documents), seed), seed)
+  pairs = _pairs(sentences(documents, exclude_text), nlu_rules.vocabulary(documents), seed)
+  return _capped(pairs, seed)
 
 
 def _capped(pairs: Mapping[str, list[Pair]], seed: int) -> dict[str, list[Pair]]:
-  return {ph: [ps[i] for i in _subset(len(ps), MAX_PAIRS, _rng(seed, ph, 1))]
-          for ph, ps in pairs.items()}
+  return {ph: _form_balanced(ps, MAX_PAIRS, _rng(seed, ph, 1)) for ph, ps in pairs.items()}
 
 
 def _binary(task: str, rows: Sequence[tuple[int, str, str]], seed: int) -> list[ProbeItem]:
@@ -499,6 +259,24 @@ def _binary(task: str, rows: Sequence[tuple[int, str, str]], seed: int) -> list[
   label = {int(i): 1 for i in order[:per]} | {int(i): 0 for i in order[per:2 * per]}
   return [ProbeItem(task, rows[i][1 + label[i]], label[i], rows[i][0])
           for i in range(len(rows)) if i in label]
+
+
+def _form_binary(task: str, pairs: Sequence[Pair], seed: int) -> list[ProbeItem]:
+  """`_binary` for a `nlu_rules.FORM_PARTNERS` phenomenon's form-balanced pairs (n of each
+  form of a word pair): a random n // 2 of the first form's sentences perturbed (label 1)
+  and as many of its partner's as written (0), the others the other way round. Each word
+  form is then in as many label-0 as label-1 texts, so the word alone does not tell the
+  label, and the labels are half each; every pair once, in pair order."""
+  rng, partner = _rng(seed, task, 2), nlu_rules.FORM_PARTNERS[task]
+  label: dict[int, int] = {}
+  for first in sorted(f for f in partner if f < partner[f]):
+    n = sum(form(p) == first for p in pairs)
+    for f, flipped in ((first, 1), (partner[first], 0)):
+      rows = [i for i, p in enumerate(pairs) if form(p) == f]
+      label |= {rows[int(j)]: flipped if k < n // 2 else 1 - flipped
+                for k, j in enumerate(rng.permutation(len(rows)))}
+  return [ProbeItem(task, (p.good, p.bad)[label[i]], label[i], p.document)
+          for i, p in enumerate(pairs)]
 
 
 def _balanced(task: str, rows: Sequence[tuple[int, str, int]], seed: int) -> list[ProbeItem]:
@@ -524,7 +302,9 @@ def word_content_words(sents: Sequence[tuple[int, str]]) -> tuple[str, ...]:
   WORD_CONTENT_SKIP most frequent (mid-frequency, as SentEval's WC); fewer if too few."""
   held: dict[str, int] = {}
   for _, s in sents:
-    for w in dict.fromkeys(t.core for t in _tokens(s) if _content_word(t) and len(t.core) >= 4):
+    words = (t.core for t in nlu_rules.split_tokens(s)
+             if nlu_rules.content_word(t) and len(t.core) >= 4)
+    for w in dict.fromkeys(words):
       held[w] = held.get(w, 0) + 1
   ranked = sorted(held, key=lambda w: (-held[w], w))
   return tuple(ranked[WORD_CONTENT_SKIP:WORD_CONTENT_SKIP + WORD_CONTENT_WORDS])
@@ -536,24 +316,31 @@ def probe_sets(documents: Sequence[str], seed: int = 0, exclude_text: str = ""
 
   A perturbation class (PAIR_PHENOMENA, clause_swap): every sentence the perturbation
   applies to, once, as written (label 0) or perturbed (1, the same edit as its minimal
-  pair), half each. sentence_length: label = the SENTENCE_LENGTH_BINS bin of its words.
+  pair), half each; for a `nlu_rules.FORM_PARTNERS` phenomenon the form-balanced pairs'
+  sentences (`_form_balanced`), each word form as often perturbed as not (`_form_binary`).
+  sentence_length: label = the SENTENCE_LENGTH_BINS bin of its words.
   word_content: sentences holding exactly one of `word_content_words`, label = which.
   A task whose rarest class has no sentence gets []. Args as `minimal_pairs`.
   """
   sents = sentences(documents, exclude_text)
-  return _probe_sets(sents, _pairs(sents, _vocabulary(documents), seed), seed)
+  return _probe_sets(sents, _pairs(sents, nlu_rules.vocabulary(documents), seed), seed)
 
 
 def _probe_sets(sents, pairs: Mapping[str, list[Pair]], seed: int) -> dict[str, list[ProbeItem]]:
-  out = {ph: _binary(ph, [(p.document, p.good, p.bad) for p in pairs[ph]], seed)
-         for ph in PAIR_PHENOMENA}
-  out["clause_swap"] = _binary("clause_swap", [(d, s, w) for d, s in sents
-                                               if (w := clause_swap(s)) is not None], seed)
+  out = {}
+  for ph in PAIR_PHENOMENA:
+    if ph in nlu_rules.FORM_PARTNERS:  # at most MAX_PROBE_ITEMS pairs, still balanced
+      out[ph] = _form_binary(ph, _form_balanced(pairs[ph], MAX_PROBE_ITEMS, _rng(seed, ph, 4)),
+                             seed)
+    else:
+      out[ph] = _binary(ph, [(p.document, p.good, p.bad) for p in pairs[ph]], seed)
+  swaps = [(d, s, w) for d, s in sents if (w := nlu_rules.clause_swap(s)) is not None]
+  out["clause_swap"] = _binary("clause_swap", swaps, seed)
   out["sentence_length"] = _balanced("sentence_length", [
       (d, s, b) for d, s in sents if (b := _length_bin(s)) is not None], seed)
   words = word_content_words(sents)
   rows = [(d, s, hit[0]) for d, s in sents if len(hit := [
-      k for k, w in enumerate(words) if w in {t.core for t in _tokens(s)}]) == 1]
+      k for k, w in enumerate(words) if w in {t.core for t in nlu_rules.split_tokens(s)}]) == 1]
   out["word_content"] = _balanced("word_content", rows, seed) if len(words) == (
       WORD_CONTENT_WORDS) else []
   return out
@@ -566,7 +353,7 @@ def item_sets(data_dir: str | None = None, seed: int = 0, source: str = "heldout
   the comments): what the instruments score."""
   docs, seen = documents(data_dir, source), pretraining_text(data_dir)
   sents = sentences(docs, seen)  # cut, and every sentence's pairs made, once for both
-  pairs = _pairs(sents, _vocabulary(docs), seed)
+  pairs = _pairs(sents, nlu_rules.vocabulary(docs), seed)
   return _capped(pairs, seed), _probe_sets(sents, pairs, seed)
 
 

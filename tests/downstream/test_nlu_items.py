@@ -9,14 +9,17 @@ import pytest
 
 from lm.downstream import mini_text
 from lm.downstream import nlu_items as items
+from lm.downstream import nlu_rules as rules
 from lm.downstream.nlu_items import Pair
 
 BINARY = items.PAIR_PHENOMENA + ("clause_swap",)
 
 
 def _pairs(*sentences, phenomenon):
-  """Each hand-written sentence as its own document: its pair of `phenomenon` (or None)."""
-  out = items.minimal_pairs(list(sentences))[phenomenon]
+  """Each hand-written sentence as its own document: its pair of `phenomenon` (or None), as
+  the rules make it (before the forms are balanced)."""
+  docs = list(sentences)
+  out = items.every_pair(phenomenon, items.sentences(docs), rules.vocabulary(docs))
   by_doc = {p.document: p for p in out}
   return [by_doc.get(d) for d in range(len(sentences))]
 
@@ -31,8 +34,9 @@ def _a(word):
 
 
 def template_documents(num_docs=40):
-  """Documents of 5 template sentences (5 to 23 words) from NOUNS and ADJECTIVES, each
-  made of other words by document: every phenomenon and probe task gets items."""
+  """Documents of 6 template sentences (5 to 23 words) from NOUNS and ADJECTIVES, each
+  made of other words by document: every phenomenon, every form of its words, and every
+  probe task gets items."""
   docs = []
   for d in range(num_docs):
     n1, n2, n3 = (NOUNS[(d * k + j) % len(NOUNS)] for k, j in ((1, 0), (5, 3), (3, 1)))
@@ -43,7 +47,9 @@ def template_documents(num_docs=40):
         f"If the {n3} is {a2}, the {n1} waits for {_a(n2)}.",
         f"The {n1} reads the {n2} and the {n3} writes the {n1} while the {n2} waits for "
         f"the {n3} to become {a1} again.",
-        f"In that case the {n2} sends {_a(a1)} {n1} to the {n3}."]))
+        f"In that case the {n2} sends {_a(a1)} {n1} to the {n3}.",
+        f"This {n3} has {_a(a1)} {n2}, and the {n1}s are {a2}." if d % 3 else
+        f"Those {n1}s were {a1} when the {n2} was {a2}."]))
   return docs
 
 
@@ -159,7 +165,7 @@ def test_bigram_shift_swaps_two_different_adjacent_words():
   # Identical words are never swapped; nor across punctuation or with a capitalised word.
   assert _pairs("Stop it it it.", "Run it, then go.", phenomenon="bigram_shift") == [
       None, Pair("bigram_shift", 1, "Run it, ", "then go", "go then", ".")]
-  assert items._bigram_edits(items._tokens("Stop it it it."), None) == []
+  assert rules._bigram_edits(rules.split_tokens("Stop it it it."), None) == []
 
 
 def test_word_swap_replaces_a_content_word_by_one_of_its_frequency_and_form():
@@ -180,7 +186,7 @@ def test_every_embedded_pair_differs_in_one_place(embedded, heldout_sentences):
   pairs, _ = embedded
   assert set(pairs) == set(items.PAIR_PHENOMENA)
   sentence_doc = {s: d for d, s in heldout_sentences}
-  vocab = items._vocabulary(items.documents())
+  vocab = rules.vocabulary(items.documents())
   for phenomenon, group in pairs.items():
     assert group, phenomenon
     goods = [p.good for p in group]
@@ -194,52 +200,93 @@ def test_every_embedded_pair_differs_in_one_place(embedded, heldout_sentences):
         assert a != b and p.bad_span == f"{b} {a}"
       elif phenomenon == "word_swap":
         g, w = p.good_span, p.bad_span
-        assert items._suffix_class(g) == items._suffix_class(w)
+        assert rules._suffix_class(g) == rules._suffix_class(w)
         assert vocab.count[g] <= 2 * vocab.count[w] and vocab.count[w] <= 2 * vocab.count[g]
         assert w not in p.good.lower().split()
       else:
-        table = {"agreement": items.AGREEMENT, "demonstrative": items.DEMONSTRATIVE,
-                 "article": {"a": "an", "an": "a"}}[phenomenon]
-        assert table[p.good_span.lower()] == p.bad_span.lower()
+        assert rules.FORM_PARTNERS[phenomenon][p.good_span.lower()] == p.bad_span.lower()
       if phenomenon != "word_swap":  # a single token or two: words around are kept whole
         assert not p.prefix[-1:].isalnum() and not p.suffix[:1].isalnum()
 
 
 def test_an_edit_that_changes_nothing_is_never_a_pair(monkeypatch):
-  monkeypatch.setitem(items._EDITS, "agreement", lambda tokens, vocab: [(0, 3, ("The",))])
-  assert items.minimal_pairs(["The cat is here."])["agreement"] == []
-  monkeypatch.setitem(items._EDITS, "agreement",
+  monkeypatch.setitem(rules.EDITS, "agreement", lambda tokens, vocab: [(0, 3, ("The",))])
+  assert _pairs("The cat is here.", phenomenon="agreement") == [None]
+  monkeypatch.setitem(rules.EDITS, "agreement",
                       lambda tokens, vocab: [(0, 3, ("The",)), (4, 7, ("dog",))])
-  assert [p.bad for p in items.minimal_pairs(["The cat is here."])["agreement"]] == [
+  assert [p.bad for p in _pairs("The cat is here.", phenomenon="agreement")] == [
       "The dog is here."]
 
 
 def test_caps_keep_a_deterministic_subset(monkeypatch):
   docs = [f"The cat number {w} is here." for w in ("one", "two", "three", "four", "five")]
-  full = items.minimal_pairs(docs)["agreement"]
+  full = items.minimal_pairs(docs)["bigram_shift"]
   monkeypatch.setattr(items, "MAX_PAIRS", 3)
   monkeypatch.setattr(items, "MAX_PROBE_ITEMS", 2)
-  capped = items.minimal_pairs(docs)["agreement"]
+  capped = items.minimal_pairs(docs)["bigram_shift"]
   assert len(full) == 5 and len(capped) == 3 and set(capped) <= set(full)
   assert [full.index(p) for p in capped] == sorted(full.index(p) for p in capped)
-  assert capped == items.minimal_pairs(docs)["agreement"]
-  assert len(items.probe_sets(docs)["agreement"]) == 2
+  assert capped == items.minimal_pairs(docs)["bigram_shift"]
+  assert len(items.probe_sets(docs)["bigram_shift"]) == 2
+
+
+SINGULAR = {"is", "has", "was", "this", "that", "a"}  # one form of each word pair
+
+
+def _fixed_preference(pairs):
+  """% of the pairs won by a model that picks the sentence with the SINGULAR form."""
+  return 100 * sum(p.good_span.lower() in SINGULAR for p in pairs) / len(pairs)
+
+
+def test_form_pairs_are_balanced_so_a_fixed_preference_scores_half():
+  """Agreement, demonstrative and article pairs hold as many good sentences with each form
+  of a word pair ({is, are}, {a, an}, ...) as with its partner (every sentence of the rarer
+  form), so a model that prefers one form whatever the context scores 50 %, where on the
+  rules' unbalanced output it scores the frequent form's share; the probe texts show each
+  form as often as written (label 0) as perturbed (1), so the word alone tells no label."""
+  for docs, seen in ((template_documents(), ""), (items.documents(), items.pretraining_text())):
+    pairs, probes = items.minimal_pairs(docs, 0, seen), items.probe_sets(docs, 0, seen)
+    sents, vocab = items.sentences(docs, seen), rules.vocabulary(docs)
+    for phenomenon, partner in rules.FORM_PARTNERS.items():
+      made, got = items.every_pair(phenomenon, sents, vocab), pairs[phenomenon]
+      made_counts = collections.Counter(map(items.form, made))
+      counts = collections.Counter(map(items.form, got))
+      assert got and counts == {f: min(made_counts[f], made_counts[partner[f]])
+                                for f in partner if made_counts[f] and made_counts[partner[f]]}
+      assert _fixed_preference(got) == 50.0
+      shows = {}
+      for p in made:
+        shows[p.good], shows[p.bad] = items.form(p), partner[items.form(p)]
+      shown = collections.Counter((shows[it.text], it.label) for it in probes[phenomenon])
+      assert probes[phenomenon] and all(shown[f, 0] == shown[f, 1] for f in partner), shown
+  made = items.every_pair("agreement", sents, vocab)  # the embedded held-out split
+  assert _fixed_preference(made) > 60
+
+
+def test_balance_under_a_cap_keeps_each_form_equal(monkeypatch):
+  docs = [f"The {n} {w} here today." for n in NOUNS[:6] for w in ("is", "are", "is")]
+  monkeypatch.setattr(items, "MAX_PAIRS", 4)
+  got = items.minimal_pairs(docs)["agreement"]
+  assert collections.Counter(map(items.form, got)) == {"is": 2, "are": 2}
+  monkeypatch.setattr(items, "MAX_PAIRS", 1000)
+  assert collections.Counter(map(items.form, items.minimal_pairs(docs)["agreement"])) == {
+      "is": 6, "are": 6}
 
 
 # -- probe sets ----------------------------------------------------------------------------
 
 def test_clause_swap():
-  assert items.clause_swap("If the file is missing, the loader raises an error.") == (
+  assert rules.clause_swap("If the file is missing, the loader raises an error.") == (
       "The loader raises an error, if the file is missing.")
-  assert items.clause_swap("Read the data, and close the file quickly.") == (
+  assert rules.clause_swap("Read the data, and close the file quickly.") == (
       "Close the file quickly, and read the data.")
-  assert items.clause_swap("IDLE runs the code, but it stops early.") == (
+  assert rules.clause_swap("IDLE runs the code, but it stops early.") == (
       "It stops early, but IDLE runs the code.")
   for sentence in ("Return a copy of it, which is new.",  # a relative clause
                    "Read it, then go.",  # under MIN_CLAUSE_WORDS words on a side
                    "Use a, b, or c here now.",  # two commas
                    "It returns the object (again, usually a dictionary)."):  # inside brackets
-    assert items.clause_swap(sentence) is None, sentence
+    assert rules.clause_swap(sentence) is None, sentence
 
 
 def test_probe_tasks_are_balanced_each_sentence_once(embedded, heldout_sentences):
@@ -254,7 +301,7 @@ def test_probe_tasks_are_balanced_each_sentence_once(embedded, heldout_sentences
     assert all(it.task == task for it in group)
     if task in BINARY:
       perturbed = ({p.bad: p.good for p in pairs[task]} if task in pairs else
-                   {items.clause_swap(s): s for s in sentence_doc})
+                   {rules.clause_swap(s): s for s in sentence_doc})
       written = [it.text if it.label == 0 else perturbed[it.text] for it in group]
     else:
       written = [it.text for it in group]
@@ -332,12 +379,19 @@ def test_digest_is_canonical():
 
 
 def test_seed_changes_the_draws_not_the_sentences():
+  """The seed draws which edit of a sentence is made (and so, for the word-form phenomena,
+  which forms there are, and which sentences of the more frequent form balance keeps)."""
   docs = template_documents()
   zero, one = items.minimal_pairs(docs, seed=0), items.minimal_pairs(docs, seed=1)
   assert zero == items.minimal_pairs(docs, seed=0)
   assert zero["bigram_shift"] != one["bigram_shift"]
   for phenomenon in items.PAIR_PHENOMENA:
-    assert [p.good for p in zero[phenomenon]] == [p.good for p in one[phenomenon]]
+    if phenomenon in rules.FORM_PARTNERS:
+      partner = rules.FORM_PARTNERS[phenomenon]
+      for counts in (collections.Counter(map(items.form, ps[phenomenon])) for ps in (zero, one)):
+        assert all(counts[f] == counts[partner[f]] for f in partner)
+    else:
+      assert [p.good for p in zero[phenomenon]] == [p.good for p in one[phenomenon]]
 
 
 def _digests() -> str:
@@ -359,19 +413,19 @@ def test_deterministic_across_processes_and_hash_seeds():
 
 # Golden digests: a change to a rule, a word list, a constant or the draws shows here; update
 # them (and docs/yardstick.md's counts) only on purpose.
-TEMPLATE_GOLDEN = "60fd803a48b15c369542eac6119d863a6d9e7d810437af08f66c3ab2807ba73d"
+TEMPLATE_GOLDEN = "f826087510c44b18db1731ac7d21e6799fd73d1e1bd03200ffab2dd390a26d61"
 EMBEDDED_GOLDEN = {
-    "pairs": "ca7410546125a08d98d2d3a974cf6d2f87ed1e57db4ef0bdf72a8659c8eba5e9",
-    "probes": "e5adaa6e9bff738ab3caf5cad552f29df000a24b11b39847df35a6d3114753fc"}
+    "pairs": "c192a06547c7de20363050059157a2b9fd352d3af44408a50c5bd37912ac53d1",
+    "probes": "b058741ae5a45bf7458adde4a21c477a3dcce72f56b0b2fb0b96dffcc738d7e3"}
 EMBEDDED_COUNTS = {  # docs/yardstick.md, "Items"
-    "pairs/agreement": 50,
-    "pairs/demonstrative": 20,
-    "pairs/article": 70,
+    "pairs/agreement": 24,
+    "pairs/demonstrative": 4,
+    "pairs/article": 16,
     "pairs/bigram_shift": 150,
     "pairs/word_swap": 150,
-    "probes/agreement": 50,
-    "probes/demonstrative": 20,
-    "probes/article": 70,
+    "probes/agreement": 24,
+    "probes/demonstrative": 4,
+    "probes/article": 16,
     "probes/bigram_shift": 150,
     "probes/word_swap": 150,
     "probes/clause_swap": 16,
