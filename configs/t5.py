@@ -189,7 +189,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   steps = arg.steps if arg.steps > 0 else (1000 if arg.runlocal else 2 ** 19)
   config.ckpt = ml_collections.ConfigDict(dict(
       every_steps=100 if arg.runlocal else 5000, keep=3, keep_best=0, best_metric="eval_loss",
-      async_save=True, init_from=config_dict.placeholder(str)))
+      async_save=True, init_from=config_dict.placeholder(str), keep_steps=()))
   config.wandb = ml_collections.ConfigDict(dict(
       mode="offline" if arg.runlocal else "auto",  # auto: online iff WANDB_API_KEY is set
       project="lm-t5", entity=config_dict.placeholder(str),

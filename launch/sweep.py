@@ -25,7 +25,8 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
              continuation score every architecture shares)
   nlu        lm.evaluate --suite=nlu on the pre-trained run: the neutral yardstick's probes
              and minimal pairs against the same model's random initialisation
-             (docs/yardstick.md), which the report's Contrasts and Controls read
+             (docs/yardstick.md), which the report's Contrasts and Controls read; with
+             --nlu_steps also at those earlier checkpoints (`nlu_growth`: the growth control)
 
 With --prepare_input and --prepare_tokenizer the study tokenizes its corpus once first, and
 every point pre-trains from it (launch/prepare.py; on SLURM its own job the points wait for,
@@ -123,7 +124,7 @@ def _finetune_arg(point: points_lib.Point, scale: str) -> str:
 def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python: str = "python",
            data_dir: str = "", extra: Sequence[str] = (), finetune_extra: Sequence[str] = (),
            evaluate_extra: Sequence[str] = (), nlu_extra: Sequence[str] = (),
-           which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
+           nlu_steps: Sequence[int] = (), which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
   """A point's stages at `scale` (module docstring), workdirs under `root`.
 
   Args:
@@ -138,6 +139,9 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
       --steps=100, at tiny scale; lm.main's at paper scale).
     evaluate_extra: more arguments for lm.evaluate (e.g. --num_batches=2).
     nlu_extra: more arguments for lm.evaluate --suite=nlu (e.g. --items=heldout).
+    nlu_steps: earlier pre-training steps the nlu stage scores too (stage `nlu_growth`, one
+      `lm.evaluate --steps`: the yardstick's growth control); pre-training keeps their
+      checkpoints (ckpt.keep_steps).
     which: the stage kinds to include (STAGE_NAMES).
 
   Raises:
@@ -155,11 +159,14 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
   workdir = _join(root, point.name)
   marker = lambda name: _join(workdir, MARKER_DIR, f"{name}.json")
   out = []
+  if any(int(s) <= 0 for s in nlu_steps):
+    raise ValueError(f"--nlu_steps must be positive pre-training steps, got {list(nlu_steps)}")
+  keep = [f"--config.ckpt.keep_steps={tuple(sorted(set(nlu_steps)))!r}"] if nlu_steps else []
   if "pretrain" in which:
     argv = [python, "-m", "lm.main", f"--config={point.config}", f"--workdir={workdir}",
             *point.override_args(), f"--config.wandb.group={study}",
             f"--config.wandb.name={point.name}", f"--config.wandb.tags={tuple(tags(point))!r}",
-            *extra]
+            *keep, *extra]
     out.append(Stage("pretrain", tuple(argv), marker("pretrain"), every_process=True))
   if "finetune" in which:
     # The model's overrides, and a replicate's seed (the fine-tuning run's own train.seed).
@@ -200,6 +207,10 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
     argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", "--suite=nlu", *nlu_extra]
     out.append(Stage("nlu", tuple(argv), marker("nlu"), every_process=False,
                      after=(marker("pretrain"),)))
+    if nlu_steps:  # one process: the items and the random initialisation made once
+      steps = ",".join(str(s) for s in sorted(set(nlu_steps)))
+      out.append(Stage("nlu_growth", (*argv, f"--steps={steps}"), marker("nlu_growth"),
+                       every_process=False, after=(marker("pretrain"),)))
   return out
 
 
@@ -411,6 +422,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--nlu_extra", action="append", default=[],
                  help="argument for every lm.evaluate --suite=nlu (the nlu stage), e.g. "
                  "--nlu_extra=--items=heldout (the held-out split's few items: a quick check)")
+  p.add_argument("--nlu_steps", default="",
+                 help="comma-separated earlier pre-training steps the nlu stage also scores, "
+                 "e.g. 250,500 (the yardstick's growth control: launch.report's Controls "
+                 "give each point's slope); pre-training keeps those checkpoints "
+                 "(config.ckpt.keep_steps)")
   p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--no_validate", action="store_true", help="skip validating every config")
@@ -465,10 +481,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  hosts=remote))
   train_extra = [*(prepare.train_args() if prepare else []), *args.extra]
   try:
+    nlu_steps = [int(s) for s in args.nlu_steps.split(",") if s.strip()]
+  except ValueError:
+    return _fail(f"--nlu_steps: expected comma-separated steps, e.g. 250,500; got "
+                 f"{args.nlu_steps!r}")
+  try:
     plan = [(p, stages(p, args.root, scale=args.scale, study=study, python=python,
                        data_dir=args.data_dir, extra=train_extra,
                        finetune_extra=args.finetune_extra, evaluate_extra=args.evaluate_extra,
-                       nlu_extra=args.nlu_extra,
+                       nlu_extra=args.nlu_extra, nlu_steps=nlu_steps,
                        which=which))
             for p in selected]
   except ValueError as e:

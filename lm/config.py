@@ -84,11 +84,12 @@ class CheckpointConfig:
 
   Attributes:
     every_steps: steps between saves (the last step is always saved).
-    keep: the newest checkpoints kept; keep_best: the best by `best_metric` kept too.
-    best_metric: the eval metric that ranks checkpoints.
+    keep: the newest checkpoints kept; keep_best: the best by `best_metric` kept too;
+      keep_steps: steps saved and kept whatever the rest says (launch.sweep --nlu_steps).
+    best_metric: the eval metric that ranks checkpoints; best_mode: "min" (a loss) or "max"
+      (a task score, configs/finetune.py): which is best.
     async_save: save in the background.
     init_from: parameters to start a new run from (a checkpoint or HF T5 directory), or None.
-    best_mode: "min" (a loss) or "max" (a task score, configs/finetune.py): which is best.
   """
   every_steps: int
   keep: int
@@ -97,6 +98,7 @@ class CheckpointConfig:
   async_save: bool
   init_from: str | None
   best_mode: str = "min"
+  keep_steps: tuple[int, ...] = ()
 
 
 # --- config sections <-> typed settings -------------------------------------------------
@@ -129,11 +131,8 @@ def from_mapping(cls: type, values: Mapping[str, Any], where: str = "config") ->
 
 
 def section(settings: Any) -> ml_collections.ConfigDict:
-  """A config section (ConfigDict) holding the fields of a frozen settings object.
-
-  The config files start their optim / schedule sections from the settings' defaults:
-  `config.optim = section(optim.OptimConfig())`.
-  """
+  """A config section (ConfigDict) holding a frozen settings object's fields: the config
+  files start their optim / schedule sections so, `config.optim = section(OptimConfig())`."""
   return ml_collections.ConfigDict(dataclasses.asdict(settings))
 
 

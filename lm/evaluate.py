@@ -6,7 +6,7 @@ r"""`python -m lm.evaluate`: score a run's checkpoints and write, tabulate and l
   python -m lm.evaluate --workdir=runs/ft --task=glue_cola[,glue_sst2] [--split=validation]
       [--data_dir=DIR] [--max_examples=N] [--max_decode_length=M] [--rank_classification]
   python -m lm.evaluate --workdir=RUN --suite=nlu [--items=comments|heldout] [--blank_inputs]
-      [--json=FILE] [--data_dir=DIR]
+      [--json=FILE] [--data_dir=DIR] [--step=N | --steps=250,500,750]
 
 The work is elsewhere: held-out loss per objective and continuation scoring in
 `lm/heldout.py`, downstream tasks in `lm/downstream/evaluation.py`, the neutral yardstick in
@@ -22,6 +22,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -201,6 +202,10 @@ def _parser() -> argparse.ArgumentParser:
   n.add_argument("--blank_inputs", action="store_true",
                  help="--suite=nlu's blank-input control: probe texts and pair inputs empty")
   n.add_argument("--json", default=None, help="--suite=nlu: also write the result here")
+  n.add_argument("--steps", default=None,
+                 help="--suite=nlu: comma-separated checkpoint steps, each scored and written "
+                      "in turn by one process (the growth control: the items and the random "
+                      "initialisation are made once), e.g. 250,500,750")
   p.add_argument("--mesh_shape", default=None,
                  help="(data, fsdp, tensor) sizes, e.g. '-1,1,1' (default: all devices on data)")
   p.add_argument("--wandb_mode", default=None, choices=("auto", "online", "offline", "disabled"),
@@ -224,6 +229,11 @@ def flag_problem(args: argparse.Namespace) -> str | None:
   """What is wrong with the numeric flags (out of range), or None."""
   if args.step is not None and args.step < 0:
     return f"--step must be >= 0 (a checkpoint step), got {args.step}"
+  if args.steps is not None:
+    if args.step is not None:
+      return "--step and --steps: pass one of them"
+    if not re.fullmatch(r"\d+(,\d+)*", args.steps):
+      return f"--steps must be comma-separated checkpoint steps, e.g. 250,500; got {args.steps!r}"
   if args.num_batches < -1:
     return (f"--num_batches must be >= 1, or 0 (the whole held-out split) or -1 (the run's "
             f"train.eval_steps), got {args.num_batches}")
@@ -299,16 +309,21 @@ def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress
     raise ValueError("--suite=nlu fits its probes with scikit-learn, which is not installed: "
                      "pip install -e '.[downstream]'.")
   nlu.item_source(args.items, args.data_dir)  # a bad --items fails before the run loads
-  r = restore.load_run(workdirs[0], step=args.step, overrides=overrides,
-                       mesh_shape=args.mesh_shape)
-  d = r.config.data
-  result = nlu.run_suite(r, data_dir=args.data_dir, items=args.items,
-                         blank_inputs=args.blank_inputs,
-                         json_path=args.json, progress=progress,
-                         batch_size=args.batch_size or int(d.eval_batch_size or d.batch_size))
-  if jax.process_index() == 0:
-    print(f"wrote {result['written']}" + (f" and {args.json}" if args.json else ""))
-    print(nlu.table(result))
+  steps = [args.step] if args.steps is None else [int(s) for s in args.steps.split(",")]
+  if args.json and len(steps) > 1:
+    raise ValueError("--json writes one result: pass it with one step, not --steps.")
+  memo: dict = {}  # the items and the random initialisation's scores, for every step
+  for step in steps:
+    r = restore.load_run(workdirs[0], step=step, overrides=overrides,
+                         mesh_shape=args.mesh_shape)
+    d = r.config.data
+    result = nlu.run_suite(r, data_dir=args.data_dir, items=args.items,
+                           blank_inputs=args.blank_inputs, json_path=args.json,
+                           progress=progress, memo=memo,
+                           batch_size=args.batch_size or int(d.eval_batch_size or d.batch_size))
+    if jax.process_index() == 0:
+      print(f"wrote {result['written']}" + (f" and {args.json}" if args.json else ""))
+      print(nlu.table(result))
   return 0
 
 
@@ -341,8 +356,8 @@ def run(argv: Sequence[str] | None = None) -> int:
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     if args.suite is not None:
       return _run_suite(args, workdirs, overrides, progress)
-    if args.blank_inputs or args.json or args.items:
-      raise ValueError("--blank_inputs, --items and --json go with --suite=nlu.")
+    if args.blank_inputs or args.json or args.items or args.steps:
+      raise ValueError("--blank_inputs, --items, --json and --steps go with --suite=nlu.")
     if args.task is not None:
       if args.output:
         raise ValueError("--output (a Markdown table) is not supported with --task.")

@@ -302,7 +302,7 @@ def _checkpoint_manager(workdir, run: program.RunBuild, data) -> checkpoint.Chec
   settings = run.settings.checkpoint
   return checkpoint.CheckpointManager(
       workdir / "checkpoints", every_steps=settings.every_steps,
-      keep=settings.keep, keep_best=settings.keep_best,
+      keep=settings.keep, keep_best=settings.keep_best, keep_steps=settings.keep_steps,
       best_metric=settings.best_metric, best_mode=settings.best_mode,
       async_save=settings.async_save,
       signature=checkpoint.run_signature(

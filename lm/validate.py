@@ -304,6 +304,10 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
     errors.append(f"config.ckpt.every_steps must be > 0, got {c.every_steps}.")
   if c.keep < 0 or c.keep_best < 0:
     errors.append("config.ckpt.keep and keep_best must be >= 0.")
+  keep_steps = c.get("keep_steps") or ()
+  if not all(isinstance(s, int) and s > 0 for s in keep_steps):
+    errors.append(f"config.ckpt.keep_steps must be positive steps, e.g. (250, 500), got "
+                  f"{keep_steps!r}.")
   if config.wandb.mode not in WANDB_MODES:
     errors.append(f"unknown config.wandb.mode {config.wandb.mode!r}; expected one of "
                   f"{WANDB_MODES}.")

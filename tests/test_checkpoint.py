@@ -97,6 +97,19 @@ def test_keep_last_k_and_best(tmp_path):
   plain.close()
 
 
+def test_keep_steps_are_saved_and_kept(tmp_path):
+  """ckpt.keep_steps: saved although every_steps would not, kept although keep would not."""
+  state = _state()
+  ckpt = checkpoint.CheckpointManager(tmp_path, every_steps=4, keep=1, keep_steps=(3, 6),
+                                      async_save=False, signature=_sig(state))
+  assert [s for s in range(1, 10) if ckpt.save(s, state)] == [3, 4, 6, 8]
+  ckpt.wait()
+  assert ckpt.all_steps() == [3, 6, 8]
+  ckpt.close()
+  with pytest.raises(ValueError, match=r"ckpt.keep_steps must be positive steps, got \(0,\)"):
+    checkpoint.CheckpointManager(tmp_path / "bad", keep_steps=(0,))
+
+
 def test_half_written_checkpoint_is_ignored(tmp_path):
   state = _state()
   ckpt = checkpoint.CheckpointManager(tmp_path, every_steps=1, async_save=False,

@@ -191,6 +191,8 @@ def _broken(**changes):
     (dict(wandb__mode="on"), "unknown config.wandb.mode 'on'"),
     (dict(logical_axis_rules=(("embed", "model"),)), "unknown mesh axis 'model'"),
     (dict(train__num_steps=0), "config.train.num_steps must be > 0"),
+    (dict(ckpt__keep_steps=(250, 0)), r"config.ckpt.keep_steps must be positive steps, e.g. "
+     r"\(250, 500\), got \(250, 0\)"),
     (dict(loss__tiled_chunk_tokens=64, model__final_logit_softcapping=30.0),
      r"tiled_chunk_tokens > 0 cannot cap logits \(config.model.final_logit_softcapping\)"),
     (dict(model__num_kv_heads=3), "config.model: TransformerConfig: num_kv_heads must be a "

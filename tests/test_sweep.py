@@ -81,6 +81,17 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   quick = sweep.stages(span3, "r", scale="tiny", study="s", which=("nlu",),
                        nlu_extra=("--items=heldout",))
   assert list(quick[0].argv)[-2:] == ["--suite=nlu", "--items=heldout"]
+  # --nlu_steps: the growth control scores earlier checkpoints, which pre-training keeps.
+  growth = sweep.stages(span3, "r", scale="tiny", study="s", which=("pretrain", "nlu"),
+                        nlu_steps=(500, 250, 500))
+  assert [s.name for s in growth] == ["pretrain", "nlu", "nlu_growth"]
+  assert "--config.ckpt.keep_steps=(250, 500)" in growth[0].argv
+  assert list(growth[2].argv) == [*growth[1].argv, "--steps=250,500"]
+  assert growth[2].done == "r/span_03/sweep/nlu_growth.json"
+  assert growth[2].after == ("r/span_03/sweep/pretrain.json",)
+  assert not any("keep_steps" in a for a in got[0].argv)
+  with pytest.raises(ValueError, match=r"--nlu_steps must be positive pre-training steps"):
+    sweep.stages(span3, "r", scale="tiny", study="s", nlu_steps=(0,))
   paper = next(p for p in points_lib.collect("experiments/t5_span_length.py")
                if p.name == "span_03")
   assert "runlocal" not in paper.config

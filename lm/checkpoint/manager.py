@@ -19,7 +19,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -131,11 +131,13 @@ class _FailedSaveLog(logging.Filter):
 
 
 class CheckpointManager:
-  """Saves every N steps (async), keeps the last K (+ the best B by an eval metric)."""
+  """Saves every N steps (async), keeps the last K (+ the best B by an eval metric, + the
+  steps asked for by keep_steps)."""
 
   def __init__(self, directory: str | epath.Path, *, every_steps: int = 1000, keep: int = 3,
                keep_best: int = 0, best_metric: str = "eval_loss", best_mode: str = "min",
-               async_save: bool = True, signature: Mapping[str, Any] | None = None):
+               keep_steps: Sequence[int] = (), async_save: bool = True,
+               signature: Mapping[str, Any] | None = None):
     """Opens (creating if needed) a checkpoint directory.
 
     Args:
@@ -146,6 +148,7 @@ class CheckpointManager:
         (0 = off); checkpoints saved without that metric are not counted as best.
       best_metric, best_mode: the metric name passed to `save(metrics=...)` and
         "min" (loss) or "max" (accuracy).
+      keep_steps: steps also saved (whatever every_steps says) and always kept.
       async_save: write in a background thread (call `wait()`/`close()` before exit).
       signature: from `run_signature(...)`; written with every save and checked by
         restore. None skips the check (e.g. read-only inspection).
@@ -154,6 +157,9 @@ class CheckpointManager:
       raise ValueError(f"ckpt.every_steps must be > 0, got {every_steps}.")
     if best_mode not in ("min", "max"):
       raise ValueError(f"best_mode must be 'min' or 'max', got {best_mode!r}.")
+    if any(int(s) <= 0 for s in keep_steps):
+      raise ValueError(f"ckpt.keep_steps must be positive steps, got {tuple(keep_steps)}.")
+    self.keep_steps = frozenset(int(s) for s in keep_steps)
     self.directory = epath.Path(directory)
     self.every_steps = int(every_steps)
     self.signature = dict(signature) if signature is not None else None
@@ -166,6 +172,8 @@ class CheckpointManager:
       policies.append(ocp_managers.BestN(
           get_metric_fn=lambda m: m[best_metric], reverse=best_mode == "min",
           n=keep_best, keep_checkpoints_without_metrics=False))
+    if self.keep_steps:
+      policies.append(ocp_managers.CustomSteps(steps=sorted(self.keep_steps)))
     options = ocp.CheckpointManagerOptions(
         preservation_policy=ocp_managers.AnyPreservationPolicy(policies),
         enable_async_checkpointing=async_save, create=True, cleanup_tmp_directories=True)
@@ -194,7 +202,7 @@ class CheckpointManager:
 
   # -- saving --------------------------------------------------------------------------
   def should_save(self, step: int) -> bool:
-    return step % self.every_steps == 0
+    return step % self.every_steps == 0 or step in self.keep_steps
 
   def save(self, step: int, state: Any, *, data_state: Any = None,
            metrics: Mapping[str, float] | None = None, force: bool = False,
@@ -206,7 +214,7 @@ class CheckpointManager:
       state: TrainState (sharded jax arrays; every process must call save).
       data_state: JSON-able iterator state or bytes (grain's get_state()); None = {}.
       metrics: e.g. {"eval_loss": 2.3}, used by keep_best.
-      force: save even if step % every_steps != 0 (final save, preemption).
+      force: save even when not due (final save, preemption).
       extra: small JSON-able dict stored with the data state and given back as
         `restored_extra` by restore (e.g. the partial logging window).
 

@@ -446,7 +446,8 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
                    probes: Mapping[str, Sequence[Any]], *, chance: Mapping[str, float],
                    items_digest: Mapping[str, str], blank_inputs: bool = False,
                    batch_size: int = 32, folds: int = PROBE_FOLDS, seed: int = 0,
-                   progress: bool = False) -> dict[str, Any]:
+                   progress: bool = False, memo: dict[Any, Any] | None = None
+                   ) -> dict[str, Any]:
   """Scores a run and its random initialisation on every instrument (the JSON of the suite).
 
   Args:
@@ -456,11 +457,22 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
     items_digest: {item set name: digest}, recorded.
     blank_inputs: the blank-input control (probe texts and pair inputs emptied).
     batch_size: rows per forward pass; folds, seed: the probes' cross-validation.
+    memo: a dict kept across calls on one run's checkpoints: the random initialisation
+      (the same at every step) is scored once, on the first call.
 
   Returns:
     the result (docs/yardstick.md "Instruments" for the keys).
   """
-  base = random_init(r)
+  memo = {} if memo is None else memo
+
+  def on_random_init(name: str, score: Any) -> Any:
+    key = ("random_init", name, bool(blank_inputs), batch_size, folds, seed)
+    if key not in memo:
+      if "random_init_model" not in memo:
+        memo["random_init_model"] = random_init(r)
+      memo[key] = score(memo["random_init_model"])
+    return memo[key]
+
   fmt = pair_format(r.objective)
   instruments: dict[str, Any] = {}
   for task, items in probes.items():
@@ -469,8 +481,9 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
     groups = np.array([it.document for it in items])
     trained = probe_layers(representations(r, texts, batch_size=batch_size, progress=progress),
                            labels, groups, folds=folds, seed=seed)
-    rand = probe_layers(representations(base, texts, batch_size=batch_size, progress=progress),
-                        labels, groups, folds=folds, seed=seed)
+    rand = on_random_init(f"probe/{task}", lambda m: probe_layers(
+        representations(m, texts, batch_size=batch_size, progress=progress), labels, groups,
+        folds=folds, seed=seed))
     instruments[f"probe/{task}"] = {
         "accuracy": trained["accuracy"], "random_init": rand["accuracy"],
         "score": trained["accuracy"] - rand["accuracy"], "chance": float(chance[task]),
@@ -481,7 +494,8 @@ def evaluate_suite(r: restore.Restored, pairs: Mapping[str, Sequence[Any]],
   for name, items in pairs.items():
     kw = dict(fmt=fmt, blank_inputs=blank_inputs, batch_size=batch_size, progress=progress)
     margins = pair_margins(r, items, **kw)
-    outcome, rand = pair_outcomes(margins), pair_outcomes(pair_margins(base, items, **kw))
+    outcome = pair_outcomes(margins)
+    rand = on_random_init(f"pairs/{name}", lambda m: pair_outcomes(pair_margins(m, items, **kw)))
     accuracy, random_accuracy = 100.0 * float(outcome.mean()), 100.0 * float(rand.mean())
     instruments[f"pairs/{name}"] = {
         "accuracy": accuracy, "random_init": random_accuracy,
@@ -537,22 +551,28 @@ def item_source(items: str | None, data_dir: str | None) -> str:
 
 def run_suite(r: restore.Restored, *, data_dir: str | None = None, items: str | None = None,
               blank_inputs: bool = False, json_path: str | None = None, batch_size: int = 32,
-              progress: bool = False) -> dict[str, Any]:
+              progress: bool = False, memo: dict[Any, Any] | None = None) -> dict[str, Any]:
   """`--suite=nlu`: builds the items (`item_source`), scores `r`, writes
   <workdir>/eval/nlu_step_<N>.json (and `json_path`); returns the result with "written"
   added. The result's "items_source" names the source ("comments" with the Python
-  version, whose standard library the items come from)."""
+  version, whose standard library the items come from). `memo`: a dict kept across calls on
+  one run's checkpoints (`lm.evaluate --steps`): the items and the random initialisation's
+  scores are made once."""
+  memo = {} if memo is None else memo
   source = item_source(items, data_dir)
   label = {"comments": f"comments:{corpus.python_version()}",
            "heldout": f"heldout:{data_dir or 'embedded'}"}[source]
-  pairs, probes = nlu_items.item_sets(data_dir, seed=0, source=source)  # less what pre-training read
+  key = ("items", data_dir, source)
+  if key not in memo:  # less what pre-training read
+    memo[key] = nlu_items.item_sets(data_dir, seed=0, source=source)
+  pairs, probes = memo[key]
   if not pairs and not probes:
     raise ValueError(f"no items could be built from {label}; pass a larger --data_dir.")
   digests = {**{f"pairs/{k}": nlu_items.digest(v) for k, v in pairs.items()},
              **{f"probe/{k}": nlu_items.digest(v) for k, v in probes.items()}}
   result = evaluate_suite(r, pairs, probes, chance={t: nlu_items.chance(t) for t in probes},
                           items_digest=digests, blank_inputs=blank_inputs,
-                          batch_size=batch_size, progress=progress)
+                          batch_size=batch_size, progress=progress, memo=memo)
   result["items_source"] = label
   written = write_json(result, results_path(r.workdir, r.step, blank_inputs))
   if json_path:

@@ -16,7 +16,7 @@ from lm import evaluate, partitioning, restore
 from lm import score as score_lib
 from lm.data import converters, corpus, packing
 from lm.data import tokenizer as tokenizer_lib
-from lm.downstream import contrasts, nlu, nlu_items
+from lm.downstream import contrasts, nlu, nlu_controls, nlu_items
 from lm.downstream.nlu_items import Pair, ProbeItem
 from lm.model import scanning
 from lm.model.transformer import Transformer
@@ -386,6 +386,22 @@ def test_evaluate_suite_json_shape(runs):
   assert blank["blank_inputs"] and blank["instruments"]["probe/length"]["accuracy"] == 50.0
 
 
+def test_a_memo_scores_the_random_initialisation_once(runs, monkeypatch):
+  """Across one run's checkpoints (lm.evaluate --steps) the random initialisation, the same
+  at every step, is built and scored once; the results are those of separate calls."""
+  probes, pairs = _hand_items(n_docs=6)
+  r = runs["causal"]
+  alone = nlu.evaluate_suite(r, pairs, probes, chance={"length": 50.0}, items_digest={},
+                             batch_size=16)
+  built = []
+  real = nlu.random_init
+  monkeypatch.setattr(nlu, "random_init", lambda run: built.append(run) or real(run))
+  memo = {}
+  got = [nlu.evaluate_suite(r, pairs, probes, chance={"length": 50.0}, items_digest={},
+                            batch_size=16, memo=memo) for _ in range(2)]
+  assert len(built) == 1 and got[0] == got[1] == alone
+
+
 # ---------------------------------------------------------------------------------------
 # The command.
 
@@ -407,6 +423,13 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys):
   assert "--suite=nlu" in capsys.readouterr().err
   assert evaluate.run(["--workdir", str(tmp_path), "--items=heldout"]) == 2
   assert "--suite=nlu" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--steps=2,4"]) == 2
+  assert "--suite=nlu" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--suite=nlu", "--steps=2,x"]) == 2
+  assert "--steps must be comma-separated checkpoint steps" in capsys.readouterr().err
+  assert evaluate.run(["--workdir", str(tmp_path), "--suite=nlu", "--steps=2",
+                       "--step=4"]) == 2
+  assert "--step and --steps: pass one of them" in capsys.readouterr().err
   assert evaluate.run(["--workdir", str(tmp_path), "--suite=nlu", "--items=comments",
                        f"--data_dir={tmp_path}"]) == 2
   assert "drop --data_dir or pass --items=heldout" in capsys.readouterr().err
@@ -457,3 +480,10 @@ def test_cli_on_a_trained_run_blank_at_chance(tmp_path, monkeypatch, capsys):
     assert row.verdict == "not resolvable at this scale"
   for name in ("accuracy", "random_init"):
     assert blank["instruments"]["probe/length"][name] == 50.0
+  # --steps: one process scores several checkpoints (the growth control), each result the
+  # one a call with --step writes.
+  os.remove(os.path.join(run, "eval", "nlu_step_4.json"))
+  assert evaluate.run(["--workdir", run, "--suite=nlu", "--steps=2,4"]) == 0
+  records = nlu_controls.load_nlu_history(run)
+  assert sorted(records) == [2, 4] and records[4] == result
+  assert records[2]["step"] == 2 and records[2]["instruments"] != result["instruments"]
