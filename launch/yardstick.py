@@ -98,11 +98,12 @@ def _cells(row: nlu_controls.ControlRow | None) -> list[str]:
   return [f"{r.difference:+.2f}", f"[{r.low:+.2f}, {r.high:+.2f}]", row.reading]
 
 
-def controls_section(root: str, points: Sequence[Point]) -> list[str]:
+def controls_section(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:
   """Markdown: per point, its margin over random initialisation and its growth with
   pre-training steps (slope per doubling, where it was scored at two or more steps), each
   pooled over the instruments with a 95 % bootstrap interval, and how many instruments
-  separate on their own. [] when no point has nlu results."""
+  separate on their own; then the study's contrasts compared as slopes
+  (`growth_contrasts_lines`). [] when no point has nlu results."""
   histories, _ = read_histories(root, points)   # contrasts_section reports the problems
   if not histories:
     return []
@@ -135,7 +136,35 @@ def controls_section(root: str, points: Sequence[Point]) -> list[str]:
                  f" | {above} of {len(own)} | " + " | ".join(_cells(slope)) + " |")
     if headline.note:
       notes.add(headline.note)
-  return lines + [""] + [f"{note}\n" for note in sorted(notes)]
+  lines += [""] + [f"{note}\n" for note in sorted(notes)]
+  return lines + growth_contrasts_lines(histories, experiment)
+
+
+def growth_contrasts_lines(histories, experiment: str = "") -> list[str]:
+  """Markdown: each of the study's contrasts whose points were all scored at two or more
+  common steps, as arm a's slope minus arm b's (`nlu_controls.growth_contrast_table`);
+  [] when none was."""
+  chosen = contrasts.contrasts_of(experiment) if experiment else contrasts.CONTRASTS
+  try:
+    rows = nlu_controls.growth_contrast_table(histories, chosen)
+  except ValueError as e:
+    return [f"**The contrasts' growth cannot be computed:** {e}", ""]
+  if not rows:
+    return []
+  lines = ["**The contrasts as slopes.** Arm a's slope minus arm b's, in points per doubling "
+           "of the steps, pooled over the instruments, with a 95 % paired-bootstrap interval "
+           "over items and seeds. \"" + nlu_controls.TOWARD + "\": the gap moves the paper's "
+           "way as training goes on (a reversed contrast closing, an agreeing one widening); "
+           "what tiny scale can say about the crossover the scale evidence predicts.", "",
+           "| contrast | steps | seeds (a / b) | slope difference | 95 % interval | reading |",
+           "|---|---|---:|---:|---|---|"]
+  for row in rows:
+    c, r = row.contrast, row.result
+    arms = f"{c.key}: {' + '.join(m.point for m in c.a)} vs {' + '.join(m.point for m in c.b)}"
+    lines.append(f"| {arms} | {' / '.join(f'{s:,}' for s in row.steps)} | {r.seeds_a} / "
+                 f"{r.seeds_b} | {r.difference:+.2f} | [{r.low:+.2f}, {r.high:+.2f}] | "
+                 f"{row.reading} |")
+  return lines + [""] + sorted({f"{row.note}\n" for row in rows if row.note})
 
 
 # How far a control's predicted target tokens may be from its reference's (a share of them)

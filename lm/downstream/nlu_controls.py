@@ -3,6 +3,7 @@ initialisation, and how the scores grow with pre-training steps.
 
   rows = random_init_table({"bert": [contrasts.load_nlu_results("runs/x/bert")]})
   rows = growth_table({"bert": [load_nlu_history("runs/x/bert")]})
+  rows = growth_contrast_table({"bert": [...], "prefix_lm": [...]}, contrasts.CONTRASTS)
 
 What does not live here: the paired bootstrap and the paper's contrasts
 (lm/downstream/contrasts.py, which this builds on). Pure NumPy. The narrative:
@@ -18,8 +19,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from lm.downstream.contrasts import (MIN_SEEDS, POOLED, RESULT_FILE, BootstrapResult,
-                                     each_and_pooled, item_scores, read_nlu_record,
-                                     seed_count_note)
+                                     Contrast, each_and_pooled, item_scores,
+                                     read_nlu_record, seed_count_note)
 
 ABOVE = "above random initialisation"
 BELOW = "below random initialisation"
@@ -27,6 +28,8 @@ NOT_SEPARATED = "not separated from random initialisation"
 RISES = "rises with training"
 FALLS = "falls with training"
 FLAT = "no resolvable trend"
+TOWARD = "moves toward the paper's sign"
+AWAY = "moves away from the paper's sign"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,3 +196,62 @@ def compare_points(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]
   each, pooled = each_and_pooled(strata, num_resamples=num_resamples, confidence=confidence,
                                  seed=seed)
   return pooled if len(common) > 1 else each[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class GrowthContrastRow:
+  """One paper contrast's growth: arm a's slope minus arm b's, pooled over the instruments."""
+  contrast: Contrast
+  steps: tuple[int, ...]
+  result: BootstrapResult
+  reading: str
+  note: str
+
+
+def growth_contrast_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str, Any]]]],
+                          contrasts: Sequence[Contrast], *, num_resamples: int = 10_000,
+                          confidence: float = 0.95, seed: int = 0) -> list[GrowthContrastRow]:
+  """Do a contrast's arms grow apart or together with pre-training steps?
+
+  Args:
+    points: {point name: one {step: nlu record} per seed (load_nlu_history)}.
+    contrasts: the paper's contrasts; one whose points lack results, or lack two steps
+      every seed of every point has, is left out.
+
+  Returns:
+    Per contrast, arm a's slope minus arm b's (points per doubling of the steps; each item's
+    slope, `item_slopes`, as the paired bootstrap's item score; an arm of several points is
+    their mean; pooled over the common instruments, each weighed equally), read as TOWARD
+    when the interval excludes 0 on the paper's side (the gap moves the paper's way as
+    training goes on: a reversed contrast closing, an agreeing one widening), AWAY on the
+    other side, FLAT otherwise.
+
+  Raises:
+    ValueError: a contrast's records were scored on different items.
+  """
+  rows = []
+  for c in contrasts:
+    if not all(points.get(p) for p in c.points):
+      continue
+    seeds = [h for p in c.points for h in points[p]]
+    steps = sorted(set.intersection(*(set(h) for h in seeds)))
+    if len(steps) < 2:
+      continue
+    records = [h[s] for h in seeds for s in steps]
+    _check_same_items(c.key, records)
+    names = sorted(set.intersection(*(set(r["instruments"]) for r in records)))
+
+    def slopes(point: str, name: str) -> np.ndarray:
+      return item_slopes({s: np.stack([item_scores(h[s]["instruments"][name],
+                                                   f"{point} step {s} {name}")
+                                       for h in points[point]]) for s in steps})
+    strata = [tuple([slopes(m.point, name) for m in arm] for arm in (c.a, c.b))
+              for name in names]
+    each, pooled = each_and_pooled(strata, num_resamples=num_resamples,
+                                   confidence=confidence, seed=seed)
+    result = pooled if len(names) > 1 else each[0]
+    toward, away = (TOWARD, AWAY) if c.paper_sign > 0 else (AWAY, TOWARD)
+    rows.append(GrowthContrastRow(c, tuple(steps), result,
+                                  _reading(result, toward, away, FLAT),
+                                  seed_count_note(result)))
+  return rows

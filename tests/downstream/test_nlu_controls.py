@@ -84,6 +84,31 @@ def test_growth_table_reads_slopes_over_the_steps_every_seed_has():
     K.growth_table({"mixed": mixed})
 
 
+def test_growth_contrasts_read_the_slope_difference_against_the_papers_sign():
+  """C2 (prefix LM minus deshuffling, paper +): prefix LM rising 10 points a doubling and
+  deshuffling flat moves toward the paper's sign; swapped, away; both flat, no trend."""
+  rng = np.random.default_rng(8)
+  c2 = next(c for c in contrasts.CONTRASTS if c.key == "C2")
+  rising = lambda s: 0.5 + 0.1 * np.log2(s / 250)
+  flat = lambda s: 0.7
+  def seeds(p_of_step, objective, steps=STEPS[:3]):
+    return [{s: _record(p_of_step(s), p_of_step(s), rng, n=150, step=s, objective=objective)
+             for s in steps} for _ in range(3)]
+  def run(a, b, **kw):
+    points = {"prefix_lm": seeds(a, "prefix_lm"), "deshuffle": seeds(b, "deshuffle")}
+    return K.growth_contrast_table(points, [c2], num_resamples=1_000, **kw)
+  (toward,) = run(rising, flat)
+  assert toward.reading == K.TOWARD and toward.steps == STEPS[:3] and toward.note == ""
+  assert 6 < toward.result.difference < 14
+  assert run(flat, rising)[0].reading == K.AWAY
+  assert run(flat, flat)[0].reading == K.FLAT
+  # Left out: a point without results, or steps its seeds do not share.
+  assert K.growth_contrast_table({"prefix_lm": seeds(rising, "prefix_lm")}, [c2]) == []
+  apart = {"prefix_lm": seeds(rising, "prefix_lm", (250, 500)),
+           "deshuffle": seeds(flat, "deshuffle", (500, 1000))}
+  assert K.growth_contrast_table(apart, [c2]) == []
+
+
 def test_load_nlu_history_reads_every_step(tmp_path):
   assert K.load_nlu_history(str(tmp_path)) == {}
   (tmp_path / "eval").mkdir()
@@ -132,6 +157,31 @@ def test_the_report_shows_each_points_controls(tmp_path, monkeypatch):
   # points at chance, iid far above, so reversed.
   assert "| C4 | pooled | 1 / 3 |" in text and "| C4 | pooled | 1 / 3 | -" in text
   assert text.count("| reversed |") == 3
+
+
+def test_the_report_compares_the_contrasts_as_slopes(tmp_path, monkeypatch):
+  """Every t5_span_length point scored at 500 and 1,000 steps (three seeds of iid, one of
+  each span point): iid rising, the span points flat, so C4 (span minus iid, paper +) moves
+  away from the paper's sign."""
+  from launch import points as points_lib  # pylint: disable=g-import-not-at-top
+  from launch import yardstick  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[2])
+  experiment = "experiments/t5_span_length.py"
+  points = points_lib.seed_replicates(points_lib.collect(experiment, runlocal=True), 3)
+  rng = np.random.default_rng(6)
+  for p in points:
+    (tmp_path / p.name / "eval").mkdir(parents=True)
+    iid = (p.replicate_of or p.name) == "iid"
+    for step, acc in ({500: 0.6, 1000: 0.9} if iid else {500: 0.7, 1000: 0.7}).items():
+      (tmp_path / p.name / "eval" / f"nlu_step_{step}.json").write_text(json.dumps(_record(
+          acc, acc, rng, n=60, step=step,
+          objective="iid_replace_spans" if iid else "span_corruption")))
+  lines = yardstick.controls_section(str(tmp_path), points, experiment)
+  (row,) = [line for line in lines if line.startswith("| C4: ")]
+  cells = row.split(" | ")
+  assert cells[1:3] == ["500 / 1,000", "1 / 3"] and cells[-1] == K.AWAY + " |"
+  assert -40 < float(cells[3]) < -20                               # ~ 0 - 30 per doubling
+  assert any("one seed" in line for line in lines)
 
 
 def _hand_record(per_item, *, random_init=0.5, digest=None, step=1000):
