@@ -204,13 +204,15 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
     out.append(Stage("evaluate", tuple(argv), marker("evaluate"), every_process=False,
                      after=(marker("pretrain"),)))
   if "nlu" in which:
+    from lm.downstream import nlu_items  # pylint: disable=g-import-not-at-top
     argv = [python, "-m", "lm.evaluate", f"--workdir={workdir}", "--suite=nlu", *nlu_extra]
-    out.append(Stage("nlu", tuple(argv), marker("nlu"), every_process=False,
+    items = f"nlu_items={nlu_items.ITEMS_VERSION}"  # new items: scored again
+    out.append(Stage("nlu", tuple(argv), marker("nlu"), every_process=False, version=items,
                      after=(marker("pretrain"),)))
     if nlu_steps:  # one process: the items and the random initialisation made once
       steps = ",".join(str(s) for s in sorted(set(nlu_steps)))
       out.append(Stage("nlu_growth", (*argv, f"--steps={steps}"), marker("nlu_growth"),
-                       every_process=False, after=(marker("pretrain"),)))
+                       every_process=False, version=items, after=(marker("pretrain"),)))
   return out
 
 
@@ -424,9 +426,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                  "--nlu_extra=--items=heldout (the held-out split's few items: a quick check)")
   p.add_argument("--nlu_steps", default="",
                  help="comma-separated earlier pre-training steps the nlu stage also scores, "
-                 "e.g. 250,500 (the yardstick's growth control: launch.report's Controls "
-                 "give each point's slope); pre-training keeps those checkpoints "
-                 "(config.ckpt.keep_steps)")
+                 "e.g. 250,500 (the yardstick's growth control, in launch.report's Controls); "
+                 "pre-training keeps those checkpoints (config.ckpt.keep_steps)")
   p.add_argument("--data_dir", default="", help="paper scale: T5's task files")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--no_validate", action="store_true", help="skip validating every config")

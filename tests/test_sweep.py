@@ -78,6 +78,8 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   assert list(got[3].argv) == ["python", "-m", "lm.evaluate", "--workdir=runs/t7/span_03",
                                "--suite=nlu"]
   assert got[3].after == ("runs/t7/span_03/sweep/pretrain.json",)
+  from lm.downstream import nlu_items  # new items (ITEMS_VERSION) score the runs again
+  assert got[3].version == f"nlu_items={nlu_items.ITEMS_VERSION}"
   quick = sweep.stages(span3, "r", scale="tiny", study="s", which=("nlu",),
                        nlu_extra=("--items=heldout",))
   assert list(quick[0].argv)[-2:] == ["--suite=nlu", "--items=heldout"]
@@ -89,6 +91,7 @@ def test_a_study_expands_to_its_stages_with_its_overrides_at_both_scales():
   assert list(growth[2].argv) == [*growth[1].argv, "--steps=250,500"]
   assert growth[2].done == "r/span_03/sweep/nlu_growth.json"
   assert growth[2].after == ("r/span_03/sweep/pretrain.json",)
+  assert growth[2].version == growth[1].version
   assert not any("keep_steps" in a for a in got[0].argv)
   with pytest.raises(ValueError, match=r"--nlu_steps must be positive pre-training steps"):
     sweep.stages(span3, "r", scale="tiny", study="s", nlu_steps=(0,))

@@ -80,6 +80,10 @@ PAIR_PHENOMENA = ("agreement", "demonstrative", "article", "bigram_shift", "word
 PROBE_TASKS = PAIR_PHENOMENA + ("clause_swap", "sentence_length", "word_content")
 MIN_WORDS, MAX_WORDS = 4, 40  # a sentence's words (space-separated tokens)
 MIN_PLAIN_SHARE = 0.8  # of a sentence's tokens, plain words at least (leaves code out)
+# The items' version: bump it when a rule, word list, constant or draw changes the items (the
+# golden digests in tests/downstream/test_nlu_items.py show when); launch.sweep's nlu stages
+# run again when it changes. 2: the word-form phenomena balanced between their forms.
+ITEMS_VERSION = 2
 MAX_PAIRS = 1000  # per phenomenon
 MAX_PROBE_ITEMS = 2000  # per probe task (an equal share per class)
 SENTENCE_LENGTH_BINS = ((4, 7), (8, 11), (12, 18), (19, 40))  # words, inclusive
