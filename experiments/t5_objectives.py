@@ -36,15 +36,17 @@ reduce_concat_tokens), so an example never spans two documents and short documen
 shorter examples; the other objectives cut them from the concatenated documents. Every row
 sees 128 sequences per step (tests/data/test_tables.py).
 
-Equal-predicted-tokens control (issue #31; docs/yardstick.md "Equal predicted tokens"): prefix
-LM predicts about half of every sequence, replace-spans its 15 % corrupted tokens and their
-sentinels, so at equal steps the denoising point has been supervised on fewer target tokens.
-`replace_spans_equal_tokens` is the replace-spans point trained on until it has predicted as
-many target tokens as `prefix_lm` (launch/equal_tokens.py; the rsqrt schedule does not depend
-on the number of steps, so its first 1,000 tiny steps are `replace_spans`'s). Its steps come
-from target tokens per step measured on the tiny runs (`python -m launch.equal_tokens`); at
-paper scale the same ratio is a stand-in until the paper-scale runs are measured, and the
-report checks the runs' totals either way. It has no paper row.
+Equal-predicted-tokens controls (issue #31; docs/yardstick.md "Equal predicted tokens"): prefix
+LM predicts about half of every sequence, replace-spans and drop-tokens only the 15 %
+corrupted tokens (and sentinels), BERT- and MASS-style the whole sequence, so at equal steps
+each denoising point has been supervised on fewer or more target tokens than prefix LM.
+`<point>_equal_tokens` is that point trained until it has predicted as many target tokens as
+`prefix_lm` (launch/equal_tokens.py): on for replace-spans and drop-tokens, stopped earlier
+for BERT and MASS (the rsqrt schedule does not depend on the number of steps, so the shorter
+run is the longer one's first steps). Their steps come from target tokens per step measured
+on the tiny runs (`python -m launch.equal_tokens`); at paper scale the same ratios are a
+stand-in until the paper-scale runs are measured, and the report checks the runs' totals
+either way. They have no paper rows.
 
 Our runs record pre-training losses. They are not comparable across these objectives
 (each predicts a different target: the whole sequence, the corrupted spans, ...), and
@@ -68,25 +70,31 @@ _ROWS = (
 )
 
 
-# The equal-predicted-tokens control: target tokens per step of the tiny runs (mean over
-# their 1,000 steps, metrics.jsonl), measured by `python -m launch.equal_tokens`.
-EQUAL_TOKENS = equal_tokens.REPLACE_SPANS
-TARGET_TOKENS_PER_STEP = {"prefix_lm": 656.819, "replace_spans": 307.306}
+# The equal-predicted-tokens controls: target tokens per step of the tiny runs (mean over
+# their 1,000 steps, metrics.jsonl; BERT- and MASS-style predict all 16 x 64), measured by
+# `python -m launch.equal_tokens`.
+EQUAL_TOKENS = equal_tokens.CONTROLS
+TARGET_TOKENS_PER_STEP = {"prefix_lm": 656.819, "bert": 1024.0, "mass": 1024.0,
+                          "replace_spans": 307.306, "drop_tokens": 167.185}
 TINY_STEPS, PAPER_STEPS = 1000, 2 ** 19
 
 
-def equal_tokens_steps(steps: int) -> int:
-  """The control's steps when prefix LM trains `steps` steps (TARGET_TOKENS_PER_STEP)."""
+def equal_tokens_steps(steps: int, point: str = "replace_spans") -> int:
+  """The steps of `point`'s control when prefix LM trains `steps` steps
+  (TARGET_TOKENS_PER_STEP)."""
   rate = TARGET_TOKENS_PER_STEP
-  return equal_tokens.equal_token_steps(steps * rate["prefix_lm"], rate["replace_spans"])
+  return equal_tokens.equal_token_steps(steps * rate["prefix_lm"], rate[point])
 
 
 def sweep(add):
   """Adds Table 4's three objectives and Table 5's other three (BERT-style once), then the
-  equal-predicted-tokens control (no paper row)."""
+  equal-predicted-tokens controls of C1's four denoising points (no paper rows)."""
   for name, objective, reference, baseline in _ROWS:
     add(name=name, config=common.config(f"family=t5_1_0,objective={objective}"),
         reference=reference, baseline=baseline)
-  add(name=EQUAL_TOKENS.point, config=common.config("family=t5_1_0,objective=iid_replace_spans"),
-      overrides={"train.num_steps": equal_tokens_steps(PAPER_STEPS)},
-      runlocal_overrides={"train.num_steps": equal_tokens_steps(TINY_STEPS)})
+  objectives = {name: objective for name, objective, _, _ in _ROWS}
+  for c in EQUAL_TOKENS:
+    add(name=c.point,
+        config=common.config(f"family=t5_1_0,objective={objectives[c.equal_steps]}"),
+        overrides={"train.num_steps": equal_tokens_steps(PAPER_STEPS, c.equal_steps)},
+        runlocal_overrides={"train.num_steps": equal_tokens_steps(TINY_STEPS, c.equal_steps)})

@@ -25,7 +25,8 @@ class Control:
   """A point trained until it has predicted as many target tokens as a reference point.
 
   Attributes:
-    point: the control's point (the same objective as `equal_steps`, more steps).
+    point: the control's point (the same objective as `equal_steps`, more steps where the
+      objective predicts fewer target tokens a step than the reference's, fewer where more).
     equal_steps: the point of the same objective at the study's steps (its rate per step
       sets the control's steps).
     reference: the point whose predicted target tokens the control matches.
@@ -37,11 +38,18 @@ class Control:
   paper_sign: int = 1
 
 
-# The study's controls: replace-spans (T5's baseline) against prefix LM (C1's arm b), in
-# experiments/t5_objectives.py; the report's section reads every control whose points it has.
+# The study's controls: each of C1's denoising points against prefix LM (C1's arm b), in
+# experiments/t5_objectives.py. Replace-spans (T5's baseline) and drop-tokens predict fewer
+# target tokens a step than prefix LM and train on; BERT- and MASS-style predict the whole
+# sequence, more, and stop earlier. The report's section reads every control whose points
+# it has.
 REPLACE_SPANS = Control("replace_spans_equal_tokens", equal_steps="replace_spans",
                         reference="prefix_lm")
-CONTROLS = (REPLACE_SPANS,)
+BERT = Control("bert_equal_tokens", equal_steps="bert", reference="prefix_lm")
+MASS = Control("mass_equal_tokens", equal_steps="mass", reference="prefix_lm")
+DROP_TOKENS = Control("drop_tokens_equal_tokens", equal_steps="drop_tokens",
+                      reference="prefix_lm")
+CONTROLS = (REPLACE_SPANS, BERT, MASS, DROP_TOKENS)
 
 
 def tokens_seen(records: Sequence[Mapping[str, Any]], up_to: int | None = None

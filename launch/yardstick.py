@@ -172,24 +172,37 @@ def growth_contrasts_lines(histories, experiment: str = "") -> list[str]:
 TOKENS_TOLERANCE = 0.02
 
 
-def equal_tokens_reading(at_steps: str, at_tokens: str, control: equal_tokens.Control) -> str:
+def equal_tokens_reading(at_steps: str, at_tokens: str, control: equal_tokens.Control,
+                         fewer_steps: bool = False) -> str:
   """The control's verdict sentence from the two comparisons' verdicts (`contrasts.verdict`
-  of the equal-steps point and of the control, each minus the reference)."""
+  of the equal-steps point and of the control, each minus the reference); `fewer_steps`
+  when the control stops before the equal-steps point (its objective predicts more target
+  tokens a step than the reference's: BERT- and MASS-style against prefix LM)."""
   c = control
   if at_tokens == contrasts.REVERSED:
     return (f"At equal predicted tokens {c.point} still scores below {c.reference}: the gap is "
-            "not sample efficiency alone (fewer supervised target tokens do not explain it); "
-            "what remains is how the yardstick reads the two objectives at this scale, an "
-            "evaluation bias or a real difference, which this control does not tell apart.")
+            "not sample efficiency alone (the number of supervised target tokens does not "
+            "explain it); what remains is how the yardstick reads the two objectives at this "
+            "scale, an evaluation bias or a real difference, which this control does not tell "
+            "apart.")
+  ahead = (", and ahead at equal predicted tokens, as in the paper"
+           if at_tokens == contrasts.AGREES else "")
+  if at_steps == contrasts.REVERSED and fewer_steps:
+    return (f"{c.equal_steps} trails {c.reference} at equal steps, where it has predicted more "
+            f"target tokens, but not at equal predicted tokens, which it reaches earlier"
+            f"{ahead}: its later steps lower what the yardstick reads; a shortage of supervised "
+            "target tokens does not explain the gap.")
   if at_steps == contrasts.REVERSED:
-    ahead = (", and ahead at equal predicted tokens, as in the paper"
-             if at_tokens == contrasts.AGREES else "")
     return (f"{c.equal_steps} trails {c.reference} at equal steps but not at equal predicted "
             f"tokens{ahead}: the gap at equal steps is sample efficiency (denoising is "
             "supervised on fewer target tokens a step), not the yardstick's bias against the "
             "objective.")
   if at_tokens == contrasts.AGREES:
     return f"At equal predicted tokens {c.point} is ahead of {c.reference}, as in the paper."
+  if at_steps == contrasts.AGREES and fewer_steps:
+    return (f"{c.equal_steps} is ahead of {c.reference} at equal steps but not at equal "
+            f"predicted tokens: its lead at equal steps is the extra target tokens it is "
+            f"supervised on a step (at equal predicted tokens: {at_tokens}).")
   return (f"At equal predicted tokens the difference from {c.reference} is "
           f"{contrasts.UNRESOLVED} (at equal steps: {at_steps}).")
 
@@ -226,10 +239,10 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
   c = control
   runs = {p: [h[max(h)] for h in histories.get(p, [])]
           for p in (c.reference, c.equal_steps, c.point)}
-  if not any(runs.values()):
+  if not (runs[c.equal_steps] or runs[c.point]):   # the reference is every control's
     return []
-  lines = [f"### {c.point}: {c.equal_steps} trained until it has predicted as many target "
-           f"tokens as {c.reference}", ""]
+  lines = [f"### {c.point}: {c.equal_steps} trained to as many predicted target tokens as "
+           f"{c.reference}", ""]
   tokens, problems = _token_totals(root, c, runs)
   lines += problems
   waiting = [p for p, rs in runs.items() if not rs]
@@ -246,9 +259,11 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
     seen = tokens.get(p)
     lines.append(f"| {p} | {role} | {runs[p][0].get('step', '?')} | "
                  f"{f'{seen[1]:,.0f}' if seen else '—'} | " + " | ".join(_cells(row)) + " |")
+  fewer_steps = runs[c.point][0].get("step", 0) < runs[c.equal_steps][0].get("step", 0)
+  later, earlier = (c.equal_steps, c.point) if fewer_steps else (c.point, c.equal_steps)
   pairs = ((c.equal_steps, c.reference, "equal steps"),
            (c.point, c.reference, "equal predicted tokens"),
-           (c.point, c.equal_steps, "what the extra steps add"))
+           (later, earlier, "what the extra steps add"))
   lines += ["", "| comparison | seeds (a / b) | difference | 95 % interval | verdict |",
             "|---|---:|---:|---|---|"]
   verdicts, notes = [], set()
@@ -263,7 +278,8 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
     lines.append(f"| {a} - {b} ({what}) | {r.seeds_a} / {r.seeds_b} | {r.difference:+.2f} | "
                  f"[{r.low:+.2f}, {r.high:+.2f}] | {said} |")
   lines += [""] + [f"{n}\n" for n in sorted(notes) if n]
-  return lines + [f"**Reading.** {equal_tokens_reading(verdicts[0], verdicts[1], c)}", ""]
+  reading = equal_tokens_reading(verdicts[0], verdicts[1], c, fewer_steps)
+  return lines + [f"**Reading.** {reading}", ""]
 
 
 def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
@@ -279,10 +295,11 @@ def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
   if not body:
     return []
   return ["## Equal predicted tokens", "",
-          "Prefix LM predicts about half of every sequence, i.i.d. denoising only its corrupted "
-          "tokens and their sentinels, so at equal steps the denoising point has been "
-          "supervised on fewer target tokens. The control trains the denoising point until it "
-          "has predicted as many target tokens as the reference (`target_tokens` in each point's "
+          "Prefix LM predicts about half of every sequence, replace-spans and drop-tokens only "
+          "the corrupted tokens (and sentinels), BERT- and MASS-style the whole sequence, so at "
+          "equal steps a denoising point has been supervised on fewer or more target tokens. "
+          "Each control trains a denoising point to as many predicted target tokens as the "
+          "reference, on or stopping earlier (`target_tokens` in each point's "
           "own metrics.jsonl, not its seed replicates', up to the scored step; "
           "docs/yardstick.md). Margins are pooled over "
           "the instruments, in percentage points over random initialisation; each comparison "

@@ -199,6 +199,47 @@ def test_the_reading_covers_each_pair_of_verdicts():
   assert read(A, U).endswith(f"(at equal steps: {A}).")
 
 
+def test_a_control_that_stops_earlier_is_read_the_other_way(tmp_path, points):
+  """BERT-style predicts more target tokens a step than prefix LM: its control stops earlier,
+  the extra steps are the equal-steps point's, and its lead at equal steps is read as the
+  extra tokens. The other controls, whose points have no results, are left out."""
+  bert = E.BERT
+  runs = {"prefix_lm": (100.0, 60, "prefix_lm", 0.6), "bert": (150.0, 60, "bert", 0.9),
+          bert.point: (150.0, 40, "bert", 0.6)}
+  for name, (rate, steps, objective, accuracy) in runs.items():
+    _write_run(tmp_path, name, rate, steps)
+    (tmp_path / name / "eval").mkdir()
+    (tmp_path / name / "eval" / f"nlu_step_{steps}.json").write_text(json.dumps(_record(
+        accuracy, step=steps, objective=objective)))
+  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  assert section.count("### ") == 1 and f"### {bert.point}: bert trained to as many" in section
+  rows = _rows(section)
+  assert rows["bert"][1:4] == ["equal steps", "60", "9,000"]
+  assert rows[bert.point][1:4] == ["equal predicted tokens", "40", "6,000"]
+  assert rows["bert - prefix_lm (equal steps)"][4] == contrasts.AGREES + " |"
+  assert rows[f"{bert.point} - prefix_lm (equal predicted tokens)"][4] == (
+      contrasts.UNRESOLVED + " |")
+  assert rows[f"bert - {bert.point} (what the extra steps add)"][4] == nlu_controls.RISES + " |"
+  assert ("bert is ahead of prefix_lm at equal steps but not at equal predicted tokens: its "
+          "lead at equal steps is the extra target tokens") in section
+
+
+def test_the_reading_of_a_control_that_stops_earlier():
+  A, R, U = contrasts.AGREES, contrasts.REVERSED, contrasts.UNRESOLVED
+  read = lambda steps, tokens: yardstick.equal_tokens_reading(steps, tokens, E.MASS, True)
+  for steps in (A, R, U):
+    assert "still scores below prefix_lm: the gap is not sample efficiency alone" in read(steps, R)
+  assert read(R, U).startswith("mass trails prefix_lm at equal steps, where it has predicted "
+                               "more target tokens, but not at equal predicted tokens")
+  assert "its later steps lower what the yardstick reads" in read(R, U)
+  assert ", and ahead at equal predicted tokens, as in the paper" in read(R, A)
+  assert read(A, U).endswith(f"supervised on a step (at equal predicted tokens: {U}).")
+  assert read(A, A) == read(U, A) == ("At equal predicted tokens mass_equal_tokens is ahead of "
+                                      "prefix_lm, as in the paper.")
+  assert read(U, U).endswith(f"is {U} (at equal steps: {U}).")
+  assert "sample efficiency (denoising is supervised on fewer" not in read(R, U)
+
+
 def test_the_report_has_the_section(tmp_path, points):
   from launch import report  # pylint: disable=g-import-not-at-top
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: 0.6})

@@ -27,10 +27,11 @@ EXPERIMENTS = sorted(str(p.relative_to(REPO)) for p in (REPO / "experiments").gl
 # Rows per paper table (Raffel et al. 2020): Table 2 = 10, Tables 4+5 = 6 (BERT-style once),
 # Table 6 = 4, Table 7 = 5.
 # The *_loss_on_inputs / *_gin_lengths files are the same tables with the other setting of
-# a documented switch. Tables 4+5 add the equal-predicted-tokens control, which has no paper
-# row (CONTROLS).
-CONTROLS = {"experiments/t5_objectives.py": ("replace_spans_equal_tokens",)}
-EXPECTED_ROWS = {"experiments/t5_architectures.py": 10, "experiments/t5_objectives.py": 7,
+# a documented switch. Tables 4+5 add the equal-predicted-tokens controls, which have no
+# paper rows (CONTROLS).
+CONTROLS = {"experiments/t5_objectives.py": ("replace_spans_equal_tokens", "bert_equal_tokens",
+                                             "mass_equal_tokens", "drop_tokens_equal_tokens")}
+EXPECTED_ROWS = {"experiments/t5_architectures.py": 10, "experiments/t5_objectives.py": 10,
                  "experiments/t5_corruption_rate.py": 4, "experiments/t5_span_length.py": 5,
                  "experiments/t5_architectures_loss_on_inputs.py": 10,
                  "experiments/t5_corruption_rate_gin_lengths.py": 4}
@@ -121,30 +122,34 @@ def test_sweep_parameters():
   objectives = [local.build_config(p).data.objective
                 for p in points_lib.collect("experiments/t5_objectives.py")]
   assert objectives == ["prefix_lm", "bert", "deshuffle", "mass", "iid_replace_spans",
-                        "drop_tokens", "iid_replace_spans"]
+                        "drop_tokens", "iid_replace_spans", "bert", "mass", "drop_tokens"]
 
 
-@pytest.mark.parametrize("runlocal, steps, control_steps", [
-    (True, 1000, 2138),          # ceil(1000 * 656.819 / 307.306) = ceil(2137.35)
-    (False, 2 ** 19, 1120585)])  # ceil(2^19 * 656.819 / 307.306) = ceil(1120584.7)
-def test_equal_tokens_control_is_replace_spans_trained_on(runlocal, steps, control_steps):
-  """The control is the replace-spans point with more steps, as many as predict prefix LM's
-  target tokens at the measured rates; nothing else differs."""
+@pytest.mark.parametrize("runlocal, steps, point, control_steps", [
+    (True, 1000, "replace_spans", 2138),      # ceil(1000 * 656.819 / 307.306) = ceil(2137.35)
+    (False, 2 ** 19, "replace_spans", 1120585),  # ceil(2^19 * 656.819 / 307.306)
+    (True, 1000, "bert", 642),                # ceil(1000 * 656.819 / 1024) = ceil(641.43)
+    (True, 1000, "mass", 642),
+    (False, 2 ** 19, "mass", 336292),         # ceil(336291.3)
+    (True, 1000, "drop_tokens", 3929)])       # ceil(1000 * 656.819 / 167.185) = ceil(3928.7)
+def test_equal_tokens_control_is_its_point_with_other_steps(runlocal, steps, point,
+                                                            control_steps):
+  """Each control is its denoising point with more or fewer steps, as many as predict prefix
+  LM's target tokens at the measured rates; nothing else differs."""
   from experiments import t5_objectives  # pylint: disable=g-import-not-at-top
   configs = {p.name: local.build_config(p)
              for p in points_lib.collect("experiments/t5_objectives.py", runlocal=runlocal)}
-  control = configs["replace_spans_equal_tokens"]
-  assert control.data.objective == "iid_replace_spans"
-  assert configs["prefix_lm"].train.num_steps == configs["replace_spans"].train.num_steps == steps
-  assert control.train.num_steps == control_steps == t5_objectives.equal_tokens_steps(steps)
+  (c,) = [c for c in t5_objectives.EQUAL_TOKENS if c.equal_steps == point]
+  assert (c.point, c.reference) == (f"{point}_equal_tokens", "prefix_lm")
+  control = configs[c.point]
+  assert configs["prefix_lm"].train.num_steps == configs[point].train.num_steps == steps
+  assert control.train.num_steps == control_steps == t5_objectives.equal_tokens_steps(steps,
+                                                                                       point)
   rate = t5_objectives.TARGET_TOKENS_PER_STEP
-  assert control_steps * rate["replace_spans"] >= steps * rate["prefix_lm"]
-  assert (control_steps - 1) * rate["replace_spans"] < steps * rate["prefix_lm"]
+  assert control_steps * rate[point] >= steps * rate["prefix_lm"]
+  assert (control_steps - 1) * rate[point] < steps * rate["prefix_lm"]
   control.train.num_steps = steps
-  assert control.to_dict() == configs["replace_spans"].to_dict()
-  assert t5_objectives.EQUAL_TOKENS.point == "replace_spans_equal_tokens"
-  assert (t5_objectives.EQUAL_TOKENS.equal_steps, t5_objectives.EQUAL_TOKENS.reference) == (
-      "replace_spans", "prefix_lm")
+  assert control.to_dict() == configs[point].to_dict()
 
 
 MODERN = "experiments/modern_ed_vs_do.py"  # no paper table: its own tests below

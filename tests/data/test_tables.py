@@ -136,8 +136,9 @@ def test_full_size_rows(table):
   for p in points:
     config = local.build_config(p)
     d = config_lib.data_spec(config)
-    steps = 2 ** 19 if p.name != t5_objectives.EQUAL_TOKENS.point else (
-        t5_objectives.equal_tokens_steps(2 ** 19))     # trained on to prefix LM's tokens
+    controls = {c.point: c.equal_steps for c in t5_objectives.EQUAL_TOKENS}
+    steps = 2 ** 19 if p.name not in controls else (   # to prefix LM's predicted tokens
+        t5_objectives.equal_tokens_steps(2 ** 19, controls[p.name]))
     assert d.batch_size == 128 and config.train.num_steps == steps, p.name
     lengths = packing.feature_lengths(d.architecture, d.inputs_length, d.targets_length)
     raw = objectives.raw_length(d.objective, inputs_length=d.inputs_length,
