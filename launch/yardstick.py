@@ -235,12 +235,15 @@ def _growth(result: contrasts.BootstrapResult) -> str:
   return nlu_controls.RISES if result.low > 0 else nlu_controls.FALLS
 
 
-def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[str]:
+def _control_lines(root: str, control: equal_tokens.Control, histories
+                   ) -> tuple[list[str], str | None]:
+  """(the control's part of the section, its row of the summary table or None when it has
+  no comparisons)."""
   c = control
   runs = {p: [h[max(h)] for h in histories.get(p, [])]
           for p in (c.reference, c.equal_steps, c.point)}
   if not (runs[c.equal_steps] or runs[c.point]):   # the reference is every control's
-    return []
+    return [], None
   lines = [f"### {c.point}: {c.equal_steps} trained to as many predicted target tokens as "
            f"{c.reference}", ""]
   tokens, problems = _token_totals(root, c, runs)
@@ -248,7 +251,7 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
   waiting = [p for p, rs in runs.items() if not rs]
   if waiting:
     return lines + [f"Waits for the nlu results of: {', '.join(waiting)} (`python -m "
-                    "lm.evaluate --workdir=<root>/<point> --suite=nlu`).", ""]
+                    "lm.evaluate --workdir=<root>/<point> --suite=nlu`).", ""], None
   lines += ["| point | trained | step | target tokens | margin | 95 % interval | reading |",
             "|---|---|---:|---:|---:|---|---|"]
   roles = {c.reference: "reference", c.equal_steps: "equal steps",
@@ -266,20 +269,23 @@ def _control_lines(root: str, control: equal_tokens.Control, histories) -> list[
            (later, earlier, "what the extra steps add"))
   lines += ["", "| comparison | seeds (a / b) | difference | 95 % interval | verdict |",
             "|---|---:|---:|---|---|"]
-  verdicts, notes = [], set()
+  verdicts, cells, notes = [], [], set()
   for a, b, what in pairs:
     try:
       r = nlu_controls.compare_points(runs[a], runs[b], names=(a, b))
     except ValueError as e:
-      return lines[:-2] + [f"**Cannot be compared:** {e}", ""]
+      return lines[:-2] + [f"**Cannot be compared:** {e}", ""], None
     said = contrasts.verdict(r, c.paper_sign) if b == c.reference else _growth(r)
     verdicts.append(said)
+    cells.append(f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}] {said}")
     notes.add(contrasts.seed_count_note(r))
     lines.append(f"| {a} - {b} ({what}) | {r.seeds_a} / {r.seeds_b} | {r.difference:+.2f} | "
                  f"[{r.low:+.2f}, {r.high:+.2f}] | {said} |")
   lines += [""] + [f"{n}\n" for n in sorted(notes) if n]
   reading = equal_tokens_reading(verdicts[0], verdicts[1], c, fewer_steps)
-  return lines + [f"**Reading.** {reading}", ""]
+  steps = f"{runs[c.equal_steps][0].get('step', '?')} / {runs[c.point][0].get('step', '?')}"
+  return (lines + [f"**Reading.** {reading}", ""],
+          f"| {c.equal_steps} | {steps} | " + " | ".join(cells[:2]) + " |")
 
 
 def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
@@ -291,9 +297,15 @@ def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
   controls = [c for c in equal_tokens.CONTROLS
               if {c.point, c.equal_steps, c.reference} <= names]
   histories, _ = read_histories(root, points)   # contrasts_section reports the problems
-  body = [line for c in controls for line in _control_lines(root, c, histories)]
+  parts = [_control_lines(root, c, histories) for c in controls]
+  body = [line for lines, _ in parts for line in lines]
   if not body:
     return []
+  summary = [row for _, row in parts if row]
+  if len(summary) > 1:
+    body = ["| denoising point | steps (equal steps / equal tokens) | minus its reference at "
+            "equal steps | at equal predicted tokens |", "|---|---|---|---|", *summary, ""
+            ] + body
   return ["## Equal predicted tokens", "",
           "Prefix LM predicts about half of every sequence, replace-spans and drop-tokens only "
           "the corrupted tokens (and sentinels), BERT- and MASS-style the whole sequence, so at "

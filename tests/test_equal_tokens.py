@@ -199,20 +199,26 @@ def test_the_reading_covers_each_pair_of_verdicts():
   assert read(A, U).endswith(f"(at equal steps: {A}).")
 
 
+def _bert_study(root):
+  """prefix LM 100 target tokens a step, BERT 150, both 60 steps; BERT's control 40 steps."""
+  runs = {"prefix_lm": (100.0, 60, "prefix_lm", 0.6), "bert": (150.0, 60, "bert", 0.9),
+          E.BERT.point: (150.0, 40, "bert", 0.6)}
+  for name, (rate, steps, objective, accuracy) in runs.items():
+    _write_run(root, name, rate, steps)
+    (root / name / "eval").mkdir(exist_ok=True)
+    (root / name / "eval" / f"nlu_step_{steps}.json").write_text(json.dumps(_record(
+        accuracy, step=steps, objective=objective)))
+
+
 def test_a_control_that_stops_earlier_is_read_the_other_way(tmp_path, points):
   """BERT-style predicts more target tokens a step than prefix LM: its control stops earlier,
   the extra steps are the equal-steps point's, and its lead at equal steps is read as the
   extra tokens. The other controls, whose points have no results, are left out."""
   bert = E.BERT
-  runs = {"prefix_lm": (100.0, 60, "prefix_lm", 0.6), "bert": (150.0, 60, "bert", 0.9),
-          bert.point: (150.0, 40, "bert", 0.6)}
-  for name, (rate, steps, objective, accuracy) in runs.items():
-    _write_run(tmp_path, name, rate, steps)
-    (tmp_path / name / "eval").mkdir()
-    (tmp_path / name / "eval" / f"nlu_step_{steps}.json").write_text(json.dumps(_record(
-        accuracy, step=steps, objective=objective)))
+  _bert_study(tmp_path)
   section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
   assert section.count("### ") == 1 and f"### {bert.point}: bert trained to as many" in section
+  assert "| denoising point |" not in section       # one control: no summary table
   rows = _rows(section)
   assert rows["bert"][1:4] == ["equal steps", "60", "9,000"]
   assert rows[bert.point][1:4] == ["equal predicted tokens", "40", "6,000"]
@@ -222,6 +228,22 @@ def test_a_control_that_stops_earlier_is_read_the_other_way(tmp_path, points):
   assert rows[f"bert - {bert.point} (what the extra steps add)"][4] == nlu_controls.RISES + " |"
   assert ("bert is ahead of prefix_lm at equal steps but not at equal predicted tokens: its "
           "lead at equal steps is the extra target tokens") in section
+
+
+def test_two_controls_get_a_summary_table(tmp_path, points):
+  _study(tmp_path, {"prefix_lm": 0.6, "replace_spans": 0.6, CONTROL.point: 0.6})
+  _bert_study(tmp_path)
+  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  assert section.count("### ") == 2
+  head = section.index("| denoising point |")
+  assert head < section.index("### ")
+  table = section[head:section.index("\n\n", head)].splitlines()[2:]
+  same = f"+0.00 [+0.00, +0.00] {contrasts.UNRESOLVED}"   # equal items: a difference of 0
+  assert [row.split(" | ")[:2] for row in table] == [["| replace_spans", "60 / 200"],
+                                                     ["| bert", "60 / 40"]]
+  assert table[0].split(" | ")[2:] == [same, same + " |"]
+  assert table[1].split(" | ")[2].endswith(contrasts.AGREES)
+  assert table[1].split(" | ")[3] == same + " |"
 
 
 def test_the_reading_of_a_control_that_stops_earlier():
