@@ -127,6 +127,28 @@ def load_nlu_history(workdir: str) -> dict[int, dict[str, Any]]:
   return {s: read_nlu_record(os.path.join(folder, f"nlu_step_{s}.json")) for s in steps}
 
 
+def _common_steps(histories: Sequence[Mapping[int, Any]]) -> list[int]:
+  """The steps every one of `histories` ({step: nlu record}, one per seed) has, sorted."""
+  return sorted(set.intersection(*(set(h) for h in histories)))
+
+
+def _common_instruments(label: str, histories: Sequence[Mapping[int, Mapping[str, Any]]],
+                        steps: Sequence[int]) -> list[str]:
+  """The instruments every record at `steps` has, sorted, once the records are checked to
+  be on the same items (ValueError naming `label` otherwise)."""
+  records = [h[s] for h in histories for s in steps]
+  _check_same_items(label, records)
+  return sorted(set.intersection(*(set(r["instruments"]) for r in records)))
+
+
+def _slopes(point: str, histories: Sequence[Mapping[int, Mapping[str, Any]]],
+            steps: Sequence[int], name: str) -> np.ndarray:
+  """float64[S, N]: `item_slopes` of instrument `name` over `steps`, one row per seed."""
+  return item_slopes({s: np.stack([item_scores(h[s]["instruments"][name],
+                                               f"{point} step {s} {name}")
+                                   for h in histories]) for s in steps})
+
+
 def growth_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str, Any]]]], *,
                  num_resamples: int = 10_000, confidence: float = 0.95,
                  seed: int = 0) -> list[ControlRow]:
@@ -146,17 +168,12 @@ def growth_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str, Any]]]]
   for point, histories in points.items():
     if not histories:
       continue
-    steps = sorted(set.intersection(*(set(h) for h in histories)))
+    steps = _common_steps(histories)
     if len(steps) < 2:
       raise ValueError(f"{point}: scores at {steps or 'no'} step(s) common to its seeds; a "
                        "slope needs two or more (score checkpoints at several steps).")
-    records = [h[s] for h in histories for s in steps]
-    _check_same_items(point, records)
-    names = sorted(set.intersection(*(set(r["instruments"]) for r in records)))
-    strata = [(name, item_slopes({s: np.stack([item_scores(h[s]["instruments"][name],
-                                                           f"{point} step {s} {name}")
-                                               for h in histories]) for s in steps}))
-              for name in names]
+    strata = [(name, _slopes(point, histories, steps, name))
+              for name in _common_instruments(point, histories, steps)]
     rows += _control_rows(point, strata, (RISES, FALLS, FLAT), num_resamples=num_resamples,
                           confidence=confidence, seed=seed)
   return rows
@@ -234,19 +251,12 @@ def growth_contrast_table(points: Mapping[str, Sequence[Mapping[int, Mapping[str
     if not all(points.get(p) for p in c.points):
       continue
     seeds = [h for p in c.points for h in points[p]]
-    steps = sorted(set.intersection(*(set(h) for h in seeds)))
+    steps = _common_steps(seeds)
     if len(steps) < 2:
       continue
-    records = [h[s] for h in seeds for s in steps]
-    _check_same_items(c.key, records)
-    names = sorted(set.intersection(*(set(r["instruments"]) for r in records)))
-
-    def slopes(point: str, name: str) -> np.ndarray:
-      return item_slopes({s: np.stack([item_scores(h[s]["instruments"][name],
-                                                   f"{point} step {s} {name}")
-                                       for h in points[point]]) for s in steps})
-    strata = [tuple([slopes(m.point, name) for m in arm] for arm in (c.a, c.b))
-              for name in names]
+    names = _common_instruments(c.key, seeds, steps)
+    strata = [tuple([_slopes(m.point, points[m.point], steps, name) for m in arm]
+                    for arm in (c.a, c.b)) for name in names]
     each, pooled = each_and_pooled(strata, num_resamples=num_resamples,
                                    confidence=confidence, seed=seed)
     result = pooled if len(names) > 1 else each[0]

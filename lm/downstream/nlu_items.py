@@ -272,11 +272,14 @@ def _form_binary(task: str, pairs: Sequence[Pair], seed: int) -> list[ProbeItem]
   form is then in as many label-0 as label-1 texts, so the word alone does not tell the
   label, and the labels are half each; every pair once, in pair order."""
   rng, partner = _rng(seed, task, 2), nlu_rules.FORM_PARTNERS[task]
+  by_form: dict[str, list[int]] = {}
+  for i, p in enumerate(pairs):
+    by_form.setdefault(form(p), []).append(i)
   label: dict[int, int] = {}
   for first in sorted(f for f in partner if f < partner[f]):
-    n = sum(form(p) == first for p in pairs)
+    n = len(by_form.get(first, ()))
     for f, flipped in ((first, 1), (partner[first], 0)):
-      rows = [i for i, p in enumerate(pairs) if form(p) == f]
+      rows = by_form.get(f, [])
       label |= {rows[int(j)]: flipped if k < n // 2 else 1 - flipped
                 for k, j in enumerate(rng.permutation(len(rows)))}
   return [ProbeItem(task, (p.good, p.bad)[label[i]], label[i], p.document)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from lm.downstream import mini_text
 
@@ -169,16 +169,23 @@ def _swap_candidates(word: str, avoid: Sequence[str], vocab: Vocabulary) -> list
 Edit = tuple[int, int, tuple[str, ...]]  # (start, end, replacements): sentence[start:end]
 
 
+def _table_words(tokens: list[Token], table: Mapping[str, str]
+                 ) -> Iterator[tuple[int, Token, str]]:
+  """(i, token, its lower-case word) for each token that is a key of `table`, written in
+  lower case or capitalised (never ALL CAPS or mixed: those are names)."""
+  for i, t in enumerate(tokens):
+    word = t.core.lower()
+    if word in table and t.core in (word, word.capitalize()):
+      yield i, t, word
+
+
 def _agreement_edits(tokens: list[Token], vocab: Vocabulary) -> list[Edit]:
   """is/are, has/have, was/were flipped, where the flip breaks agreement: not after a
   relative pronoun or a subject of either number (all, none, ...), "have" not after to/a
   modal/do/not, was/were not after if/though/wish."""
   del vocab
   out = []
-  for i, t in enumerate(tokens):
-    word = t.core.lower()
-    if word not in AGREEMENT or t.core not in (word, word.capitalize()):
-      continue
+  for i, t, word in _table_words(tokens, AGREEMENT):
     prev = tokens[i - 1].core.lower() if i else ""
     if prev in _RELATIVE or prev in _EITHER_NUMBER:
       continue
@@ -213,10 +220,7 @@ def _demonstrative_edits(tokens: list[Token], vocab: Vocabulary) -> list[Edit]:
   preposition (elsewhere it is mostly a conjunction or a relative pronoun)."""
   del vocab
   out = []
-  for i, t in enumerate(tokens):
-    word = t.core.lower()
-    if word not in DEMONSTRATIVE or t.core not in (word, word.capitalize()):
-      continue
+  for i, t, word in _table_words(tokens, DEMONSTRATIVE):
     noun = _next_word(tokens, i)
     if noun is None or not _noun_like(noun):
       continue
