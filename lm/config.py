@@ -44,7 +44,14 @@ from lm.model import presets
 from lm.model.transformer_config import ADDED_FIELDS, EXECUTION_FIELDS
 from lm.model.transformer import TransformerConfig
 
-_FIELD_TYPES = typing.get_type_hints(TransformerConfig)  # field name -> its type
+# config.model's field -> its type (TransformerConfig's, and the config's own encoder depth)
+_FIELD_TYPES = {**typing.get_type_hints(TransformerConfig), "encoder_num_layers": int | None}
+
+
+def _placeholder(name: str) -> Any:
+  """An unset config.model field typed as X of its `X | None`, so an override parses as X."""
+  (kind,) = (t for t in typing.get_args(_FIELD_TYPES[name]) if t is not type(None))
+  return config_dict.placeholder(kind)
 
 
 # A run's resolved config in its workdir (written by lm/train.py, read by `load_config_json`).
@@ -200,17 +207,11 @@ def model_section(family: str, size: str, architecture: str,
   model = ml_collections.ConfigDict({
       "family": family, "size": size, "architecture": architecture,
       "num_layers": resolved["num_decoder_layers"],
-      "encoder_num_layers": (config_dict.placeholder(int) if encoder_layers in (
+      "encoder_num_layers": (_placeholder("encoder_num_layers") if encoder_layers in (
           0, resolved["num_decoder_layers"]) else encoder_layers)})
-  for field in dataclasses.fields(TransformerConfig):
-    if field.name in DERIVED_MODEL_FIELDS:
-      continue
-    value = resolved[field.name]
-    if value is None:  # the field's own type (X of `X | None`), so an override parses as X
-      kind = next(t for t in typing.get_args(_FIELD_TYPES[field.name]) if t is not type(None))
-      model[field.name] = config_dict.placeholder(kind)
-    else:
-      model[field.name] = value
+  for name in (f.name for f in dataclasses.fields(TransformerConfig)
+               if f.name not in DERIVED_MODEL_FIELDS):
+    model[name] = _placeholder(name) if resolved[name] is None else resolved[name]
   return model
 
 
@@ -515,7 +516,7 @@ def _parse_override_value(field: str, text: str, current: Any) -> Any:
   field's as its TransformerConfig type, like lm.main's placeholders ("None": still unset)."""
   if current is None and field.startswith("model."):
     name = field[len("model."):]
-    hint = _FIELD_TYPES.get(name, int | None if name == "encoder_num_layers" else None)
+    hint = _FIELD_TYPES.get(name)
     kinds = [typing.get_origin(t) or t for t in typing.get_args(hint) or (hint,)
              if t not in (type(None), None)]
     if text.strip() != "None" and len(kinds) == 1 and kinds[0] in (bool, int, float, str, tuple):
