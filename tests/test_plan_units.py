@@ -385,14 +385,19 @@ def _plan_dict(**changes):
   return p
 
 
+# The model line and lm's memory rows of _plan_dict(), in every format_plan.
+_MODEL_AND_ANALYTIC_MEMORY = [
+    "model small (0.0605B params, encoder_decoder, bfloat16, scan_layers=True, remat=full); "
+    "batch 128 x 512/114, mesh {'data': 1, 'fsdp': 4, 'tensor': 1}, adafactor",
+    "memory per device (GiB)      analytic   XLA",
+    _row("params", "1.000"), _row("optimizer state", "0.500"), _row("gradients", "0.250"),
+    _row("optimizer updates", "0.125"), _row("activations", "2.000"), _row("batch", "0.001")]
+
+
 def test_format_plan_of_a_compiled_plan():
   want = [
       "Plan for v5p-8 (v5p:2x2x1, 4 devices, 2 slices), compiled in 12 s",
-      "model small (0.0605B params, encoder_decoder, bfloat16, scan_layers=True, remat=full); "
-      "batch 128 x 512/114, mesh {'data': 1, 'fsdp': 4, 'tensor': 1}, adafactor",
-      "memory per device (GiB)      analytic   XLA",
-      _row("params", "1.000"), _row("optimizer state", "0.500"), _row("gradients", "0.250"),
-      _row("optimizer updates", "0.125"), _row("activations", "2.000"), _row("batch", "0.001"),
+      *_MODEL_AND_ANALYTIC_MEMORY,
       _row("XLA argument", "", "1.500"), _row("XLA output", "", "1.250"),
       _row("XLA temp", "", "3.000"), _row("XLA alias", "", "0.750"),
       _row("total", "3.876", "5.000") + "   of 95.500 per device",
@@ -450,11 +455,7 @@ def test_format_plan_of_an_analytic_plan():
   want = [
       "ANALYTIC ESTIMATE ONLY: no compiler for h100-8 on this machine; memory and step time "
       "below are lm's accounting, not XLA's.",
-      "model small (0.0605B params, encoder_decoder, bfloat16, scan_layers=True, remat=full); "
-      "batch 128 x 512/114, mesh {'data': 1, 'fsdp': 4, 'tensor': 1}, adafactor",
-      "memory per device (GiB)      analytic   XLA",
-      _row("params", "1.000"), _row("optimizer state", "0.500"), _row("gradients", "0.250"),
-      _row("optimizer updates", "0.125"), _row("activations", "2.000"), _row("batch", "0.001"),
+      *_MODEL_AND_ANALYTIC_MEMORY,
       _row("total", "3.876", "-") + "   of 95.500 per device",
       "fits: yes",
       "training FLOPs per step: analytic 3.5e+14 (matmuls, 3x forward)",
