@@ -79,7 +79,7 @@ TARGET_TOKENS_PER_STEP = {"prefix_lm": 656.819, "bert": 1024.0, "mass": 1024.0,
 TINY_STEPS, PAPER_STEPS = 1000, 2 ** 19
 
 
-def equal_tokens_steps(steps: int, point: str = "replace_spans") -> int:
+def equal_tokens_steps(steps: int, point: str) -> int:
   """The steps of `point`'s control when prefix LM trains `steps` steps
   (TARGET_TOKENS_PER_STEP)."""
   rate = TARGET_TOKENS_PER_STEP

@@ -256,11 +256,12 @@ def _control_lines(root: str, control: equal_tokens.Control, histories
             "|---|---|---:|---:|---:|---|---|"]
   roles = {c.reference: "reference", c.equal_steps: "equal steps",
            c.point: "equal predicted tokens"}
+  step = {p: runs[p][0].get("step", "?") for p in runs}
   for p, role in roles.items():
     rows = nlu_controls.random_init_table({p: runs[p]})
     row = next((r for r in rows if r.instrument == contrasts.POOLED), rows[-1])
     seen = tokens.get(p)
-    lines.append(f"| {p} | {role} | {runs[p][0].get('step', '?')} | "
+    lines.append(f"| {p} | {role} | {step[p]} | "
                  f"{f'{seen[1]:,.0f}' if seen else '—'} | " + " | ".join(_cells(row)) + " |")
   fewer_steps = runs[c.point][0].get("step", 0) < runs[c.equal_steps][0].get("step", 0)
   later, earlier = (c.equal_steps, c.point) if fewer_steps else (c.point, c.equal_steps)
@@ -277,13 +278,14 @@ def _control_lines(root: str, control: equal_tokens.Control, histories
       return lines[:-2] + [f"**Cannot be compared:** {e}", ""], None
     said = contrasts.verdict(r, c.paper_sign) if b == c.reference else _growth(r)
     verdicts.append(said)
-    cells.append(f"{r.difference:+.2f} [{r.low:+.2f}, {r.high:+.2f}] {said}")
+    interval = f"[{r.low:+.2f}, {r.high:+.2f}]"
+    cells.append(f"{r.difference:+.2f} {interval} {said}")
     notes.add(contrasts.seed_count_note(r))
     lines.append(f"| {a} - {b} ({what}) | {r.seeds_a} / {r.seeds_b} | {r.difference:+.2f} | "
-                 f"[{r.low:+.2f}, {r.high:+.2f}] | {said} |")
+                 f"{interval} | {said} |")
   lines += [""] + [f"{n}\n" for n in sorted(notes) if n]
   reading = equal_tokens_reading(verdicts[0], verdicts[1], c, fewer_steps)
-  steps = f"{runs[c.equal_steps][0].get('step', '?')} / {runs[c.point][0].get('step', '?')}"
+  steps = f"{step[c.equal_steps]} / {step[c.point]}"
   return (lines + [f"**Reading.** {reading}", ""],
           f"| {c.equal_steps} | {steps} | " + " | ".join(cells[:2]) + " |")
 
