@@ -304,7 +304,8 @@ def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, flo
                         summaries: dict[str, dict[str, Any]]) -> list[str]:
   """Markdown: each score over a point and its seed replicates (`launch.sweep --seeds`):
   the values, their mean, standard deviation and range: the seed noise the differences
-  between points are read against. [] without replicates."""
+  between points are read against. A point with fewer than two seeds that have a
+  result in the root (a sweep run with --only, say) gets no section. [] without replicates."""
   groups: dict[str, list[str]] = {}
   for p in points:
     if p.replicate_of:
@@ -314,13 +315,18 @@ def seed_spread_section(points: Sequence[Point], scores: dict[str, dict[str, flo
     columns = [("eval loss", {n: summaries[n]["eval_loss"] for n in names})]
     columns += [(f"our {_label(c)}", {n: scores[n].get(c) for n in names})
                 for c in ("mini", *COLUMNS) if any(c in scores[n] for n in names)]
+    columns = [(label, {n: v for n, v in values.items() if v is not None and v == v})
+               for label, values in columns]
+    ran = [n for n in names if any(n in values for _, values in columns)]
+    if len(ran) < 2:  # no spread to show (a sweep run with --only, say)
+      continue
     lines += [f"## Seed spread of `{base}`", "",
-              f"`{base}` run with {len(names)} seeds ({', '.join(names)}; train.seed and "
+              f"`{base}` run with {len(ran)} seeds ({', '.join(ran)}; train.seed and "
               "data.seed differ). A difference between two points smaller than the range "
               "below is within seed noise.", "",
               "| score | values | mean | sd | range (max - min) |", "|---|---|---:|---:|---:|"]
     for label, values in columns:
-      got = [v for v in values.values() if v is not None and v == v]
+      got = list(values.values())
       if not got:
         continue
       mean = sum(got) / len(got)

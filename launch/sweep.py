@@ -397,13 +397,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                               description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("experiment", help="experiment file, e.g. experiments/t5_span_length.py")
-  p.add_argument("--root", required=True, help="study directory (local or gs://); one "
-                 "workdir per point")
+  p.add_argument("--root", required=True, help="study dir (local or gs://), a workdir per point")
   p.add_argument("--backend", default="local", choices=BACKENDS)
   p.add_argument("--scale", default="tiny", choices=SCALES,
                  help="tiny: CPU-sized runs (runlocal) and the mini suite; paper: the "
                  "paper's sizes and T5's tasks")
-  p.add_argument("--only", default="", help="comma-separated point names (default: all)")
+  p.add_argument("--only", default="", help="comma-separated point names (default: all); "
+                 "a point's name brings its --seeds replicates, `<name>_seed<k>` one alone")
   p.add_argument("--seeds", type=int, default=1,
                  help="also run the baseline point with seeds 1 .. N-1 (points <name>_seed<k>; "
                  "train.seed and data.seed = k): the report shows the seed spread")
@@ -468,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   unknown = [n for n in wanted if n not in names]
   if unknown:
     return _fail(f"--only: unknown point(s) {unknown}; expected one of {names}")
-  selected = [p for p in points if not wanted or p.name in wanted]
+  selected = [p for p in points if not wanted or p.name in wanted or p.replicate_of in wanted]
   which = [s.strip() for s in args.stages.split(",") if s.strip()]
   remote = args.backend != "local"
   python = "python" if remote else sys.executable

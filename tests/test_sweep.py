@@ -131,6 +131,13 @@ def test_seed_replicates_of_the_baseline_reach_every_stage(capsys, tmp_path):
   assert f"--workdir={tmp_path}/iid_seed1" in pre
   assert "--config.train.seed=1" in pre and "--config.data.seed=1" in pre
   assert "--config.train.seed=1" in mini and "--config.data.seed=1" not in mini
+  # A point's name brings its replicates along.
+  assert sweep.main(["experiments/t5_span_length.py", f"--root={tmp_path}", "--scale=tiny",
+                     "--seeds=3", "--seeds_of=all", "--only=span_03", "--stages=pretrain",
+                     "--dry_run", "--no_validate"]) == 0
+  workdirs = [a.split("=", 1)[1] for line in capsys.readouterr().out.splitlines()
+              for a in shlex.split(line) if a.startswith("--workdir=")]
+  assert workdirs == [f"{tmp_path}/span_03{k}" for k in ("", "_seed1", "_seed2")]
 
 
 def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
@@ -147,6 +154,12 @@ def test_report_shows_the_seed_spread_and_ranks_without_replicates(tmp_path):
   assert (f"| our decoder fluency (mini) | 40.000, 44.000, 39.000 | 41.000 | "
           f"{7 ** 0.5:.3f} | 5.000 |" in text)
   assert report.replicates_present(str(tmp_path), points[:3]) == {"a": 2}
+  # Every point's replicates declared, none of b's and c's run (a sweep with --only=a):
+  # no empty seed-spread sections for them.
+  every = points_lib.seed_replicates(points[:3], 3, every_point=True)
+  text = report.write_report(str(tmp_path), every, experiment="exp")
+  assert "## Seed spread of `a`" in text
+  assert "Seed spread of `b`" not in text and "Seed spread of `c`" not in text
 
 
 def test_seed_replicates_of_every_point_follow_their_points():
@@ -195,6 +208,8 @@ def test_report_reads_the_replicates_of_every_point_from_the_root(tmp_path, caps
   assert "## Seed spread of `b`" in text and "## Seed spread of `a`" not in text
   assert "`b` run with 3 seeds (b, b_seed1, b_seed2;" in text
   # --seeds (and --seeds_of) say it instead: the baseline's one replicate, then every point's.
+  (tmp_path / "a_seed1" / "mini").mkdir(parents=True)
+  (tmp_path / "a_seed1" / "mini" / "mini_suite.json").write_text(json.dumps({"mini": 41.0}))
   assert report.main([str(exp), f"--root={tmp_path}", "--seeds=2"]) == 0
   text = (tmp_path / "report.md").read_text()
   assert "`a` run with 2 seeds (a, a_seed1;" in text and "Seed spread of `b`" not in text
