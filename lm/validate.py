@@ -169,6 +169,11 @@ def validate(config: ml_collections.ConfigDict, num_devices: int | None = None
   arch = config.model.get("architecture")
   layout = architecture_lib.layout(arch) if arch in architecture_lib.ARCHITECTURES else None
   encdec = layout == "encoder_decoder"
+  encoder_layers = config.model.get("encoder_num_layers")
+  if encoder_layers is not None and layout is not None and not encdec:
+    errors.append(f"config.model.encoder_num_layers={encoder_layers} sets an encoder's depth, "
+                  f"and config.model.architecture={arch!r} has no encoder (model_config would "
+                  "ignore it); leave it unset: num_layers is the one stack's depth.")
   d = config.data
   if model is not None:
     if d.tokenizer is None:

@@ -325,6 +325,20 @@ def test_loss_on_inputs_only_on_the_causal_architecture():
       validate(config)
 
 
+def test_an_encoder_depth_on_a_decoder_only_architecture_is_refused():
+  for arch in ("causal", "prefix_lm"):
+    config = _t5(f"arch={arch}")
+    assert config_lib.model_config(config).num_encoder_layers == 0
+    validate(config)
+    config.model.encoder_num_layers = 3   # model_config alone would drop it silently
+    with pytest.raises(ValueError, match=f"encoder_num_layers=3 sets an encoder's depth, and "
+                                         f"config.model.architecture='{arch}' has no encoder"):
+      validate(config)
+  config = _t5("arch=encoder_decoder")
+  config.model.encoder_num_layers = 3
+  assert validate(config).model.num_encoder_layers == 3
+
+
 def test_full_lm_decoder_only_rows_are_the_targets_length():
   # T5 lm.gin: 128 x 512 tokens; the decoder-only row holds no inputs part.
   config = config_lib.derive(t5.get_config("arch=causal,family=t5_1_0,objective=full_lm"))
