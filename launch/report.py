@@ -440,6 +440,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
   lines += ranking_section(points, scores)
   lines += yardstick.contrasts_section(root, points, experiment)
   lines += yardstick.controls_section(root, points, experiment)
+  lines += yardstick.accept_section(root, points)
   lines += yardstick.equal_tokens_section(root, points)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]

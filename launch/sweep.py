@@ -27,29 +27,23 @@ skipped, an interrupted one resumes), in `<root>/<name>`:
              and minimal pairs against the same model's random initialisation
              (docs/yardstick.md), which the report's Contrasts and Controls read; with
              --nlu_steps also at those earlier checkpoints (`nlu_growth`: the growth control)
+  accept     (not by default; tiny scale) the acceptability tasks fine-tuned from the run and
+             from random initialisation (launch/accept.py), for the report's contrasts
 
 With --prepare_input and --prepare_tokenizer the study tokenizes its corpus once first, and
 every point pre-trains from it (launch/prepare.py; on SLURM its own job the points wait for,
 on a TPU pod every worker converts its share of the files).
 
 Running the same command again after a crash or a preemption continues the study.
-Backends:
+Backends (docs/sweeps.md): local, N points at once (--parallel), a preempted point (exit
+75) stopping the queue; slurm, one sbatch script per point (`<root>/<name>/sweep.sbatch`,
+srun over the nodes, requeued when preempted); tpu, a Cloud TPU VM through gcloud (the
+queued resource created or reused, the checkout installed on every worker, each point
+planned first with lm.plan on --accelerator and refused before submission if it does not
+fit, the pod deleted at the end with --delete).
 
-  local  N points at once (--parallel), each in its own processes; the rest wait. A point
-         preempted (exit 75) stops the queue; the command resumes it.
-  slurm  one sbatch script per point (`<root>/<name>/sweep.sbatch`): srun over the nodes
-         (lm.main's jax.distributed auto-detection), a single task for the mini suite and
-         the evaluation; requeued when preempted.
-  tpu    a Cloud TPU VM through gcloud: the queued resource created (--create) or reused,
-         waited for, this checkout copied to and installed on every worker, each point's
-         stages run on all workers at once, the pod deleted at the end (--delete). Each
-         point's train step is planned first (lm.plan on --accelerator), and a point that
-         does not fit is refused before anything is submitted.
-
---dry_run prints exactly the commands and scripts and runs nothing. Every value that reaches
-a shell is quoted (shlex), so a run name, an override or a path with spaces, quotes, `;`,
-`$(...)` or backticks stays one literal argument; point names are plain folder names (no
-`/`, no `..`), so no run writes outside --root. Roots may be local or gs://.
+--dry_run prints the commands and scripts and runs nothing. Every value reaching a shell is
+quoted (shlex); point names are plain folder names. Roots may be local or gs://.
 """
 from __future__ import annotations
 
@@ -75,7 +69,8 @@ from launch.tpu import (TpuTarget, plan_command, tpu_delete_command, tpu_point_c
 
 SCALES = ("tiny", "paper")
 BACKENDS = ("local", "slurm", "tpu")
-STAGE_NAMES = ("pretrain", "finetune", "evaluate", "nlu")
+STAGE_NAMES = ("pretrain", "finetune", "evaluate", "nlu", "accept")
+DEFAULT_STAGES = STAGE_NAMES[:4]  # accept: for runs large enough to learn it (launch/accept.py)
 EXIT_PREEMPTED = local.EXIT_PREEMPTED
 
 # Paper scale: one fine-tuning run per benchmark column of the T5 tables (configs/finetune.py
@@ -124,7 +119,7 @@ def _finetune_arg(point: points_lib.Point, scale: str) -> str:
 def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python: str = "python",
            data_dir: str = "", extra: Sequence[str] = (), finetune_extra: Sequence[str] = (),
            evaluate_extra: Sequence[str] = (), nlu_extra: Sequence[str] = (),
-           nlu_steps: Sequence[int] = (), which: Sequence[str] = STAGE_NAMES) -> list[Stage]:
+           nlu_steps: Sequence[int] = (), which: Sequence[str] = DEFAULT_STAGES) -> list[Stage]:
   """A point's stages at `scale` (module docstring), workdirs under `root`.
 
   Args:
@@ -139,14 +134,13 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
       --steps=100, at tiny scale; lm.main's at paper scale).
     evaluate_extra: more arguments for lm.evaluate (e.g. --num_batches=2).
     nlu_extra: more arguments for lm.evaluate --suite=nlu (e.g. --items=heldout).
-    nlu_steps: earlier pre-training steps the nlu stage scores too (stage `nlu_growth`, one
-      `lm.evaluate --steps`: the yardstick's growth control); pre-training keeps their
-      checkpoints (ckpt.keep_steps).
-    which: the stage kinds to include (STAGE_NAMES).
+    nlu_steps: earlier pre-training steps the nlu stage scores too (stage `nlu_growth`,
+      the growth control); pre-training keeps their checkpoints (ckpt.keep_steps).
+    which: the stage kinds to include (of STAGE_NAMES; default DEFAULT_STAGES).
 
   Raises:
-    ValueError: an unsafe point name, an unknown scale or stage, or paper scale without
-      data_dir while fine-tuning.
+    ValueError: an unsafe point name, an unknown scale or stage, paper scale without
+      data_dir while fine-tuning, or the accept stage at paper scale.
   """
   problem = points_lib.point_name_problem(point.name)
   if problem:
@@ -168,11 +162,11 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
             f"--config.wandb.name={point.name}", f"--config.wandb.tags={tuple(tags(point))!r}",
             *keep, *extra]
     out.append(Stage("pretrain", tuple(argv), marker("pretrain"), every_process=True))
+  # The model's overrides, and a replicate's seed (the fine-tuning run's own train.seed).
+  model_overrides = [f"--config.{k}={points_lib.format_value(v)}"
+                     for k, v in point.overrides.items()
+                     if k.startswith("model.") or k == "train.seed"]
   if "finetune" in which:
-    # The model's overrides, and a replicate's seed (the fine-tuning run's own train.seed).
-    model_overrides = [f"--config.{k}={points_lib.format_value(v)}"
-                       for k, v in point.overrides.items()
-                       if k.startswith("model.") or k == "train.seed"]
     if scale == "tiny":
       from lm import mini_suite  # pylint: disable=g-import-not-at-top
       # The suite's lengths (runlocal's own would cut its examples, and mini_suite refuses them).
@@ -213,6 +207,11 @@ def stages(point: points_lib.Point, root: str, *, scale: str, study: str, python
       steps = ",".join(str(s) for s in sorted(set(nlu_steps)))
       out.append(Stage("nlu_growth", (*argv, f"--steps={steps}"), marker("nlu_growth"),
                        every_process=False, version=items, after=(marker("pretrain"),)))
+  if "accept" in which:
+    from launch import accept  # pylint: disable=g-import-not-at-top
+    out += accept.stages(workdir, marker, scale=scale, python=python,
+                         model_arg=_finetune_arg(point, scale),
+                         model_overrides=model_overrides, finetune_extra=finetune_extra)
   return out
 
 
@@ -410,8 +409,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   p.add_argument("--seeds_of", default="baseline", choices=("baseline", "all"),
                  help="which points --seeds replicates: the baseline (the seed spread) or "
                  "every point (the yardstick's contrasts take each point's seeds)")
-  p.add_argument("--stages", default=",".join(STAGE_NAMES),
-                 help="comma-separated stages to run (default %(default)s)")
+  p.add_argument("--stages", default=",".join(DEFAULT_STAGES),
+                 help=f"comma-separated stages to run, of {','.join(STAGE_NAMES)} (default "
+                 "%(default)s)")
   p.add_argument("--parallel", type=int, default=1, help="local: points at once")
   p.add_argument("--extra", action="append", default=[],
                  help="argument for every pre-training run, e.g. "

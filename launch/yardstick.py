@@ -4,24 +4,29 @@ r"""The report's yardstick sections: the paper's contrasts and the controls, wit
 (`<root>/<point>/eval/nlu_step_<N>.json`, `python -m lm.evaluate --suite=nlu`); the
 statistics live in lm/downstream/contrasts.py and lm/downstream/nlu_controls.py, the
 narrative in docs/yardstick.md. Each point's seeds are the point and its seed replicates
-(`<name>_seed<k>`).
+(`<name>_seed<k>`). Acceptability after fine-tuning joins the nlu instruments when some
+model learnt it (launch/accept.py, `accept_section`).
 """
 from __future__ import annotations
 
 import os
 from typing import Any, Sequence
 
+from launch import accept
 from launch import equal_tokens
 from launch.points import Point
 from lm.downstream import contrasts
+from lm.downstream import nlu_accept
 from lm.downstream import nlu_controls
 
 
 def read_histories(root: str, points: Sequence[Point]
                    ) -> tuple[dict[str, list[dict[int, dict[str, Any]]]], list[str]]:
   """({point: one {step: nlu record} per seed (the point and its replicates)}, the problems
-  reading them); points without nlu results are left out."""
-  histories: dict[str, list[dict[int, dict[str, Any]]]] = {}
+  reading them); points without nlu results are left out. Each run's acceptability
+  instruments (launch/accept.py) join its newest record when some model of the study learnt
+  the task (`accept.learnt`)."""
+  runs: dict[str, tuple[str, dict[int, dict[str, Any]]]] = {}
   problems = []
   for p in points:
     try:
@@ -30,8 +35,57 @@ def read_histories(root: str, points: Sequence[Point]
       problems.append(str(e))
       continue
     if history:
-      histories.setdefault(p.replicate_of or p.name, []).append(history)
+      runs[p.name] = (p.replicate_of or p.name, history)
+  by_run, tests, more = accept_learning(root, points)
+  problems += more
+  joined = by_run if tests and accept.learnt(tests) else {}
+  histories: dict[str, list[dict[int, dict[str, Any]]]] = {}
+  for name, (base, history) in runs.items():
+    if name in joined:
+      newest = history[max(history)]
+      history = {**history, max(history): {
+          **newest, "instruments": {**newest["instruments"], **joined[name]}}}
+    histories.setdefault(base, []).append(history)
   return histories, problems
+
+
+def accept_learning(root: str, points: Sequence[Point]
+                    ) -> tuple[dict[str, dict[str, Any]], list[accept.Learning], list[str]]:
+  """({run name: its acceptability instruments}, each point's `accept.learning` (its seeds
+  pooled), the problems reading them); empty when no run has acceptability results."""
+  by_run, problems = accept.read_root(root, points)
+  by_point: dict[str, list[dict[str, Any]]] = {}
+  for p in points:
+    if p.name in by_run:
+      by_point.setdefault(p.replicate_of or p.name, []).append(by_run[p.name])
+  return by_run, (accept.learning(by_point) if by_point else []), problems
+
+
+def accept_section(root: str, points: Sequence[Point]) -> list[str]:
+  """Markdown: whether the study's models read acceptability after fine-tuning (each point's
+  pre-trained runs and their random initialisations against chance), and so whether its
+  instruments are in the contrasts and controls. [] when no run has acceptability results."""
+  _, tests, _ = accept_learning(root, points)   # contrasts_section reports the problems
+  if not tests:
+    return []
+  alpha = accept.ALPHA / len(tests)
+  lines = ["## Acceptability after fine-tuning", "",
+           "Each point fine-tuned on the five acceptability tasks from its pre-trained run and "
+           "from its random initialisation (`launch.sweep --stages=accept`; docs/yardstick.md), "
+           "its items pooled over the phenomena and seeds and tested against chance (one-sided "
+           f"exact binomial test, Bonferroni over the {len(tests)} models: p below "
+           f"{alpha:.2g}). Its `{nlu_accept.INSTRUMENT}<phenomenon>` instruments join the "
+           "contrasts and controls only when some model is above chance.", "",
+           "| model | items | accuracy | p | above chance |", "|---|---:|---:|---:|---|"]
+  lines += [f"| {t.model} | {t.items:,} | {t.accuracy:.2f} | {t.p_value:.2g} | "
+            f"{'yes' if t.p_value < alpha else 'no'} |" for t in tests]
+  if accept.learnt(tests):
+    return lines + ["", "**In the contrasts:** some model reads acceptability off its input "
+                    "here, so the contrasts and controls above include its instruments.", ""]
+  return lines + ["", "**Left out of the contrasts:** no model reads acceptability above "
+                  "chance here (fine-tuned from pre-training or from random initialisation), "
+                  "so the instrument measures nothing at this scale; the contrasts use the nlu "
+                  "instruments alone.", ""]
 
 
 def contrasts_section(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:

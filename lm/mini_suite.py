@@ -8,7 +8,8 @@
 One fine-tuning run on an equal mixture of the suite's tasks (`mini.SUITE`), from the run's
 parameters or (--from_scratch) random initialisation; each task's validation split scored
 by rank classification (--decode: greedy decoding), and again with blank inputs (the
-blank-input control). Writes `<output>/finetune/` and `<output>/mini_suite.json`.
+blank-input control). Writes `<output>/finetune/` and `<output>/mini_suite.json`;
+`predictions` reads a finished run's per-example answers back (launch/accept.py).
 The tasks live in lm/downstream/mini.py. The settings, the scoring and every field of
 mini_suite.json: docs/downstream_mini.md, 'The command'.
 """
@@ -28,6 +29,7 @@ import ml_collections
 
 from lm import cli
 from lm import config as config_lib
+from lm import workdir as workdir_lib
 from lm.downstream import mini, nlu_accept
 
 
@@ -169,6 +171,43 @@ def summarize(results_json: dict[str, Any], suite: Suite = MINI) -> dict[str, An
           "num_examples": {name: results_json["tasks"][name]["num_examples"] for name in tasks},
           "method": {name: results_json["tasks"][name]["method"] for name in tasks},
           "step": results_json["step"]}
+
+
+def predictions(output: str | os.PathLike, suite: Suite = MINI
+                ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+  """(RESULTS_FILE's summary, {task: its validation predictions, one dict per example}) of
+  the suite run in `output` (`run`), each task's predictions checked against its accuracy.
+
+  Raises:
+    ValueError: no RESULTS_FILE, another suite's or items' version, a predictions file
+      missing, or predictions whose accuracy is not the summary's.
+  """
+  from lm.downstream import evaluation  # pylint: disable=g-import-not-at-top
+  output = workdir_lib.as_path(output)   # local or gs://
+  path = output / RESULTS_FILE
+  if not path.is_file():
+    raise ValueError(f"no {path}: run `python -m lm.mini_suite --suite={suite.name} "
+                     f"--output={output} ...` first.")
+  summary = json.loads(path.read_text())
+  if (summary.get("suite"), summary.get("suite_version")) != (suite.name, suite.version):
+    raise ValueError(f"{path} scores suite {summary.get('suite')!r} version "
+                     f"{summary.get('suite_version')}, not {suite.name!r} version "
+                     f"{suite.version}; rerun the suite into a new --output.")
+  out = {}
+  for name in suite.tasks:
+    task_path = evaluation.predictions_path(output / "finetune", summary["steps"], name,
+                                            "validation")  # the split `run` scores
+    if not task_path.is_file():
+      raise ValueError(f"no {task_path}: the suite's fine-tuning run wrote no predictions of "
+                       f"{name}; remove {output} and run the suite again.")
+    rows = [json.loads(line) for line in task_path.read_text().splitlines() if line.strip()]
+    got = 100.0 * sum(r["prediction"] == r["target"] for r in rows) / max(len(rows), 1)
+    want = summary["results"][name].get("accuracy")
+    if want is None or abs(got - want) > 1e-6:
+      raise ValueError(f"{task_path}: {got:.4f} % of its predictions are right, but "
+                       f"{path} says {want}; remove {output} and run the suite again.")
+    out[name] = rows
+  return summary, out
 
 
 def final_train_loss(metrics_path: str | os.PathLike, last: int = 5) -> float | None:

@@ -699,8 +699,9 @@ def test_scaling_report_from_run_directories(tmp_path):
 
 @pytest.mark.slow
 def test_a_two_point_micro_sweep_end_to_end(tmp_path):
-  """pretrain -> mini suite -> evaluate -> nlu for two points, then the report with its
-  rankings, the yardstick's sections and the plot; a second call skips every finished stage."""
+  """pretrain -> mini suite -> evaluate -> nlu -> accept for two points, then the report with
+  its rankings, the yardstick's sections and the plot; a second call skips every finished
+  stage."""
   exp = tmp_path / "micro.py"
   exp.write_text(
       "def sweep(add):\n"
@@ -712,14 +713,16 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
           "--extra=--config.train.num_steps=20", "--extra=--config.train.eval_every=10",
           "--extra=--config.wandb.mode=disabled", "--finetune_extra=--steps=10",
           "--finetune_extra=--max_eval_examples=8", "--evaluate_extra=--num_batches=1",
-          "--evaluate_extra=--num_examples=8", "--nlu_extra=--items=heldout"]
+          "--evaluate_extra=--num_examples=8", "--nlu_extra=--items=heldout",
+          f"--stages={','.join(sweep.STAGE_NAMES)}"]
   # One CPU device per stage, as on a laptop (the tests' 8 simulated ones are 2x slower).
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "WANDB_MODE": "disabled", "XLA_FLAGS": ""}
   out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
   assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
   for name in ("sc", "iid"):
-    assert sorted(os.listdir(root / name / "sweep")) == ["evaluate.json", "mini.json",
-                                                         "nlu.json", "pretrain.json"]
+    assert sorted(os.listdir(root / name / "sweep")) == [
+        "accept.json", "accept_random.json", "evaluate.json", "mini.json", "nlu.json",
+        "pretrain.json"]
     assert list((root / name / "eval").glob("nlu_step_20.json"))
     assert json.loads((root / name / "mini" / "mini_suite.json").read_text())["mini"] >= 0
     assert list((root / name / "eval").glob("step_20.json"))
@@ -735,6 +738,10 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   # The nlu stage's results reach the yardstick's sections: a row of controls per point.
   assert "## Controls: random initialisation and training steps" in text
   assert "| sc | 1 |" in text and "| iid | 1 |" in text
+  # The accept stages' results reach the report: tested against chance, in or out as it says.
+  assert "| sc (pre-trained) | 40 |" in text and "| iid (random initialisation) | 40 |" in text
+  learnt = "| yes |" in text.split("## Acceptability after fine-tuning")[1]
+  assert ("**In the contrasts:**" in text) == learnt != ("**Left out of the contrasts" in text)
   assert (root / "eval_loss.png").stat().st_size > 1000
 
 

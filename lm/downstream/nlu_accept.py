@@ -12,7 +12,7 @@ five and scores them (docs/yardstick.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lm.downstream import nlu_items
@@ -26,6 +26,7 @@ VALIDATION_EVERY = 4  # documents whose index % VALIDATION_EVERY == 0 are valida
 MAX_CHARS = 200  # longer sentences are left out: inputs fit mini.MAX_TOKENS = 128 (runlocal)
 SPLITS = ("train", "validation")
 VERSION = 2  # of the items (lm.mini_suite's suite_version): bump when they change
+INSTRUMENT = "accept/"  # a contrast record's instruments: accept/<phenomenon> (`instruments`)
 
 
 @functools.lru_cache(maxsize=4)
@@ -89,6 +90,41 @@ def average(results: Mapping[str, Mapping[str, float]]) -> float:
   if missing:
     raise ValueError(f"no accuracy for the acceptability tasks {missing}.")
   return sum(float(results[name]["accuracy"]) for name in TASKS) / len(TASKS)
+
+
+def instruments(pretrained: Mapping[str, Sequence[Mapping[str, Any]]],
+                random_init: Mapping[str, Sequence[Mapping[str, Any]]]
+                ) -> dict[str, dict[str, Any]]:
+  """One run's acceptability as the yardstick's instruments, in the contrasts' record format
+  (lm.downstream.contrasts.item_scores): {INSTRUMENT + phenomenon: {"accuracy", "random_init",
+  "score", "chance", "per_item", "per_item_random"}}, accuracies in %, per_item 1 / 0.
+
+  Args:
+    pretrained, random_init: {task: its validation predictions [{"inputs", "target",
+      "prediction"}, ...]} of the suite fine-tuned from the run and from the same model's
+      random initialisation (lm.mini_suite.predictions).
+
+  Raises:
+    ValueError: a task missing from either, or the two scored on different items.
+  """
+  out = {}
+  for name in TASKS:
+    runs = [pretrained.get(name), random_init.get(name)]
+    if not all(runs):
+      raise ValueError(f"no predictions of {name} from the "
+                       f"{'pre-trained' if not runs[0] else 'randomly initialised'} model.")
+    if [(p["inputs"], p["target"]) for p in runs[0]] != [(p["inputs"], p["target"])
+                                                         for p in runs[1]]:
+      raise ValueError(f"{name}: the pre-trained and randomly initialised models were scored "
+                       "on different items; rerun both with the same nlu_accept.VERSION.")
+    per_item, per_item_random = ([float(p["prediction"] == p["target"]) for p in r]
+                                 for r in runs)
+    accuracy, random_acc = (100.0 * sum(x) / len(x) for x in (per_item, per_item_random))
+    out[INSTRUMENT + name[len(PREFIX):]] = {
+        "accuracy": accuracy, "random_init": random_acc, "score": accuracy - random_acc,
+        "chance": chance_level(name)["accuracy"], "per_item": per_item,
+        "per_item_random": per_item_random}
+  return out
 
 
 def chance_level(name: str) -> dict[str, float]:
