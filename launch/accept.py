@@ -110,10 +110,12 @@ class Learning:
 
   Attributes:
     model: "<point> (pre-trained)" or "<point> (random initialisation)".
+    seeds: the point's runs pooled.
     correct, items: its right answers and items.
     p_value: one-sided exact binomial test of accuracy > chance (scipy.stats.binomtest).
   """
   model: str
+  seeds: int
   correct: int
   items: int
   p_value: float
@@ -139,10 +141,16 @@ def learning(runs: Mapping[str, Sequence[Mapping[str, Mapping[str, Any]]]]) -> l
       x = [float(v) for r in rs for ins in r.values() for v in ins[key]]
       correct = int(round(sum(x)))
       test = stats.binomtest(correct, len(x), chance / 100.0, alternative="greater")
-      out.append(Learning(f"{point} ({label})", correct, len(x), float(test.pvalue)))
+      out.append(Learning(f"{point} ({label})", len(rs), correct, len(x), float(test.pvalue)))
   return out
 
 
+def above_chance(tests: Sequence[Learning], alpha: float = ALPHA) -> list[bool]:
+  """Per model, whether it reads acceptability above chance at the family-wise level
+  `alpha`, Bonferroni-corrected over `tests` (each p below alpha / len(tests))."""
+  return [t.p_value < alpha / len(tests) for t in tests]
+
+
 def learnt(tests: Sequence[Learning], alpha: float = ALPHA) -> bool:
-  """Whether any model reads acceptability above chance, Bonferroni-corrected over `tests`."""
-  return any(t.p_value < alpha / len(tests) for t in tests)
+  """Whether any model of `tests` is `above_chance`: the instrument measures something."""
+  return any(above_chance(tests, alpha))

@@ -76,9 +76,11 @@ def accept_section(root: str, points: Sequence[Point]) -> list[str]:
            f"exact binomial test, Bonferroni over the {len(tests)} models: p below "
            f"{alpha:.2g}). Its `{nlu_accept.INSTRUMENT}<phenomenon>` instruments join the "
            "contrasts and controls only when some model is above chance.", "",
-           "| model | items | accuracy | p | above chance |", "|---|---:|---:|---:|---|"]
-  lines += [f"| {t.model} | {t.items:,} | {t.accuracy:.2f} | {t.p_value:.2g} | "
-            f"{'yes' if t.p_value < alpha else 'no'} |" for t in tests]
+           "| model | seeds | items | accuracy | p | above chance |",
+           "|---|---:|---:|---:|---:|---|"]
+  lines += [f"| {t.model} | {t.seeds} | {t.items:,} | {t.accuracy:.2f} | {t.p_value:.2g} | "
+            f"{'yes' if above else 'no'} |"
+            for t, above in zip(tests, accept.above_chance(tests))]
   if accept.learnt(tests):
     return lines + ["", "**In the contrasts:** some model reads acceptability off its input "
                     "here, so the contrasts and controls above include its instruments.", ""]

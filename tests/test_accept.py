@@ -88,16 +88,17 @@ def test_learning_is_scipys_binomial_test_and_learnt_is_bonferroni_corrected():
   # Two seeds of 6 items in 5 tasks each: 60 items; the pre-trained model 5 of 6 right.
   tests = accept.learning({"p": [runs([1, 1, 1, 1, 1, 0], [1, 0] * 3)] * 2})
   assert [t.model for t in tests] == ["p (pre-trained)", "p (random initialisation)"]
-  assert (tests[0].correct, tests[0].items, tests[1].correct) == (50, 60, 30)
+  assert (tests[0].seeds, tests[0].correct, tests[0].items, tests[1].correct) == (2, 50, 60, 30)
   assert tests[0].p_value == pytest.approx(stats.binom.sf(49, 60, 0.5))   # P(X >= 50)
   assert tests[1].p_value == pytest.approx(stats.binom.sf(29, 60, 0.5))
   assert tests[0].accuracy == pytest.approx(100 * 50 / 60)
   assert accept.learnt(tests)
   # 10 of 10 right: p = 2^-10 = 0.00098; at a level of 0.0015 alone it passes, Bonferroni
   # over two models (0.00075 each) refuses it.
-  lone = accept.Learning("x", 10, 10, 0.5 ** 10)
+  lone = accept.Learning("x", 1, 10, 10, 0.5 ** 10)
   assert accept.learnt([lone], alpha=0.0015) and not accept.learnt([lone], alpha=0.0009)
-  assert not accept.learnt([lone, accept.Learning("y", 5, 10, 0.62)], alpha=0.0015)
+  assert accept.above_chance([lone, lone], alpha=0.0015) == [False, False]
+  assert not accept.learnt([lone, accept.Learning("y", 1, 5, 10, 0.62)], alpha=0.0015)
 
 
 def test_the_accept_stages_fine_tune_from_the_run_and_from_its_random_initialisation(
@@ -160,7 +161,8 @@ def test_acceptability_joins_the_contrasts_only_when_some_model_learnt_it(tmp_pa
     text = "\n".join(yardstick.contrasts_section(str(root), points, "t5_objectives"))
     section = "\n".join(yardstick.accept_section(str(root), points))
     assert ("| accept/agreement |" in text) == learnt
-    assert "| prefix_lm (pre-trained) | 100 |" in section
+    assert "| prefix_lm (pre-trained) | 1 | 100 |" in section
+    assert section.count("| yes |") == learnt   # prefix LM's pre-trained model alone
     assert ("**In the contrasts:**" in section) == learnt
     assert ("**Left out of the contrasts:**" in section) == (not learnt)
     histories, problems = yardstick.read_histories(str(root), points)

@@ -739,7 +739,8 @@ def test_a_two_point_micro_sweep_end_to_end(tmp_path):
   assert "## Controls: random initialisation and training steps" in text
   assert "| sc | 1 |" in text and "| iid | 1 |" in text
   # The accept stages' results reach the report: tested against chance, in or out as it says.
-  assert "| sc (pre-trained) | 40 |" in text and "| iid (random initialisation) | 40 |" in text
+  assert ("| sc (pre-trained) | 1 | 40 |" in text
+          and "| iid (random initialisation) | 1 | 40 |" in text)
   learnt = "| yes |" in text.split("## Acceptability after fine-tuning")[1]
   assert ("**In the contrasts:**" in text) == learnt != ("**Left out of the contrasts" in text)
   assert (root / "eval_loss.png").stat().st_size > 1000
