@@ -236,6 +236,10 @@ def test_unsupported_configs_are_refused():
     hf_t5.hf_to_lm(dict(TINY_HF, layer_norm_epsilon=1e-5), tensors)
   with pytest.raises(hf_t5.HFConversionError, match="unknown TransformerConfig field"):
     hf_t5.hf_to_lm(TINY_HF, tensors, scan=True)
+  for field in ("decoder_start_token_id", "pad_token_id"):
+    with pytest.raises(hf_t5.HFConversionError, match=f"{field} 2 is not T5's 0"):
+      hf_t5.hf_to_lm(dict(TINY_HF, **{field: 2}), tensors)
+  hf_t5.hf_to_lm(dict(TINY_HF, decoder_start_token_id=0, pad_token_id=0), tensors)
   with pytest.raises(hf_t5.HFConversionError, match="mask_type='causal'"):
     hf_t5.config_to_hf(TransformerConfig(num_encoder_layers=0, mask_type="causal"))
   with pytest.raises(hf_t5.HFConversionError, match="position_encoding='rope'"):

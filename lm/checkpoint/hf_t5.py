@@ -70,6 +70,12 @@ def config_from_hf(hf_config: Mapping[str, Any], *, tie_embeddings: bool,
     raise HFConversionError(
         f"feed_forward_proj {proj!r} has no lm equivalent; supported: "
         f"{sorted(k for k, v in HF_TO_LM_ACTIVATION.items() if v)}")
+  # lm frames T5 as T5 did: pad 0, the decoder started at 0 (converters.T5_FRAMING).
+  for field, want in (("pad_token_id", 0), ("decoder_start_token_id", 0)):
+    got = hf_config.get(field)
+    if got is not None and int(got) != want:
+      raise HFConversionError(f"{field} {got} is not T5's {want}: lm pads and starts the "
+                              "decoder at 0, so this checkpoint would be fed the wrong tokens")
   eps = float(hf_config.get("layer_norm_epsilon", 1e-6))
   if not np.isclose(eps, _LM_EPSILON, rtol=1e-6, atol=0.0):
     raise HFConversionError(f"layer_norm_epsilon {eps} is not supported (lm's RMSNorm uses {_LM_EPSILON})")
