@@ -24,7 +24,6 @@ import copy
 import dataclasses
 import json
 import math
-import os
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,6 +34,7 @@ from ml_collections import config_dict
 from lm import architecture as architecture_lib
 from lm import cli
 from lm import optim
+from lm import workdir as workdir_lib
 from lm import writers
 from lm.data import converters, objectives, pipeline
 from lm.data.noise import DEFAULT_NUM_EXTRA_IDS
@@ -493,13 +493,13 @@ def load_config_json(path: str) -> ml_collections.ConfigDict:
     FileNotFoundError: no such file. ValueError: not a JSON object, or an old config
     whose fields disagree.
   """
-  if not os.path.isfile(path):
+  file = workdir_lib.as_path(path)   # local or gs://
+  if not file.is_file():
     raise FileNotFoundError(f"{path} does not exist (lm.train writes it when a run starts).")
-  with open(path, encoding="utf-8") as f:
-    try:
-      raw = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path} is not valid JSON ({e}).") from None
+  try:
+    raw = json.loads(file.read_text(encoding="utf-8"))
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON ({e}).") from None
   if not isinstance(raw, dict) or "model" not in raw or "data" not in raw:
     raise ValueError(f"{path} is not an lm run config (no 'model' and 'data' sections).")
   raw = migrate(raw, path)

@@ -241,11 +241,11 @@ def init_params_from(path: str, model_config: TransformerConfig, abstract_params
 
 
 def _check_run_framing(config_path, framing: converters.Framing | None, path: str) -> None:
-  """Refuses to fine-tune (`framing` set) from an lm run whose data were framed otherwise
-  (e.g. one fine-tuned with finetune.framing=t5gemma); nothing to check without its
-  config.json."""
-  if framing is None or workdir_lib.is_remote(os.fspath(config_path)) or not config_path.exists():
-    return  # (a remote run's config.json is not read here)
+  """Refuses to fine-tune (`framing` set) from an lm run (local or gs://) whose data were
+  framed otherwise (e.g. one fine-tuned with finetune.framing=t5gemma); nothing to check
+  without its config.json."""
+  if framing is None or not config_path.exists():
+    return
   theirs = config_lib.framing(config_lib.load_config_json(os.fspath(config_path)))
   if theirs != framing:
     names = [n for n, f in converters.FRAMINGS.items() if f == theirs]

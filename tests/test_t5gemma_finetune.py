@@ -9,6 +9,7 @@ import jax
 import numpy as np
 import pytest
 
+import fake_gcs
 from lm import checkpoint
 from lm import config as config_lib
 from lm import metrics as metrics_lib
@@ -212,3 +213,14 @@ def test_init_from_refuses_an_lm_run_framed_otherwise(golden, tmp_path):
   with pytest.raises(checkpoint.IncompatibleCheckpointError,
                      match=r"set --config.finetune.framing=t5\."):
     train.init_params_from(str(pre), None, None, None, framing=T5GEMMA)
+  # The same check on a gs:// run (its config.json read through etils.epath).
+  remote = tmp_path / "gcs" / "bucket" / "base"
+  (remote / "checkpoints").mkdir(parents=True)
+  (remote / "config.json").write_text((base / "config.json").read_text())
+  with fake_gcs.installed(tmp_path / "gcs"):
+    with pytest.raises(checkpoint.IncompatibleCheckpointError,
+                       match=r"gs://bucket/base was trained with the framing .*decoder_start=2"):
+      train.init_params_from("gs://bucket/base", None, None, None,
+                             framing=converters.T5_FRAMING)
+    assert config_lib.load_config_json("gs://bucket/base/config.json").finetune.framing == (
+        "t5gemma")
