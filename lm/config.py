@@ -455,12 +455,12 @@ def migrate(raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
   Before the architecture had one owner, config.model held `preset` (a size plus an
   architecture), mask_type, shared_encoder_decoder, num_encoder_layers and
   num_decoder_layers, and config.data an `architecture`. They become model.family,
-  model.size, model.architecture and model.num_layers; the model and the DataSpec built
-  from the result are the run's own.
+  model.size, model.architecture and model.num_layers (and model.encoder_num_layers, an
+  encoder of another depth); the model and DataSpec built from the result are the run's own.
 
   Raises:
-    ValueError: the old fields disagree (an architecture its data layout does not fit, or
-      an encoder-decoder with stacks of different depths, which a config cannot express).
+    ValueError: the old fields disagree (an architecture its data layout does not fit, or a
+      shared encoder-decoder with stacks of different depths).
   """
   model = dict(raw["model"])
   data = dict(raw["data"])
@@ -471,8 +471,10 @@ def migrate(raw: dict[str, Any], where: str = "config.json") -> dict[str, Any]:
   enc = int(model.pop("num_encoder_layers", 0))
   dec = int(model.pop("num_decoder_layers"))
   if architecture_lib.is_encoder_decoder(arch) and enc != dec:
-    raise ValueError(f"{where}: num_encoder_layers={enc} != num_decoder_layers={dec}; configs "
-                     "have one num_layers per stack, so this run cannot be loaded.")
+    if arch == "shared":
+      raise ValueError(f"{where}: num_encoder_layers={enc} != num_decoder_layers={dec} in a "
+                       "shared encoder-decoder (one stack of parameters), so it cannot load.")
+    model["encoder_num_layers"] = enc
   family, size = _old_preset(str(model.pop("preset", "")))
   data_arch = data.pop("architecture", architecture_lib.layout(arch))
   if data_arch != architecture_lib.layout(arch):
@@ -542,19 +544,14 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str]
     field, sep, value = text.partition("=")
     if not sep or not field:
       raise ValueError(f"config override {item!r} must look like --config.<field>=<value>.")
-    node = config
-    *parents, leaf = field.split(".")
-    for name in parents:
+    node, parent, leaf = config, config, field.split(".")[-1]
+    for name in field.split("."):
       if not isinstance(node, ml_collections.ConfigDict) or name not in node:
-        raise ValueError(f"config override {item!r}: the run's config has no field "
-                         f"{field!r}.")
-      node = node[name]
-    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-      raise ValueError(f"config override {item!r}: the run's config has no field {field!r}.")
-    current = node[leaf]
-    if isinstance(current, ml_collections.ConfigDict):
+        raise ValueError(f"config override {item!r}: the run's config has no field {field!r}.")
+      parent, node = node, node[name]
+    if isinstance(node, ml_collections.ConfigDict):
       raise ValueError(f"config override {item!r}: {field!r} is a section, not a field.")
-    node[leaf] = _parse_override_value(field, value, current)
+    parent[leaf] = _parse_override_value(field, value, node)
   return config
 
 

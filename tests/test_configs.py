@@ -127,8 +127,17 @@ def test_old_config_json_is_migrated(tmp_path):
       "t5_1_0", "base", "shared")
   old["model"]["num_encoder_layers"] = 3
   path.write_text(json.dumps(old))
-  with pytest.raises(ValueError, match="num_encoder_layers=3 != num_decoder_layers=2"):
+  with pytest.raises(ValueError, match="num_encoder_layers=3 != num_decoder_layers=2 in a "
+                                       "shared encoder-decoder"):
     config_lib.load_config_json(str(path))
+  # Unshared stacks of different depths keep them (model.encoder_num_layers).
+  old["model"].update(preset="t5_1_0_base", shared_encoder_decoder=False)
+  path.write_text(json.dumps(old))
+  unequal = config_lib.load_config_json(str(path))
+  assert (unequal.model.architecture, unequal.model.num_layers,
+          unequal.model.encoder_num_layers) == ("encoder_decoder", 2, 3)
+  got = config_lib.model_config(unequal)
+  assert (got.num_encoder_layers, got.num_decoder_layers) == (3, 2)
 
 
 def test_t5_defaults_match_the_notes():
