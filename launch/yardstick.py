@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from launch import accept
 from launch import equal_tokens
 from launch.points import Point
+from lm import workdir as workdir_lib
 from lm.downstream import contrasts
 from lm.downstream import nlu_accept
 from lm.downstream import nlu_controls
@@ -300,6 +301,8 @@ def _control_lines(root: str, control: equal_tokens.Control, histories
           for p in (c.reference, c.equal_steps, c.point)}
   if not (runs[c.equal_steps] or runs[c.point]):   # the reference is every control's
     return [], None
+  if not (runs[c.point] or workdir_lib.as_path(os.path.join(root, c.point)).exists()):
+    return [], None   # the control is not part of this root (a sweep run with --only)
   lines = [f"### {c.point}: {c.equal_steps} trained to as many predicted target tokens as "
            f"{c.reference}", ""]
   tokens, problems = _token_totals(root, c, runs)

@@ -2,6 +2,7 @@
 section (launch/yardstick.py)."""
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -174,6 +175,9 @@ def test_the_section_flags_unequal_tokens_and_waits_for_results(tmp_path, points
   section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
   assert (f"**Target tokens of prefix_lm not read:** no {tmp_path}/prefix_lm/metrics.jsonl: "
           "train that point first") in section
+  # A control this root never ran (no workdir: a sweep with --only) gets no part at all.
+  shutil.rmtree(tmp_path / CONTROL.point)
+  assert yardstick.equal_tokens_section(str(tmp_path), points) == []
 
 
 def test_the_section_refuses_other_items_and_is_absent_without_results(tmp_path, points):
