@@ -24,7 +24,7 @@ from launch.stage import Stage
 from lm import workdir as workdir_lib
 from lm.downstream import nlu_accept
 
-# lm.mini_suite (which imports jax) is imported where it is used: launch.report reads this
+# lm.mini_suite (the model, flax) is imported where it is used: launch.report reads this
 # module's results without it when no run has any.
 PRETRAINED_DIR, RANDOM_DIR = "accept", "accept_random"  # under <root>/<point>
 SUITE_NAME = "acceptability"  # lm.mini_suite's --suite
