@@ -169,11 +169,9 @@ def train_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     step = functools.partial(steps.train_step, model=model, tx=tx, schedule=schedule,
                              **train_step_kwargs(config))
   """
-  return dict(z_loss=float(config.loss.z_loss), label_smoothing=float(config.loss.label_smoothing),
-              normalization=str(config.loss.normalization),
+  return dict(eval_step_kwargs(config), normalization=str(config.loss.normalization),
               normalizing_constant=float(config.loss.normalizing_constant),
-              num_microbatches=int(config.optim.grad_accum_steps),
-              tiled_chunk_tokens=_tiled_chunk_tokens(config))
+              num_microbatches=int(config.optim.grad_accum_steps))
 
 
 def eval_step_kwargs(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -252,6 +250,11 @@ def model_config(config: ml_collections.ConfigDict) -> TransformerConfig:
   return TransformerConfig(**fields, **stacks)
 
 
+def eval_batch_size(config: ml_collections.ConfigDict) -> int:
+  """Global rows per eval batch: config.data.eval_batch_size, else batch_size."""
+  return int(config.data.eval_batch_size or config.data.batch_size)
+
+
 def data_spec(config: ml_collections.ConfigDict) -> pipeline.DataSpec:
   """The frozen `lm.data.pipeline.DataSpec` of `config.data` (same field names).
 
@@ -324,7 +327,7 @@ def finetune_settings(config: ml_collections.ConfigDict) -> finetune.FinetuneSet
       loss_on_inputs=bool(d.loss_on_inputs), seed=int(d.seed), framing=framing(config))
   evaluation = finetune.TaskEval(
       tasks=tuple(name for name, _ in eval_tasks), split=ft.eval_split,
-      data_dir=ft.data_dir or None, batch_size=int(d.eval_batch_size or d.batch_size),
+      data_dir=ft.data_dir or None, batch_size=eval_batch_size(config),
       max_decode_length=int(ft.max_decode_length or d.targets_length),
       max_examples=int(ft.max_eval_examples) or None,
       inputs_length=int(d.inputs_length) or None,

@@ -86,8 +86,7 @@ def heldout_settings(r: restore.Restored) -> heldout.HeldOutSettings:
   return heldout.HeldOutSettings(
       spec=config_lib.data_spec(c),
       step_kwargs=config_lib.eval_step_kwargs(c) if "loss" in c else {},
-      eval_steps=int(c.train.eval_steps), batch_size=int(c.data.eval_batch_size or
-                                                          c.data.batch_size))
+      eval_steps=int(c.train.eval_steps), batch_size=config_lib.eval_batch_size(c))
 
 
 def results_path(workdir: str, step: int) -> str:
@@ -262,7 +261,7 @@ def evaluate_tasks(r: restore.Restored, names: Sequence[str], *, split: str = "v
   if data_dir is None and ft is not None:
     data_dir = ft.get("data_dir")
   max_decode_length = max_decode_length or (int(d.targets_length) if d is not None else 64)
-  batch_size = batch_size or (int(d.eval_batch_size or d.batch_size) if d is not None else 32)
+  batch_size = batch_size or (config_lib.eval_batch_size(r.config) if d is not None else 32)
   inputs_length = int(d.inputs_length) if d is not None and d.inputs_length > 0 else None
   out = {}
   for name in names:
@@ -316,11 +315,10 @@ def _run_suite(args, workdirs: Sequence[str], overrides: Sequence[str], progress
   for step in steps:
     r = restore.load_run(workdirs[0], step=step, overrides=overrides,
                          mesh_shape=args.mesh_shape)
-    d = r.config.data
     result = nlu.run_suite(r, data_dir=args.data_dir, items=args.items,
                            blank_inputs=args.blank_inputs, json_path=args.json,
                            progress=progress, memo=memo,
-                           batch_size=args.batch_size or int(d.eval_batch_size or d.batch_size))
+                           batch_size=args.batch_size or config_lib.eval_batch_size(r.config))
     if jax.process_index() == 0:
       print(f"wrote {result['written']}" + (f" and {args.json}" if args.json else ""))
       print(nlu.table(result))

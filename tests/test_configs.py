@@ -1,4 +1,5 @@
 """configs/common.py parse_arg, lm/config.py validate and builders, configs/t5.py (no training)."""
+import dataclasses
 import json
 
 import jax
@@ -332,6 +333,20 @@ def test_loss_on_inputs_only_on_the_causal_architecture():
     config = _t5(f"arch={arch},objective=iid_replace_spans,loss_on_inputs=True")
     with pytest.raises(ValueError, match=field):
       validate(config)
+
+
+def test_the_eval_batch_size_is_its_own_field_else_the_batch_size():
+  config = _t5("runlocal")
+  assert config.data.eval_batch_size is None
+  assert config_lib.eval_batch_size(config) == config.data.batch_size == 16
+  assert config_lib.data_spec(config).global_eval_batch_size == 16
+  config.data.eval_batch_size = 32
+  assert config_lib.eval_batch_size(config) == 32
+  assert config_lib.data_spec(config).global_eval_batch_size == 32
+  from lm.downstream import finetune_data  # pylint: disable=g-import-not-at-top
+  spec = finetune_data.FinetuneSpec(tasks=(("t", 1.0),), batch_size=8, num_shards=4)
+  assert spec.global_eval_batch_size == 8
+  assert dataclasses.replace(spec, eval_batch_size=4).global_eval_batch_size == 4
 
 
 def test_an_encoder_depth_on_a_decoder_only_architecture_is_refused():

@@ -161,6 +161,11 @@ class DataSpec:
             f"virtual data shard yields {name} / num_shards rows); set num_shards to a "
             f"divisor of it (e.g. {math.gcd(b, self.num_shards)}) or change {name}.")
 
+  @property
+  def global_eval_batch_size(self) -> int:
+    """Global rows per eval batch: eval_batch_size, else batch_size."""
+    return self.eval_batch_size or self.batch_size
+
   def fingerprint(self) -> str:
     """Digest of the fields that change which batches are produced."""
     skip = {"num_threads", "prefetch_batches", "eval_batch_size", "eval_format", "eval_paths",
@@ -214,7 +219,7 @@ class DataPipeline:
     self.process_index, self.process_count = process_index, process_count
     self.num_shards = spec.num_shards
     self.rows_per_shard = spec.batch_size // spec.num_shards
-    self.eval_rows_per_shard = (spec.eval_batch_size or spec.batch_size) // spec.num_shards
+    self.eval_rows_per_shard = spec.global_eval_batch_size // spec.num_shards
     self.batch_size = self.rows_per_shard * len(self.shards)
     self.eval_batch_size = self.eval_rows_per_shard * len(self.shards)
     if tokenizer is None:

@@ -46,7 +46,7 @@ class TaskEval:
     tasks: the evaluated tasks' names (finetune.eval_tasks, default every training task,
       rate 0 included).
     split: the split decoded (finetune.eval_split); data_dir: where the tasks' files are.
-    batch_size: global rows per decoding batch (data.eval_batch_size or data.batch_size).
+    batch_size: global rows per decoding batch (lm.config.eval_batch_size).
     max_decode_length: targets decoded at most (finetune.max_decode_length, default
       data.targets_length).
     max_examples: examples per task at most (None: all).

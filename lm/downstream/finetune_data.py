@@ -86,6 +86,11 @@ class FinetuneSpec:
         raise ValueError(f"FinetuneSpec.{name}={b} is not divisible by num_shards="
                          f"{self.num_shards}; set num_shards to a divisor of it.")
 
+  @property
+  def global_eval_batch_size(self) -> int:
+    """Global rows per eval batch: eval_batch_size, else batch_size."""
+    return self.eval_batch_size or self.batch_size
+
   def fingerprint(self) -> str:
     """Digest of the fields that decide which batches are produced."""
     d = {k: v for k, v in dataclasses.asdict(self).items() if k != "eval_batch_size"}
@@ -308,7 +313,7 @@ class FinetuneData:
                  for ex in task.examples("validation", spec.data_dir)]
     if not rows:
       raise ValueError("no validation examples in the fine-tuning tasks.")
-    global_rows = spec.eval_batch_size or spec.batch_size
+    global_rows = spec.global_eval_batch_size
     per_process = global_rows // self.process_count
     total = num_batches or -(-len(rows) // global_rows)
     zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
