@@ -145,10 +145,15 @@ def learning(runs: Mapping[str, Sequence[Mapping[str, Mapping[str, Any]]]]) -> l
   return out
 
 
+def threshold(tests: Sequence[Learning], alpha: float = ALPHA) -> float:
+  """The p-value below which one model of `tests` is above chance: the family-wise level
+  `alpha`, Bonferroni-corrected over the models tested."""
+  return alpha / len(tests)
+
+
 def above_chance(tests: Sequence[Learning], alpha: float = ALPHA) -> list[bool]:
-  """Per model, whether it reads acceptability above chance at the family-wise level
-  `alpha`, Bonferroni-corrected over `tests` (each p below alpha / len(tests))."""
-  return [t.p_value < alpha / len(tests) for t in tests]
+  """Per model, whether it reads acceptability above chance (p below `threshold`)."""
+  return [t.p_value < threshold(tests, alpha) for t in tests]
 
 
 def learnt(tests: Sequence[Learning], alpha: float = ALPHA) -> bool:

@@ -438,10 +438,7 @@ def write_report(root: str, points: Sequence[Point], *, experiment: str = "",
   lines += ["", "![eval loss vs step](eval_loss.png)", ""]
   lines += mini_tasks_section(root, points, random_record)
   lines += ranking_section(points, scores)
-  lines += yardstick.contrasts_section(root, points, experiment)
-  lines += yardstick.controls_section(root, points, experiment)
-  lines += yardstick.accept_section(root, points)
-  lines += yardstick.equal_tokens_section(root, points)
+  lines += yardstick.sections(root, points, experiment)
   lines += seed_spread_section(points, scores, summaries)
   lines += ["## Points", ""]
   for i, p in enumerate(points):

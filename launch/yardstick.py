@@ -5,10 +5,12 @@ r"""The report's yardstick sections: the paper's contrasts and the controls, wit
 statistics live in lm/downstream/contrasts.py and lm/downstream/nlu_controls.py, the
 narrative in docs/yardstick.md. Each point's seeds are the point and its seed replicates
 (`<name>_seed<k>`). Acceptability after fine-tuning joins the nlu instruments when some
-model learnt it (launch/accept.py, `accept_section`).
+model learnt it (launch/accept.py, `accept_section`). `sections` reads the root once
+(`read`) and writes them all.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Sequence
 
@@ -21,12 +23,30 @@ from lm.downstream import nlu_accept
 from lm.downstream import nlu_controls
 
 
-def read_histories(root: str, points: Sequence[Point]
-                   ) -> tuple[dict[str, list[dict[int, dict[str, Any]]]], list[str]]:
-  """({point: one {step: nlu record} per seed (the point and its replicates)}, the problems
-  reading them); points without nlu results are left out. Each run's acceptability
-  instruments (launch/accept.py) join its newest record when some model of the study learnt
-  the task (`accept.learnt`)."""
+@dataclasses.dataclass(frozen=True)
+class Readings:
+  """What the yardstick sections read from a study's root, read once (`read`).
+
+  Attributes:
+    root: the directory holding one workdir per point.
+    points: the study's points.
+    histories: {point: one {step: nlu record} per seed (the point and its replicates)};
+      points without nlu results are left out. Each run's acceptability instruments
+      (launch/accept.py) join its newest record when some model of the study learnt the
+      task (`accept.learnt`).
+    problems: what could not be read (nlu or acceptability results), one sentence each.
+    accept_tests: each point's `accept.learning` (its seeds pooled); empty when no run has
+      acceptability results.
+  """
+  root: str
+  points: tuple[Point, ...]
+  histories: dict[str, list[dict[int, dict[str, Any]]]]
+  problems: tuple[str, ...]
+  accept_tests: tuple[accept.Learning, ...]
+
+
+def read(root: str, points: Sequence[Point]) -> Readings:
+  """Reads the points' nlu histories and acceptability results under `root`, once."""
   runs: dict[str, tuple[str, dict[int, dict[str, Any]]]] = {}
   problems = []
   for p in points:
@@ -37,8 +57,13 @@ def read_histories(root: str, points: Sequence[Point]
       continue
     if history:
       runs[p.name] = (p.replicate_of or p.name, history)
-  by_run, tests, more = accept_learning(root, points)
+  by_run, more = accept.read_root(root, points)
   problems += more
+  by_point: dict[str, list[dict[str, Any]]] = {}
+  for p in points:
+    if p.name in by_run:
+      by_point.setdefault(p.replicate_of or p.name, []).append(by_run[p.name])
+  tests = accept.learning(by_point) if by_point else []
   joined = by_run if tests and accept.learnt(tests) else {}
   histories: dict[str, list[dict[int, dict[str, Any]]]] = {}
   for name, (base, history) in runs.items():
@@ -47,36 +72,32 @@ def read_histories(root: str, points: Sequence[Point]
       history = {**history, max(history): {
           **newest, "instruments": {**newest["instruments"], **joined[name]}}}
     histories.setdefault(base, []).append(history)
-  return histories, problems
+  return Readings(root, tuple(points), histories, tuple(problems), tuple(tests))
 
 
-def accept_learning(root: str, points: Sequence[Point]
-                    ) -> tuple[dict[str, dict[str, Any]], list[accept.Learning], list[str]]:
-  """({run name: its acceptability instruments}, each point's `accept.learning` (its seeds
-  pooled), the problems reading them); empty when no run has acceptability results."""
-  by_run, problems = accept.read_root(root, points)
-  by_point: dict[str, list[dict[str, Any]]] = {}
-  for p in points:
-    if p.name in by_run:
-      by_point.setdefault(p.replicate_of or p.name, []).append(by_run[p.name])
-  return by_run, (accept.learning(by_point) if by_point else []), problems
+def sections(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:
+  """Markdown: the report's yardstick sections (contrasts, controls, acceptability, equal
+  predicted tokens), from one `read` of the root; [] when there is nothing to show."""
+  r = read(root, points)
+  return (contrasts_section(r, experiment) + controls_section(r, experiment)
+          + accept_section(r) + equal_tokens_section(r))
 
 
-def accept_section(root: str, points: Sequence[Point]) -> list[str]:
+def accept_section(readings: Readings) -> list[str]:
   """Markdown: whether the study's models read acceptability after fine-tuning (each point's
   pre-trained runs and their random initialisations against chance), and so whether its
   instruments are in the contrasts and controls. [] when no run has acceptability results."""
-  _, tests, _ = accept_learning(root, points)   # contrasts_section reports the problems
+  tests = readings.accept_tests   # contrasts_section reports the problems
   if not tests:
     return []
-  alpha = accept.ALPHA / len(tests)
   lines = ["## Acceptability after fine-tuning", "",
            "Each point fine-tuned on the five acceptability tasks from its pre-trained run and "
            "from its random initialisation (`launch.sweep --stages=accept`; docs/yardstick.md), "
            "its items pooled over the phenomena and seeds and tested against chance (one-sided "
            f"exact binomial test, Bonferroni over the {len(tests)} models: p below "
-           f"{alpha:.2g}). Its `{nlu_accept.INSTRUMENT}<phenomenon>` instruments join the "
-           "contrasts and controls only when some model is above chance.", "",
+           f"{accept.threshold(tests):.2g}). Its `{nlu_accept.INSTRUMENT}<phenomenon>` "
+           "instruments join the contrasts and controls only when some model is above "
+           "chance.", "",
            "| model | seeds | items | accuracy | p | above chance |",
            "|---|---:|---:|---:|---:|---|"]
   lines += [f"| {t.model} | {t.seeds} | {t.items:,} | {t.accuracy:.2f} | {t.p_value:.2g} | "
@@ -91,13 +112,13 @@ def accept_section(root: str, points: Sequence[Point]) -> list[str]:
                   "instruments alone.", ""]
 
 
-def contrasts_section(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:
+def contrasts_section(readings: Readings, experiment: str = "") -> list[str]:
   """Markdown: the paper's contrasts on the neutral yardstick (lm.downstream.contrasts), one
   row per contrast and instrument and one pooled over the instruments, each difference with
   its paired-bootstrap interval and verdict beside the paper's numbers. Each point's seeds
   are the point and its replicates; a point's nlu results are its workdir's newest
   `eval/nlu_step_<N>.json`. [] when no point has nlu results."""
-  histories, problems = read_histories(root, points)
+  histories, problems = readings.histories, readings.problems
   runs = {name: [h[max(h)] for h in hs] for name, hs in histories.items()}
   if not runs and not problems:
     return []
@@ -155,13 +176,13 @@ def _cells(row: nlu_controls.ControlRow | None) -> list[str]:
   return [f"{r.difference:+.2f}", f"[{r.low:+.2f}, {r.high:+.2f}]", row.reading]
 
 
-def controls_section(root: str, points: Sequence[Point], experiment: str = "") -> list[str]:
+def controls_section(readings: Readings, experiment: str = "") -> list[str]:
   """Markdown: per point, its margin over random initialisation and its growth with
   pre-training steps (slope per doubling, where it was scored at two or more steps), each
   pooled over the instruments with a 95 % bootstrap interval, and how many instruments
   separate on their own; then the study's contrasts compared as slopes
   (`growth_contrasts_lines`). [] when no point has nlu results."""
-  histories, _ = read_histories(root, points)   # contrasts_section reports the problems
+  histories = readings.histories
   if not histories:
     return []
   lines = ["## Controls: random initialisation and training steps", "",
@@ -349,16 +370,15 @@ def _control_lines(root: str, control: equal_tokens.Control, histories
           f"| {c.equal_steps} | {steps} | " + " | ".join(cells[:2]) + " |")
 
 
-def equal_tokens_section(root: str, points: Sequence[Point]) -> list[str]:
+def equal_tokens_section(readings: Readings) -> list[str]:
   """Markdown: the equal-predicted-tokens control (launch/equal_tokens.py): per control, its
   points' target tokens and pooled margins, the control and the equal-steps point each
   against the reference with a paired-bootstrap interval and verdict, and the reading. []
   when the study has no control or none of its points has nlu results."""
-  names = {p.name for p in points}
+  names = {p.name for p in readings.points}
   controls = [c for c in equal_tokens.CONTROLS
               if {c.point, c.equal_steps, c.reference} <= names]
-  histories, _ = read_histories(root, points)   # contrasts_section reports the problems
-  parts = [_control_lines(root, c, histories) for c in controls]
+  parts = [_control_lines(readings.root, c, readings.histories) for c in controls]
   body = [line for lines, _ in parts for line in lines]
   if not body:
     return []

@@ -158,14 +158,19 @@ def test_acceptability_joins_the_contrasts_only_when_some_model_learnt_it(tmp_pa
   for learnt in (False, True):
     root = tmp_path / str(learnt)
     _c2_study(root, learnt=learnt)
-    text = "\n".join(yardstick.contrasts_section(str(root), points, "t5_objectives"))
-    section = "\n".join(yardstick.accept_section(str(root), points))
+    readings = yardstick.read(str(root), points)
+    text = "\n".join(yardstick.contrasts_section(readings, "t5_objectives"))
+    section = "\n".join(yardstick.accept_section(readings))
+    assert yardstick.sections(str(root), points, "t5_objectives") == (
+        yardstick.contrasts_section(readings, "t5_objectives")
+        + yardstick.controls_section(readings, "t5_objectives") + section.split("\n")
+        + yardstick.equal_tokens_section(readings))
     assert ("| accept/agreement |" in text) == learnt
     assert "| prefix_lm (pre-trained) | 1 | 100 |" in section
     assert section.count("| yes |") == learnt   # prefix LM's pre-trained model alone
     assert ("**In the contrasts:**" in section) == learnt
     assert ("**Left out of the contrasts:**" in section) == (not learnt)
-    histories, problems = yardstick.read_histories(str(root), points)
+    histories, problems = readings.histories, readings.problems
     assert not problems
     instruments = set(histories["prefix_lm"][0][100]["instruments"])
     assert ("accept/word_swap" in instruments) == learnt and "probe/x" in instruments
@@ -174,6 +179,6 @@ def test_acceptability_joins_the_contrasts_only_when_some_model_learnt_it(tmp_pa
   assert "| +50.00 |" in row
   # One of a run's two fine-tunings missing: a problem named, the other runs still read.
   shutil.rmtree(root / "deshuffle" / accept.RANDOM_DIR)
-  _, problems = yardstick.read_histories(str(root), points)
+  problems = yardstick.read(str(root), points).problems
   assert any("acceptability results without their pair" in p for p in problems)
-  assert yardstick.accept_section(str(tmp_path / "nothing"), points) == []
+  assert yardstick.accept_section(yardstick.read(str(tmp_path / "nothing"), points)) == []

@@ -130,7 +130,7 @@ def _rows(section):
 
 def test_the_section_says_denoising_still_loses_at_equal_tokens(tmp_path, points):
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: 0.6})
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert section.startswith("## Equal predicted tokens")
   rows = _rows(section)
   assert rows["prefix_lm"][1:4] == ["reference", "60", "6,000"]
@@ -150,7 +150,7 @@ def test_the_section_says_denoising_still_loses_at_equal_tokens(tmp_path, points
 
 def test_the_section_says_sample_efficiency_when_the_gap_closes(tmp_path, points):
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: 0.9})
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   rows = _rows(section)
   assert rows[f"{CONTROL.point} - prefix_lm (equal predicted tokens)"][4] == (
       contrasts.UNRESOLVED + " |")
@@ -163,29 +163,29 @@ def test_the_section_says_sample_efficiency_when_the_gap_closes(tmp_path, points
 def test_the_section_flags_unequal_tokens_and_waits_for_results(tmp_path, points):
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: 0.6},
          control_steps=100)
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert (f"**Not equal:** {CONTROL.point} predicted 3,000 target tokens by step 100, "
           "prefix_lm 6,000 (0.50x); 200 steps predict as many") in section
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: None})
   (tmp_path / CONTROL.point / "eval" / "nlu_step_100.json").unlink()
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert f"Waits for the nlu results of: {CONTROL.point} (`python -m lm.evaluate" in section
   assert "| comparison" not in section
   (tmp_path / "prefix_lm" / "metrics.jsonl").unlink()
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert (f"**Target tokens of prefix_lm not read:** no {tmp_path}/prefix_lm/metrics.jsonl: "
           "train that point first") in section
   # A control this root never ran (no workdir: a sweep with --only) gets no part at all.
   shutil.rmtree(tmp_path / CONTROL.point)
-  assert yardstick.equal_tokens_section(str(tmp_path), points) == []
+  assert yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)) == []
 
 
 def test_the_section_refuses_other_items_and_is_absent_without_results(tmp_path, points):
-  assert yardstick.equal_tokens_section(str(tmp_path), points) == []
+  assert yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)) == []
   other = [p for p in points if p.name != CONTROL.point]
   _study(tmp_path, {"prefix_lm": 0.9, "replace_spans": 0.6, CONTROL.point: 0.6}, digest="x")
-  assert yardstick.equal_tokens_section(str(tmp_path), other) == []
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  assert yardstick.equal_tokens_section(yardstick.read(str(tmp_path), other)) == []
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert "**Cannot be compared:** replace_spans_equal_tokens and prefix_lm: its records were " \
          "scored on different items" in section
 
@@ -220,7 +220,7 @@ def test_a_control_that_stops_earlier_is_read_the_other_way(tmp_path, points):
   extra tokens. The other controls, whose points have no results, are left out."""
   bert = E.BERT
   _bert_study(tmp_path)
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert section.count("### ") == 1 and f"### {bert.point}: bert trained to as many" in section
   assert "| denoising point |" not in section       # one control: no summary table
   rows = _rows(section)
@@ -237,7 +237,7 @@ def test_a_control_that_stops_earlier_is_read_the_other_way(tmp_path, points):
 def test_two_controls_get_a_summary_table(tmp_path, points):
   _study(tmp_path, {"prefix_lm": 0.6, "replace_spans": 0.6, CONTROL.point: 0.6})
   _bert_study(tmp_path)
-  section = "\n".join(yardstick.equal_tokens_section(str(tmp_path), points))
+  section = "\n".join(yardstick.equal_tokens_section(yardstick.read(str(tmp_path), points)))
   assert section.count("### ") == 2
   head = section.index("| denoising point |")
   assert head < section.index("### ")

@@ -425,9 +425,10 @@ def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_ite
   from launch import yardstick  # pylint: disable=g-import-not-at-top
   monkeypatch.chdir(REPO)
   points = points_lib.collect("experiments/t5_objectives.py", runlocal=True)
-  assert yardstick.contrasts_section(str(tmp_path), points, "experiments/t5_objectives.py") == []
+  assert yardstick.contrasts_section(yardstick.read(str(tmp_path), points),
+                                     "experiments/t5_objectives.py") == []
   _write_sweep(tmp_path, points, np.random.default_rng(1), skip=("mass",))
-  section = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
+  section = "\n".join(yardstick.contrasts_section(yardstick.read(str(tmp_path), points),
                                                "experiments/t5_objectives.py"))
   assert "C1 waits for the nlu results of: mass." in section
   assert "| C2: prefix_lm vs deshuffle |" in section and "| C1" not in section
@@ -435,17 +436,17 @@ def test_the_report_says_which_points_a_contrast_waits_for_and_refuses_mixed_ite
   path.write_text(json.dumps({**json.loads(path.with_name("nlu_step_1000.json").read_text()),
                               "items_digest": {"other": "x"},
                               "items_source": "comments:cpython3.11.7"}))
-  section = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
+  section = "\n".join(yardstick.contrasts_section(yardstick.read(str(tmp_path), points),
                                                "experiments/t5_objectives.py"))
   assert "**C2 cannot be computed:** C2: the points were scored on different items" in section
   assert "Items: comments:cpython3.11.7, not recorded (each result's" in section
   path.write_text(path.with_name("nlu_step_1000.json").read_text().replace('"step": 1000',
                                                                           '"step": 2000'))
-  section = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
+  section = "\n".join(yardstick.contrasts_section(yardstick.read(str(tmp_path), points),
                                                "experiments.t5_objectives"))
   assert ("**C2 cannot be computed:** C2: the points' newest nlu results are from different "
           "pre-training steps (prefix_lm at 1000, deshuffle at 2000)") in section
-  other = "\n".join(yardstick.contrasts_section(str(tmp_path), points,
+  other = "\n".join(yardstick.contrasts_section(yardstick.read(str(tmp_path), points),
                                              "experiments/t5_corruption_rate.py"))
   assert "None of the paper's contrasts" in other
 

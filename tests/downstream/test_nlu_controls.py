@@ -176,7 +176,7 @@ def test_the_report_compares_the_contrasts_as_slopes(tmp_path, monkeypatch):
       (tmp_path / p.name / "eval" / f"nlu_step_{step}.json").write_text(json.dumps(_record(
           acc, acc, rng, n=60, step=step,
           objective="iid_replace_spans" if iid else "span_corruption")))
-  lines = yardstick.controls_section(str(tmp_path), points, experiment)
+  lines = yardstick.controls_section(yardstick.read(str(tmp_path), points), experiment)
   (row,) = [line for line in lines if line.startswith("| C4: ")]
   cells = row.split(" | ")
   assert cells[1:3] == ["500 / 1,000", "1 / 3"] and cells[-1] == K.AWAY + " |"
