@@ -129,7 +129,8 @@ def log_to_wandb(result: Mapping[str, Any], config, mode: str | None = None) -> 
   """Logs to the run's wandb run (if it has wandb_run_id.txt); returns True if logged."""
   from lm import writers  # pylint: disable=g-import-not-at-top
   workdir = result["workdir"]
-  if jax.process_index() != 0 or not os.path.exists(os.path.join(workdir, writers.RUN_ID_FILE)):
+  if (jax.process_index() != 0
+      or not (workdir_lib.as_path(workdir) / writers.RUN_ID_FILE).exists()):
     return False
   w = config.wandb
   mode = mode or w.mode
@@ -349,8 +350,8 @@ def run(argv: Sequence[str] | None = None) -> int:
       if getattr(args, name) <= 0:
         raise ValueError(f"--{name} must be positive, got {getattr(args, name)}.")
     for w in workdirs:  # fail before any work on a missing run
-      if not os.path.isdir(w):
-        raise restore.RunNotFoundError(f"workdir {os.path.abspath(w)} does not exist.")
+      if not workdir_lib.as_path(w).is_dir():   # local or gs://
+        raise restore.RunNotFoundError(f"workdir {workdir_lib.as_path(w)} does not exist.")
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     if args.suite is not None:
       return _run_suite(args, workdirs, overrides, progress)

@@ -28,6 +28,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lm import checkpoint, cli, generation, partitioning
+from lm import workdir as workdir_lib
 from lm import config as config_lib
 from lm.checkpoint import IncompatibleCheckpointError, StepNotFoundError, hf, hf_t5, hf_t5gemma
 from lm.checkpoint.signature import recorded_model
@@ -150,7 +151,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
   """Restores a training run's parameters for evaluation or decoding.
 
   Args:
-    workdir: the run directory (holds config.json and checkpoints/).
+    workdir: the run directory (holds config.json and checkpoints/), local or gs://.
     step: the checkpoint step; default the newest intact one.
     overrides: `--config.<field>=<value>` strings applied to the run's config
       (e.g. data.eval_batch_size, data.eval_paths, model.dtype). Overrides of model
@@ -172,14 +173,15 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
       CheckpointDamagedError (a subclass): `step` is damaged, or no step is intact.
     ValueError: a malformed or unknown override, a mesh that does not fit the devices.
   """
-  workdir = os.path.abspath(workdir)
-  if not os.path.isdir(workdir):
+  path = workdir_lib.as_path(workdir)   # local (made absolute) or gs://
+  workdir = os.fspath(path)
+  if not path.is_dir():
     raise RunNotFoundError(f"workdir {workdir} does not exist.")
-  config_path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.isfile(config_path):
+  config_path = path / CONFIG_FILE
+  if not config_path.is_file():
     raise RunNotFoundError(f"{config_path} does not exist; is {workdir} an lm run directory "
                            "(python -m lm.main writes it)?")
-  ckpt_dir = os.path.join(workdir, CHECKPOINT_DIR)
+  ckpt_dir = path / CHECKPOINT_DIR
   if not checkpoint.checkpoint_steps(ckpt_dir):
     raise RunNotFoundError(f"{workdir} has no checkpoint (no complete step in {ckpt_dir}).")
 
@@ -236,7 +238,7 @@ def load_run(workdir: str, *, step: int | None = None, overrides: Sequence[str] 
     raise IncompatibleCheckpointError(str(e)) from None
   return Restored(config=config, model_config=model_config, model=model, params=params,
                   mesh=mesh, tokenizer=tokenizer, step=step, workdir=workdir, rules=rules,
-                  source=os.path.join(ckpt_dir, str(step)), objective=config.data.objective,
+                  source=os.fspath(ckpt_dir / str(step)), objective=config.data.objective,
                   framing=config_lib.framing(config))
 
 

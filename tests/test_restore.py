@@ -11,6 +11,7 @@ import pytest
 
 from lm import checkpoint, restore
 from lm.data import tokenizer as tokenizer_lib
+import fake_gcs
 from eval_runs import SPM_TEXT, copy_run, fake_run
 
 HF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "hf_t5", "t5_1_1")
@@ -102,6 +103,28 @@ def test_missing_workdir_config_or_checkpoint(run, tmp_path):
   shutil.copy(os.path.join(run, "config.json"), bare)
   with pytest.raises(restore.RunNotFoundError, match="no checkpoint"):
     restore.load_run(bare)
+
+
+def test_a_run_on_a_bucket_restores_and_evaluates(run, tmp_path, monkeypatch):
+  """A gs:// workdir (the offline fake bucket, tests/fake_gcs.py) restores the params of its
+  local copy, and lm.evaluate writes its result beside the run on the bucket."""
+  from lm import evaluate  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  bucket = tmp_path / "gcs" / "bucket"
+  copy_run(run, str(bucket / "run"))
+  local = restore.load_run(run, step=2)
+  with fake_gcs.installed(tmp_path / "gcs"):
+    remote = restore.load_run("gs://bucket/run", step=2)
+    with pytest.raises(restore.RunNotFoundError, match="gs://bucket/nope does not exist"):
+      restore.load_run("gs://bucket/nope")
+    assert evaluate.run(["--workdir=gs://bucket/run", "--step=2", "--score=own",
+                         "--config.data.eval_batch_size=8", "--config.train.eval_steps=1"]) == 0
+  assert remote.workdir == "gs://bucket/run"
+  assert remote.source == "gs://bucket/run/checkpoints/2" and remote.step == 2
+  _assert_trees_equal(remote.params, local.params)
+  result = json.loads((bucket / "run" / "eval" / "step_2.json").read_text())
+  assert result["step"] == 2 and result["results"]
+  assert not os.path.exists(tmp_path / "gs:")   # nothing went to a local folder "gs:"
 
 
 def test_unknown_step_lists_the_available_ones(run):
