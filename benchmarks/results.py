@@ -24,6 +24,8 @@ import subprocess
 import sys
 from typing import Any
 
+from lm import workdir
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("numpy", "jax", "jaxlib", "flax", "optax", "grain", "sentencepiece", "torch",
             "transformers")
@@ -84,13 +86,8 @@ def write_json(path: str, benchmark: str, results: Any, args: Any = None) -> dic
   doc = {"benchmark": benchmark, "results": results,
          "args": dict(vars(args)) if args is not None and hasattr(args, "__dict__") else args,
          "environment": environment()}
-  directory = os.path.dirname(os.path.abspath(path))
-  os.makedirs(directory, exist_ok=True)
-  tmp = f"{path}.{os.getpid()}.tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    json.dump(doc, f, indent=1, default=_default)
-    f.write("\n")
-  os.replace(tmp, path)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  workdir.write_text_atomic(path, json.dumps(doc, indent=1, default=_default) + "\n")
   return doc
 
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 
 from lm import cli
+from lm import workdir as workdir_lib
 
 DEFAULT_HF_INPUT_LENGTH = 512
 DEFAULT_MAX_DECODE_LENGTH = 64
@@ -231,13 +230,10 @@ def write_records(records: list[dict], output: str | None) -> None:
     sys.stdout.write(lines)
     sys.stdout.flush()
     return
-  directory = os.path.dirname(os.path.abspath(output))
-  if not os.path.isdir(directory):
-    raise DecodeError(f"--output directory {directory} does not exist")
-  with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=directory, delete=False,
-                                   prefix=".decode-", suffix=".tmp") as f:
-    f.write(lines)
-  os.replace(f.name, output)
+  path = workdir_lib.as_path(output)   # local or gs://
+  if not path.parent.is_dir():
+    raise DecodeError(f"--output directory {path.parent} does not exist")
+  workdir_lib.write_text_atomic(path, lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -78,12 +78,18 @@ def check_remote_support(path: str | os.PathLike) -> None:
                      f"{' '.join(missing)}")
 
 
-def write_text_atomic(path: epath.Path, text: str) -> None:
-  """Writes `text` to `path` via a temporary sibling and a rename (readers never see half)."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+  """Writes `data` to `path` via a temporary sibling and a rename (readers never see half;
+  processes writing the same file at once each rename a whole one)."""
   path = epath.Path(path)
-  tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-  tmp.write_text(text, encoding="utf-8")
+  tmp = path.parent / f".{path.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+  tmp.write_bytes(data)
   tmp.replace(path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+  """`write_bytes_atomic` of `text` in UTF-8."""
+  write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def _pid_alive(pid: int) -> bool:

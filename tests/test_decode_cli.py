@@ -122,6 +122,11 @@ def test_decode_cli_bad_inputs(hf_dir, tmp_path, capsys, monkeypatch):
 
   assert "does not exist" in error([f"--hf={tmp_path / 'nope'}", f"--input={good}"])
   assert "does not exist" in error([f"--workdir={tmp_path / 'nope'}", f"--input={good}"])
+  nowhere = tmp_path / "no_such_dir" / "out.jsonl"
+  code, _, err = run_cli([f"--hf={hf_dir}", f"--input={good}", "--max_decode_length=2",
+                          f"--output={nowhere}"], capsys)
+  assert code == 2 and f"--output directory {nowhere.parent} does not exist" in err
+  assert not nowhere.parent.exists()
   empty = tmp_path / "empty.txt"
   empty.write_text("\n\n", encoding="utf-8")
   assert "is empty" in error([f"--hf={hf_dir}", f"--input={empty}"])

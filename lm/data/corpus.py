@@ -18,8 +18,9 @@ import logging
 import os
 import sys
 import sysconfig
-import tempfile
 import tokenize
+
+from lm import workdir as workdir_lib
 
 _SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test",
                         "__pycache__"})
@@ -156,9 +157,9 @@ def default_corpus_path(*, use_cache: bool = True) -> str | None:
     data = "".join(json.dumps({"text": doc}, ensure_ascii=False) + "\n" for doc in docs)
     data = data.encode("utf-8")
     # The checksum first: a crash between the two leaves a cache that fails the check.
-    _write_atomic(_checksum_path(path), f"{hashlib.sha256(data).hexdigest()} {len(docs)}\n"
-                  .encode())
-    _write_atomic(path, data)  # concurrent builders write identical files
+    workdir_lib.write_text_atomic(_checksum_path(path),
+                                  f"{hashlib.sha256(data).hexdigest()} {len(docs)}\n")
+    workdir_lib.write_bytes_atomic(path, data)  # concurrent builders write identical files
   except OSError:
     return None
   return path
@@ -167,13 +168,6 @@ def default_corpus_path(*, use_cache: bool = True) -> str | None:
 def _checksum_path(path: str) -> str:
   """The cache's checksum file: "<sha256 of the .jsonl bytes> <number of documents>"."""
   return path + ".sha256"
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-  with os.fdopen(fd, "wb") as f:
-    f.write(data)
-  os.replace(tmp, path)
 
 
 def default_corpus(*, use_cache: bool = True) -> list[str]:
