@@ -91,12 +91,8 @@ def uniform_ints(words: np.ndarray, high: np.ndarray | int) -> np.ndarray:
 
 
 def check_block(tokens: np.ndarray) -> np.ndarray:
-  tokens = np.asarray(tokens)
-  if tokens.ndim != 2:
-    raise ValueError(f"tokens must be a block int32[B, L], got shape {tokens.shape}")
-  if tokens.size and not np.issubdtype(tokens.dtype, np.integer):
-    raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
-  return tokens.astype(np.int32, copy=False)
+  """tokens as int32[B, L]; ValueError unless a block of integers."""
+  return noise_lib.check_tokens(tokens, block=True)
 
 
 def check_keys(keys: np.ndarray, batch: int) -> np.ndarray:

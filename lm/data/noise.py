@@ -49,11 +49,13 @@ def check_density(noise_density: float, *, low_open: bool = False, high_open: bo
   return d
 
 
-def check_tokens(tokens: np.ndarray) -> np.ndarray:
-  """tokens as int32[L]; ValueError unless 1-D integers."""
+def check_tokens(tokens: np.ndarray, *, block: bool = False) -> np.ndarray:
+  """tokens as int32[L], or as int32[B, L] when `block`; ValueError unless integers of that
+  rank."""
   tokens = np.asarray(tokens)
-  if tokens.ndim != 1:
-    raise ValueError(f"tokens must be 1-D int32[L], got shape {tokens.shape}")
+  if tokens.ndim != (2 if block else 1):
+    layout = "a block int32[B, L]" if block else "1-D int32[L]"
+    raise ValueError(f"tokens must be {layout}, got shape {tokens.shape}")
   if tokens.size and not np.issubdtype(tokens.dtype, np.integer):
     raise ValueError(f"tokens must be integers, got dtype {tokens.dtype}")
   return tokens.astype(np.int32, copy=False)

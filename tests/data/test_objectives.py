@@ -653,6 +653,11 @@ def test_noise_helpers_at_their_boundaries():
   with pytest.raises(ValueError, match="must be integers"):
     nl.check_tokens(np.array([1.5, 2.0]))
   assert nl.check_tokens(np.array([], np.float32)).dtype == np.int32  # empty: any dtype
+  with pytest.raises(ValueError, match=r"must be a block int32\[B, L\], got shape \(3,\)"):
+    nl.check_tokens(np.arange(3), block=True)
+  with pytest.raises(ValueError, match="must be integers"):
+    nl.check_tokens(np.ones((2, 3)), block=True)
+  assert nl.check_tokens(np.ones((2, 3), np.int64), block=True).dtype == np.int32
   with pytest.raises(ValueError, match="length must be >= 0, got -1"):
     nl.random_spans_noise_mask(-1, 0.5, 1.0, np.random.default_rng(0))
   for m in (0.5, 0.0, -1.0):
