@@ -225,11 +225,33 @@ def bad_input_exit(problem: BaseException | str, *, prefix: str = "error", file=
   return EXIT_BAD_INPUT
 
 
-def progress(iterable: Iterable, total: int | None, desc: str, enabled: bool) -> Iterator:
-  """`iterable`, with a tqdm bar on stderr when `enabled` (the commands' --progress)."""
+class _NoBar:
+  """progress_bar's stand-in when bars are off."""
+
+  def update(self, n: int = 1) -> None:
+    del n
+
+  def close(self) -> None:
+    pass
+
+
+def progress_bar(total: int | None, desc: str, enabled: bool) -> Any:
+  """A tqdm bar of `total` batches on stderr when `enabled` (the commands' --progress), else
+  an object whose update() and close() do nothing; the caller closes it. For work of several
+  parts under one bar (`progress` wraps one iterable)."""
   if not enabled:
-    yield from iterable
-    return
+    return _NoBar()
   from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  yield from tqdm(iterable, total=total, desc=desc, leave=False, unit="batch",
-                  file=sys.stderr, dynamic_ncols=True)
+  return tqdm(total=total, desc=desc, leave=False, unit="batch", file=sys.stderr,
+              dynamic_ncols=True)
+
+
+def progress(iterable: Iterable, total: int | None, desc: str, enabled: bool) -> Iterator:
+  """`iterable`, with a `progress_bar` when `enabled`."""
+  bar = progress_bar(total, desc, enabled)
+  try:
+    for x in iterable:
+      yield x
+      bar.update()
+  finally:
+    bar.close()

@@ -326,16 +326,31 @@ def load_hf(directory: str, *, mesh_shape: Sequence[int] | str | None = None,
 # ---------------------------------------------------------------------------------------
 # Running a restored model over examples.
 
+def global_batch_size(r: Restored, batch_size: int) -> int:
+  """The rows of one `run_batches` batch: `batch_size` rounded up to the mesh's batch
+  shards and the process count."""
+  shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
+  return features.round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
+
+
+def num_batches(r: Restored, num_examples: int, batch_size: int) -> int:
+  """How many batches `run_batches` runs over `num_examples` examples."""
+  return -(-num_examples // global_batch_size(r, batch_size))
+
+
 def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: Callable, *,
                 batch_size: int, desc: str = "", progress: bool = False,
-                lengths: Mapping[str, int] | None = None) -> list[Any]:
+                lengths: Mapping[str, int] | None = None,
+                bar: Any | None = None) -> list[Any]:
   """`fn(params, global batch)` over `examples` (converter features), padded into batches.
 
   Each feature is padded to its stack's longest example (a multiple of 8), or to
   `lengths` ({stack: row length}, at least every example's) when given; the global batch
   is `batch_size` rounded up to the mesh's batch shards and the process count, its rows
   split over the processes; the last batch is filled with all-zero rows (their outputs
-  are the caller's to drop: rows past len(examples)). Runs under r's axis rules.
+  are the caller's to drop: rows past len(examples)). Runs under r's axis rules. A bar of
+  its own when `progress` (titled `desc`), or `bar.update()` after each batch when the
+  caller's bar (`cli.progress_bar`) spans more work than these examples.
 
   Returns:
     fn's outputs, one per batch, as fn returns them (global arrays).
@@ -354,8 +369,7 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
     raise ValueError(f"rows of {max(lengths.values())} tokens exceed the model's learned "
                      f"positions ({cfg.max_length}); use shorter texts.")
   rows = [packing.pad_example(e, lengths) for e in examples]
-  shards = math.prod(r.mesh.shape[a] for a in partitioning.BATCH_AXES)
-  batch_size = features.round_up(max(batch_size, jax.process_count()), shards * jax.process_count())
+  batch_size = global_batch_size(r, batch_size)
   num_rows = features.round_up(len(rows), batch_size)
   zeros = {k: np.zeros_like(v) for k, v in rows[0].items()}
   rows += [zeros] * (num_rows - len(rows))
@@ -363,8 +377,10 @@ def run_batches(r: Restored, examples: Sequence[Mapping[str, np.ndarray]], fn: C
   outputs = []
   starts = range(0, num_rows, batch_size)
   with partitioning.axis_rules(r.mesh, r.rules):
-    for start in cli.progress(starts, len(starts), desc, progress):
+    for start in cli.progress(starts, len(starts), desc, progress and bar is None):
       lo = start + jax.process_index() * per_process
       local = {k: np.stack([row[k] for row in rows[lo:lo + per_process]]) for k in rows[0]}
       outputs.append(fn(r.params, partitioning.make_global_batch(local, r.mesh)))
+      if bar is not None:
+        bar.update()
   return outputs

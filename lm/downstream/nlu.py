@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lm import partitioning, restore
+from lm import cli, partitioning, restore
 from lm import workdir as workdir_lib
 from lm import score as score_lib
 from lm.data import converters, corpus, features, noise
@@ -289,14 +289,19 @@ def _batches(r: restore.Restored, examples: Sequence[Mapping[str, np.ndarray]],
   cfg = r.model_config
   cap = cfg.max_length if cfg.position_encoding == "learned" else None
   parts, order = [], []
-  for lengths, idx in length_buckets(examples, cap):
-    outs = restore.run_batches(r, [examples[i] for i in idx], fn, batch_size=batch_size,
-                               desc=f"{desc} ({'+'.join(map(str, lengths.values()))} tokens)",
-                               progress=progress, lengths=lengths)
-    gathered = [jax.tree.map(np.asarray, multihost_utils.process_allgather(o, tiled=True))
-                for o in outs]
-    parts.append(jax.tree.map(lambda *xs, n=len(idx): np.concatenate(xs)[:n], *gathered))
-    order.append(idx)
+  buckets = length_buckets(examples, cap)
+  bar = cli.progress_bar(sum(restore.num_batches(r, len(idx), batch_size)
+                             for _, idx in buckets), desc, progress)   # one for every bucket
+  try:
+    for lengths, idx in buckets:
+      outs = restore.run_batches(r, [examples[i] for i in idx], fn, batch_size=batch_size,
+                                 lengths=lengths, bar=bar)
+      gathered = [jax.tree.map(np.asarray, multihost_utils.process_allgather(o, tiled=True))
+                  for o in outs]
+      parts.append(jax.tree.map(lambda *xs, n=len(idx): np.concatenate(xs)[:n], *gathered))
+      order.append(idx)
+  finally:
+    bar.close()
   inverse = np.argsort(np.concatenate(order), kind="stable")
   return jax.tree.map(lambda *xs: np.concatenate(xs)[inverse], *parts)
 

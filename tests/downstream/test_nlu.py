@@ -12,7 +12,7 @@ from sklearn import linear_model, model_selection, pipeline, preprocessing
 
 from eval_runs import SPM_TEXT, copy_run, tiny_config, trained_run
 from lm import config as config_lib
-from lm import evaluate, partitioning, restore
+from lm import cli, evaluate, partitioning, restore
 from lm import score as score_lib
 from lm.data import converters, corpus, packing
 from lm.data import tokenizer as tokenizer_lib
@@ -266,6 +266,31 @@ def test_run_batches_pads_to_given_lengths_and_refuses_short_ones(runs):
   for bad in ({"decoder": longest - 1}, {"encoder": 48}):
     with pytest.raises(ValueError, match="do not hold the examples"):
       restore.run_batches(r, examples, shape, batch_size=2, lengths=bad)
+
+
+def test_one_progress_bar_counts_every_batch_of_every_length_bucket(runs, monkeypatch):
+  """nlu's passes over several length buckets advance one bar, to its total."""
+  r = runs["causal"]
+  texts = ["abc"] * 20 + ["abc def " * 12] * 20   # two length buckets
+  bars = []
+
+  class Bar:
+    def __init__(self, total, desc, enabled):
+      self.total, self.desc, self.enabled, self.n, self.closed = total, desc, enabled, 0, False
+      bars.append(self)
+
+    def update(self, n=1):
+      self.n += n
+
+    def close(self):
+      self.closed = True
+
+  monkeypatch.setattr(cli, "progress_bar", Bar)
+  nlu.representations(r, texts, batch_size=2, progress=True)
+  (bar,) = [b for b in bars if b.enabled]   # the buckets' own bars stay off
+  assert bar.desc == "representations" and bar.closed
+  assert bar.total == bar.n == 2 * restore.num_batches(r, 20, 2) > 2
+  assert restore.num_batches(r, 5, 2) == -(-5 // restore.global_batch_size(r, 2))
 
 
 @pytest.mark.parametrize("arch", ["encoder_decoder", "causal"])
