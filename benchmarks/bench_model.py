@@ -125,14 +125,9 @@ def bench_lm(config: TransformerConfig, batch, steps: int, device):
 
 
 def compare_hf(config: TransformerConfig, batch, lm_step, args) -> dict:
-  """lm vs HF T5 (forward + backward) in separate processes, alternating rounds (fair.py)."""
-  with hf_reference.start(config, batch, optimizer_step=False, warmup=1,
-                          host_memory=args.host_memory) as worker:
-    rounds = fair.alternate({"lm": lambda n: fair.time_calls(lm_step, n), "hf": worker.time},
-                            args.rounds, args.steps)
-    out = fair.compare(rounds["lm"], rounds["hf"])
-    out["hf_info"] = worker.info
-  return out
+  """lm vs HF T5 (forward + backward) in separate processes (`hf_reference.compare`)."""
+  return hf_reference.compare(lm_step, config, batch, rounds=args.rounds, steps=args.steps,
+                              optimizer_step=False, warmup=1, host_memory=args.host_memory)
 
 
 def main(argv=None) -> None:

@@ -202,24 +202,13 @@ def bench_one(arch: str, size: str, args, mesh) -> dict:
 
 
 def compare_hf(model_config, local_batch, lm_step, args) -> dict:
-  """lm's train step vs HF T5's (Adafactor) in its own process, alternating rounds (fair.py).
-
-  Args:
-    model_config: the lm TransformerConfig (exported to HF with config_to_hf).
-    local_batch: the NumPy batch both sides train on.
-    lm_step: blocking callable running one more lm train step.
-  Returns:
-    fair.compare(...) plus "hf_info" (versions, threads of the HF worker).
-  """
+  """lm's train step vs HF T5's (Adafactor) in its own process (`hf_reference.compare`), on
+  the GPU when lm's is."""
   device = "cuda" if jax.default_backend() == "gpu" else "cpu"
-  with hf_reference.start(model_config, local_batch, optimizer_step=True, warmup=args.warmup,
-                          host_memory=args.host_memory, device=device,
-                          dtype=model_config.dtype) as worker:
-    rounds = fair.alternate({"lm": lambda n: fair.time_calls(lm_step, n), "hf": worker.time},
-                            args.rounds, args.steps)
-    out = fair.compare(rounds["lm"], rounds["hf"])
-    out["hf_info"] = worker.info
-  return out
+  return hf_reference.compare(lm_step, model_config, local_batch, rounds=args.rounds,
+                              steps=args.steps, optimizer_step=True, warmup=args.warmup,
+                              host_memory=args.host_memory, device=device,
+                              dtype=model_config.dtype)
 
 
 def table_row(r: dict, label: str, preset: str, dtype: str, params: str, times: list[float],

@@ -72,6 +72,25 @@ def start(config, batch, *, optimizer_step: bool, warmup: int = 1,
   return fair.Worker(os.path.abspath(__file__), setup)
 
 
+def compare(lm_step, config, batch, *, rounds: int, steps: int, **start_kwargs) -> dict:
+  """lm's step against HF T5's on the same batch, the HF side in its own process (`start`,
+  given ``start_kwargs``), in alternating rounds (fair.py).
+
+  Args:
+    lm_step: blocking callable running one more lm step.
+    config, batch: as `start`.
+    rounds, steps: alternating rounds of ``steps`` timed steps a side.
+  Returns:
+    fair.compare(...) plus "hf_info" (versions, threads of the HF worker).
+  """
+  with start(config, batch, **start_kwargs) as worker:
+    timed = fair.alternate({"lm": lambda n: fair.time_calls(lm_step, n), "hf": worker.time},
+                           rounds, steps)
+    out = fair.compare(timed["lm"], timed["hf"])
+    out["hf_info"] = worker.info
+  return out
+
+
 def _build(hf_config, batch, optimizer_step, warmup, host_memory, learning_rate, device,
            dtype):
   """Worker side: (blocking step callable, info dict)."""

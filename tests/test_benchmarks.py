@@ -86,6 +86,37 @@ def test_worker_runs_in_its_own_process(tmp_path):
     fair.Worker(str(script), {"delay": 0.0, "fail": True})
 
 
+def test_hf_reference_compare_alternates_lm_and_the_worker(monkeypatch):
+  """bench_model's and bench_train's comparison: `start` given the settings, both sides
+  timed in alternating rounds, the worker's info kept."""
+  import hf_reference  # pylint: disable=g-import-not-at-top
+  started = []
+
+  class Worker:
+    info = {"threads": 1}
+
+    def __enter__(self):
+      return self
+
+    def __exit__(self, *exc):
+      return False
+
+    def time(self, n):
+      return [0.2] * n
+
+  def start(config, batch, **kwargs):
+    started.append((config, batch, kwargs))
+    return Worker()
+
+  monkeypatch.setattr(hf_reference, "start", start)
+  steps = []
+  c = hf_reference.compare(lambda: steps.append(1), "config", "batch", rounds=3, steps=2,
+                           optimizer_step=True, device="cpu")
+  assert started == [("config", "batch", {"optimizer_step": True, "device": "cpu"})]
+  assert len(steps) == 6 and len(c["round_ratios"]) == 3 and c["hf_info"] == {"threads": 1}
+  assert c["verdict"] == "lm faster"   # the lm step appends, far under 0.2 s
+
+
 def test_pin_cpus_checks_the_count():
   cpus = fair.pin_cpus(0)
   assert cpus == sorted(os.sched_getaffinity(0))
